@@ -1,0 +1,74 @@
+// TernGrad codec, CPU path: statistics, encode to the packed 2-bit format,
+// decode, decode-accumulate and shared-scale summation.
+//
+// All buffers are the caller's; nothing here allocates on the hot path.
+// Large tensors run on all OpenMP threads, small ones on the calling thread;
+// the output is bit-identical for any thread count and to the CUDA path.
+// Every function throws CodecError (error.h) on bad input and writes nothing
+// to its output in that case.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "terngrad/quantize/error.h"
+#include "terngrad/quantize/format.h"
+#include "terngrad/quantize/ternary_math.h"
+
+namespace terngrad::quantize {
+
+struct EncodeParams {
+  // c in s = min(max|g|, c * sigma); 0 disables clipping (s = max|g|).
+  float clip_factor = 2.5f;
+  // Random stream: element i uses Philox(seed; i/4, step, tensor_id), word i%4.
+  uint64_t seed = 0;
+  uint32_t step = 0;
+  uint32_t tensor_id = 0;
+  // Scale sharing: the max of all workers' own scales. Must be >= this
+  // tensor's own scale; then every worker's payload has the same scale and
+  // their sum is an integer count per element times that one scale.
+  std::optional<float> shared_scale;
+};
+
+// One pass: mean, population standard deviation, max|g|.
+// Throws kNonFinite (naming the first bad index) on NaN/Inf.
+TensorStats compute_stats(std::span<const float> x);
+
+// The scale encode() would use for these statistics and clip factor.
+// Throws kInvalidArgument on a negative or NaN clip factor.
+float local_scale(const TensorStats& stats, float clip_factor);
+
+// The scale encode() uses: local_scale(), or params.shared_scale after checking it.
+float resolve_scale(const TensorStats& stats, const EncodeParams& params);
+
+// Encodes x into out (at least max_encoded_bytes(x.size()) bytes); returns
+// the bytes written, always max_encoded_bytes(x.size()).
+size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out);
+
+// The same with statistics the caller already computed for x (the
+// scale-sharing flow computes them once to exchange the local scale).
+size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
+                         const EncodeParams& params, std::span<uint8_t> out);
+
+// Validates a whole payload (header, length, every code, padding) and returns its header.
+PayloadHeader inspect(std::span<const uint8_t> payload);
+
+// out = decoded payload. out.size() must equal the payload's element count.
+void decode(std::span<const uint8_t> payload, std::span<float> out);
+
+// out += decoded payload (the server-side / all-gather reduction).
+void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out);
+
+// counts += the signed codes of a payload: the exact integer form of summing
+// payloads that share one scale. Returns the payload's scale. Callers summing
+// several payloads check that the scales agree (sum_shared does).
+float accumulate_counts(std::span<const uint8_t> payload, std::span<int16_t> counts);
+
+// Sums payloads that share one scale and element count: counts = sum of
+// codes (each in [-k, k]), returns the shared scale; the decoded sum is
+// scale * counts[i]. Throws kScaleMismatch if scales or counts differ.
+float sum_shared(std::span<const std::span<const uint8_t>> payloads, std::span<int16_t> counts);
+
+}  // namespace terngrad::quantize

@@ -1,0 +1,74 @@
+// TernGrad codec, CUDA path: the same operations as codec.h on device
+// pointers, ordered on a caller's stream, producing the same bytes.
+//
+// Nothing is synchronized and nothing allocates after the Workspace exists.
+// Errors found on the device (NaN/Inf input, malformed payload, invalid code,
+// a shared scale below the tensor's own) are recorded in the workspace; the
+// kernels after the failing check write nothing, so an accumulator is never
+// half-updated. Workspace::check(stream) synchronizes and throws CodecError.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "terngrad/quantize/codec.h"
+
+namespace terngrad::quantize::cuda {
+
+// True if a CUDA device can be used (tests skip with a message otherwise).
+bool device_available();
+
+// Device-side scratch for tensors of up to max_elements elements: stats
+// partials, the scale, and the error record. One per stream in flight.
+class Workspace {
+ public:
+  explicit Workspace(uint64_t max_elements);
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  uint64_t max_elements() const { return max_elements_; }
+
+  // Waits for the stream, then throws CodecError if any operation since the
+  // last check recorded an error (and clears it). Returns normally otherwise.
+  void check(cudaStream_t stream);
+
+  // Waits for the stream and returns the statistics of the last stats_async()
+  // or encode_async() (throws like check()).
+  TensorStats stats(cudaStream_t stream);
+
+  // Waits for the stream and returns the scale of the last encode_async().
+  float scale(cudaStream_t stream);
+
+  struct Device;  // device-resident state, defined in the .cu files
+  Device* device() const { return dev_; }
+
+ private:
+  uint64_t max_elements_;
+  Device* dev_ = nullptr;  // device pointer
+};
+
+// Statistics of d_x[0, n) into the workspace (read with ws.stats()).
+void stats_async(const float* d_x, uint64_t n, Workspace& ws, cudaStream_t stream);
+
+// Encodes d_x[0, n) into d_out, which holds at least max_encoded_bytes(n)
+// bytes. The header (scale included) is written on the device: no host round trip.
+void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
+                  size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
+// d_out[0, n) = decoded d_payload. payload_bytes must be max_encoded_bytes(n),
+// and the header's count must equal n (checked on the device).
+void decode_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,
+                  Workspace& ws, cudaStream_t stream);
+
+// d_out[0, n) += decoded d_payload.
+void decode_accumulate_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out,
+                             uint64_t n, Workspace& ws, cudaStream_t stream);
+
+// d_counts[0, n) += signed codes of d_payload (exact shared-scale summation).
+void accumulate_counts_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts,
+                             uint64_t n, Workspace& ws, cudaStream_t stream);
+
+}  // namespace terngrad::quantize::cuda

@@ -1,0 +1,214 @@
+// Decode side: payload validation, decode, decode-accumulate and exact
+// shared-scale summation. Validation runs over the whole body before any
+// output is touched, so a bad payload never half-updates an accumulator.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "messages.h"
+#include "terngrad/quantize/codec.h"
+
+namespace terngrad::quantize {
+namespace detail {
+
+void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                           float scale, bool accumulate, float* out) {
+  for (uint64_t k = k_begin; k < k_end; ++k) {
+    const uint32_t b = body[k];
+    for (uint64_t j = 0; j < 4 && 4 * k + j < n; ++j) {
+      const float v = scale * static_cast<float>(code_sign((b >> (2 * j)) & 3u));
+      if (accumulate)
+        out[4 * k + j] += v;
+      else
+        out[4 * k + j] = v;
+    }
+  }
+}
+
+// 16 elements per step: the 4 body bytes behind them are broadcast to every
+// lane, each lane shifts out its own code, and a 4-entry table gives 0, s, -s.
+__attribute__((target("avx512f"))) void decode_bytes_avx512(const uint8_t* body, uint64_t n,
+                                                            uint64_t k_begin, uint64_t k_end,
+                                                            float scale, bool accumulate,
+                                                            float* out) {
+  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i three = _mm512_set1_epi32(3);
+  const __m512 table = _mm512_setr_ps(0.0f, scale, -scale, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  uint64_t k = k_begin;
+  for (; k + 4 <= k_end && 4 * (k + 4) <= n; k += 4) {
+    uint32_t word;
+    std::memcpy(&word, body + k, sizeof word);
+    const __m512i codes = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shifts), three);
+    __m512 v = _mm512_permutexvar_ps(codes, table);
+    float* o = out + 4 * k;
+    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(o), v);
+    _mm512_storeu_ps(o, v);
+  }
+  decode_bytes_portable(body, n, k, k_end, scale, accumulate, out);
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr uint64_t kBlockBytes = 16384;  // body bytes per parallel block
+
+PayloadHeader parse_header(std::span<const uint8_t> payload) {
+  const HeaderFault fault = check_header(payload.data(), payload.size());
+  if (fault != HeaderFault::kNone) {
+    std::string what = std::string("malformed payload (") + std::to_string(payload.size()) +
+                       " bytes): " + header_fault_name(fault);
+    if (fault == HeaderFault::kLengthMismatch) {
+      const uint64_t count = load_le64(payload.data() + 8);
+      what += "; header says " + std::to_string(count) + " elements";
+      if (count <= (uint64_t{1} << 62)) what += " = " + std::to_string(max_encoded_bytes(count)) + " bytes";
+    }
+    throw CodecError(Errc::kMalformedPayload, what);
+  }
+  const uint8_t* p = payload.data();
+  PayloadHeader h;
+  h.version = p[4];
+  h.codec = p[5];
+  h.flags = p[6];
+  h.count = load_le64(p + 8);
+  h.scale = bits_float(load_le32(p + 16));
+  h.tensor_id = load_le32(p + 20);
+  h.seed = load_le64(p + 24);
+  h.step = load_le32(p + 32);
+  return h;
+}
+
+// Word-at-a-time scan for the reserved code 0b11; the padding of the last
+// byte must be zero. Returns the index of the first bad byte, or kNoBadByte.
+constexpr uint64_t kNoBadByte = ~uint64_t{0};
+
+uint64_t first_bad_byte(const uint8_t* body, uint64_t n) {
+  const uint64_t nbytes = body_bytes(n);
+  const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
+  uint64_t first = kNoBadByte;
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements) reduction(min : first)
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t k0 = b * kBlockBytes, k1 = std::min(nbytes, k0 + kBlockBytes);
+    uint64_t k = k0, bad = 0;
+    for (; k + 8 <= k1; k += 8) {
+      uint64_t w;
+      std::memcpy(&w, body + k, sizeof w);
+      bad |= w & (w >> 1) & 0x5555555555555555ull;
+    }
+    for (; k < k1; ++k) bad |= invalid_code_mask(body[k]);
+    if (bad == 0) continue;
+    for (uint64_t j = k0; j < k1; ++j) {
+      if (invalid_code_mask(body[j]) != 0) {
+        first = std::min(first, j);
+        break;
+      }
+    }
+  }
+  if (first == kNoBadByte && nbytes > 0 && (body[nbytes - 1] & padding_mask(n)) != 0)
+    first = nbytes - 1;
+  return first;
+}
+
+std::span<const uint8_t> checked_body(std::span<const uint8_t> payload, const PayloadHeader& h) {
+  const uint8_t* body = payload.data() + kHeaderBytes;
+  const uint64_t bad = first_bad_byte(body, h.count);
+  if (bad != kNoBadByte) {
+    const bool is_padding = bad == body_bytes(h.count) - 1 &&
+                            invalid_code_mask(body[bad]) == 0;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", body[bad]);
+    throw CodecError(Errc::kInvalidCode,
+                     "corrupt payload: body byte " + std::to_string(bad) + " (" + hex + ") " +
+                         (is_padding ? "has nonzero padding bits beyond element " +
+                                           std::to_string(h.count - 1)
+                                     : "holds the reserved code 0b11"));
+  }
+  return {body, body_bytes(h.count)};
+}
+
+void require_length(const PayloadHeader& h, size_t out_elements, const char* what) {
+  if (out_elements != h.count) {
+    throw CodecError(Errc::kInvalidArgument,
+                     std::string(what) + " has " + std::to_string(out_elements) +
+                         " elements but the payload holds " + std::to_string(h.count));
+  }
+}
+
+void decode_into(std::span<const uint8_t> payload, std::span<float> out, bool accumulate) {
+  const PayloadHeader h = parse_header(payload);
+  require_length(h, out.size(), accumulate ? "accumulator" : "output");
+  const uint8_t* body = checked_body(payload, h).data();
+  const uint64_t n = h.count, nbytes = body_bytes(n);
+  auto* kernel = detail::use_avx512() ? detail::decode_bytes_avx512 : detail::decode_bytes_portable;
+  const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
+  float* o = out.data();
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t k0 = b * kBlockBytes;
+    kernel(body, n, k0, std::min(nbytes, k0 + kBlockBytes), h.scale, accumulate, o);
+  }
+}
+
+}  // namespace
+
+PayloadHeader inspect(std::span<const uint8_t> payload) {
+  const PayloadHeader h = parse_header(payload);
+  checked_body(payload, h);
+  return h;
+}
+
+void decode(std::span<const uint8_t> payload, std::span<float> out) {
+  decode_into(payload, out, false);
+}
+
+void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) {
+  decode_into(payload, out, true);
+}
+
+namespace {
+// counts += codes of an already validated body.
+void add_codes(const uint8_t* body, uint64_t n, int16_t* counts) {
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
+  for (uint64_t i = 0; i < n; ++i)
+    counts[i] = static_cast<int16_t>(counts[i] + code_sign((body[i / 4] >> (2 * (i % 4))) & 3u));
+}
+}  // namespace
+
+float accumulate_counts(std::span<const uint8_t> payload, std::span<int16_t> counts) {
+  const PayloadHeader h = parse_header(payload);
+  require_length(h, counts.size(), "counts");
+  add_codes(checked_body(payload, h).data(), h.count, counts.data());
+  return h.scale;
+}
+
+float sum_shared(std::span<const std::span<const uint8_t>> payloads, std::span<int16_t> counts) {
+  if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_shared needs at least one payload");
+  if (payloads.size() > 32767) {
+    throw CodecError(Errc::kInvalidArgument, "sum_shared sums at most 32767 payloads into int16 counts, got " +
+                                                 std::to_string(payloads.size()));
+  }
+  // Check every header first: a mismatch must leave counts untouched.
+  const PayloadHeader first = parse_header(payloads[0]);
+  for (size_t p = 1; p < payloads.size(); ++p) {
+    const PayloadHeader h = parse_header(payloads[p]);
+    if (h.count != first.count || float_bits(h.scale) != float_bits(first.scale)) {
+      throw CodecError(Errc::kScaleMismatch,
+                       "payload " + std::to_string(p) + " has " + std::to_string(h.count) +
+                           " elements and scale " + detail::fmt_num(h.scale) + ", payload 0 has " +
+                           std::to_string(first.count) + " and " + detail::fmt_num(first.scale) +
+                           ": sum_shared needs one shared scale (encode with shared_scale)");
+    }
+    checked_body(payloads[p], h);
+  }
+  checked_body(payloads[0], first);
+  require_length(first, counts.size(), "counts");
+  std::fill(counts.begin(), counts.end(), int16_t{0});
+  for (const auto& p : payloads) add_codes(p.data() + kHeaderBytes, first.count, counts.data());
+  return first.scale;
+}
+
+}  // namespace terngrad::quantize
