@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages terngrad builds and runs with, skipping those
+# already present. Run as root (CI does) or with sudo available.
+set -euo pipefail
+packages=(
+  cmake g++ make pkg-config python3
+  libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev
+  dataset-fashion-mnist
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install_deps: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
