@@ -149,9 +149,9 @@ float resolve_scale(const TensorStats& stats, const EncodeParams& params) {
   const float own = local_scale(stats, params.clip_factor);
   if (!params.shared_scale) return own;
   const float shared = *params.shared_scale;
-  if (!std::isfinite(shared) || shared < 0.0f) {
+  if (!std::isfinite(shared) || std::signbit(shared)) {  // -0.0 too: headers carry +0.0
     throw CodecError(Errc::kInvalidArgument,
-                     "shared_scale must be finite and >= 0, got " + detail::fmt_num(shared));
+                     "shared_scale must be finite and >= +0, got " + detail::fmt_num(shared));
   }
   if (shared < own) {
     throw CodecError(Errc::kInvalidArgument,

@@ -9,7 +9,9 @@
 
 namespace terngrad::quantize {
 
-inline constexpr uint8_t kMagic[4] = {'T', 'G', 'R', 'D'};
+// "TGRD" read as a little-endian u32. A scalar rather than a byte array:
+// CUDA device code cannot index a namespace-scope constexpr array.
+inline constexpr uint32_t kMagicLe32 = 0x44524754u;
 inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr uint8_t kCodecTernary2Bit = 1;
 inline constexpr size_t kHeaderBytes = 40;
@@ -79,7 +81,7 @@ TG_HOST_DEVICE uint32_t crc32_ieee(const uint8_t* data, size_t len) {
 TG_HOST_DEVICE void write_header_bits(uint8_t* out, uint8_t flags, uint64_t count,
                                       uint32_t scale_bits, uint32_t tensor_id, uint64_t seed,
                                       uint32_t step) {
-  for (int i = 0; i < 4; ++i) out[i] = kMagic[i];
+  store_le32(out, kMagicLe32);
   out[4] = kFormatVersion;
   out[5] = kCodecTernary2Bit;
   out[6] = flags;
@@ -110,8 +112,7 @@ enum class HeaderFault : int {
 // Pure function of bytes, shared by the CPU decoder and the CUDA header kernel.
 TG_HOST_DEVICE HeaderFault check_header(const uint8_t* p, size_t payload_bytes) {
   if (payload_bytes < kHeaderBytes) return HeaderFault::kTooShort;
-  for (int i = 0; i < 4; ++i)
-    if (p[i] != kMagic[i]) return HeaderFault::kBadMagic;
+  if (load_le32(p) != kMagicLe32) return HeaderFault::kBadMagic;
   if (p[4] != kFormatVersion) return HeaderFault::kBadVersion;
   if (p[5] != kCodecTernary2Bit) return HeaderFault::kBadCodec;
   if (p[7] != kHeaderBytes) return HeaderFault::kBadHeaderSize;

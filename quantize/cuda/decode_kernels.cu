@@ -1,0 +1,234 @@
+// Decode side. Every operation runs three stream-ordered kernels:
+//   header_kernel   check_header() + count == n (+ the counts' shared scale);
+//   validate_kernel every body code and the padding bits of the last byte;
+//   body kernel     decode / decode-accumulate / accumulate-counts,
+// and the body kernel writes nothing while an error is recorded, so a bad
+// payload never leaves an accumulator half-updated.
+#include <string>
+
+#include "device_state.cuh"
+#include "terngrad/quantize/format.h"
+
+namespace terngrad::quantize::cuda {
+
+namespace detail {
+
+namespace {
+
+constexpr int kBodyBlock = 256;
+
+enum class BodyOp { kDecode, kAccumulate, kCounts };
+
+// One thread: the header is 40 bytes, its CRC a few hundred cycles.
+__global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payload_bytes,
+                              uint64_t n, Workspace::Device* dev, uint32_t op,
+                              bool track_counts_scale) {
+  if (error_pending(dev)) return;  // an earlier unchecked error: this op does nothing
+  const HeaderFault fault = check_header(payload, payload_bytes);
+  if (fault != HeaderFault::kNone) {
+    if (claim_error(dev, op, Errc::kMalformedPayload) == 1) {
+      dev->view.err.detail = static_cast<int>(fault);
+      dev->view.err.u0 = payload_bytes >= 16 ? load_le64(payload + 8) : 0;
+      dev->view.err.u1 = payload_bytes;
+    }
+    return;
+  }
+  const uint64_t count = load_le64(payload + 8);
+  if (count != n) {
+    // A well-formed payload of another tensor: a caller's shape error, as on the CPU.
+    if (claim_error(dev, op, Errc::kInvalidArgument) == 1) {
+      dev->view.err.detail = kCountMismatchDetail;
+      dev->view.err.u0 = count;
+      dev->view.err.u1 = n;
+    }
+    return;
+  }
+  const uint32_t scale_bits = load_le32(payload + 16);
+  if (track_counts_scale) {
+    // Counts from payloads of different scales cannot be summed exactly.
+    if (dev->view.counts_scale_set != 0 && dev->view.counts_scale_bits != scale_bits) {
+      if (claim_error(dev, op, Errc::kScaleMismatch) == 1) {
+        dev->view.err.f0 = bits_float(dev->view.counts_scale_bits);
+        dev->view.err.f1 = bits_float(scale_bits);
+      }
+      return;
+    }
+    dev->view.counts_scale_bits = scale_bits;
+    dev->view.counts_scale_set = 1;
+  }
+  dev->payload_scale = bits_float(scale_bits);
+}
+
+// Validates body bytes 4w .. 4w+3 per thread per grid-stride step. kWord: the
+// body is 4-byte aligned, so a full group is one 32-bit load.
+template <bool kWord>
+__global__ void __launch_bounds__(kBodyBlock)
+    validate_kernel(const uint8_t* __restrict__ body, uint64_t n, Workspace::Device* dev,
+                    uint32_t op) {
+  if (error_pending(dev)) return;  // header refused: the body is not worth reading
+  const uint64_t nbytes = body_bytes(n);
+  const uint64_t groups = (nbytes + 3) / 4;
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  const uint32_t pad = padding_mask(n);
+  unsigned long long first_bad = ~0ull;  // smallest key this thread found
+  for (uint64_t w = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; w < groups; w += stride) {
+    const uint64_t k0 = 4 * w;
+    uint32_t word = 0;
+    if (kWord && k0 + 4 <= nbytes) {
+      word = reinterpret_cast<const uint32_t*>(body)[w];
+    } else {
+      for (int b = 0; b < 4 && k0 + b < nbytes; ++b) word |= uint32_t{body[k0 + b]} << (8 * b);
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint64_t k = k0 + b;
+      if (k >= nbytes) break;
+      uint32_t byte = (word >> (8 * b)) & 0xFFu;
+      const bool last = k == nbytes - 1;
+      // In the last byte only the used positions hold codes; the rest is
+      // padding, reported as such even when it happens to read 0b11.
+      const uint32_t bad = invalid_code_mask(last ? byte & ~pad : byte);
+      unsigned long long key = ~0ull;
+      if (bad != 0)
+        key = (static_cast<unsigned long long>(k) << 3) | ((__ffs(bad) - 1) / 2);
+      else if (last && (byte & pad) != 0)
+        key = (static_cast<unsigned long long>(k) << 3) | kPaddingPosition;
+      if (key < first_bad) first_bad = key;
+    }
+  }
+  if (first_bad != ~0ull) record_keyed_error(dev, op, Errc::kInvalidCode, first_bad);
+}
+
+// Decoded value of code c under scale s, exactly as the CPU forms it.
+__device__ __forceinline__ float decoded(float s, uint32_t byte, int pos) {
+  return s * static_cast<float>(code_sign((byte >> (2 * pos)) & 3u));
+}
+
+// kVec: the output is aligned for one vector access per body byte
+// (float4 for floats, 8 bytes for four int16 counts).
+template <BodyOp kOp, bool kVec, typename T>
+__global__ void __launch_bounds__(kBodyBlock)
+    body_kernel(const uint8_t* __restrict__ body, uint64_t n, T* __restrict__ out,
+                const Workspace::Device* dev) {
+  if (error_pending(dev)) return;  // bad header or body: write nothing
+  const uint64_t nbytes = body_bytes(n);
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  const float s = dev->payload_scale;
+  for (uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < nbytes; k += stride) {
+    const uint32_t byte = body[k];
+    const uint64_t i = 4 * k;
+    if constexpr (kOp == BodyOp::kCounts) {
+      if (kVec && i + 3 < n) {
+        short4 c = reinterpret_cast<const short4*>(out)[k];
+        c.x = static_cast<int16_t>(c.x + code_sign(byte & 3u));
+        c.y = static_cast<int16_t>(c.y + code_sign((byte >> 2) & 3u));
+        c.z = static_cast<int16_t>(c.z + code_sign((byte >> 4) & 3u));
+        c.w = static_cast<int16_t>(c.w + code_sign((byte >> 6) & 3u));
+        reinterpret_cast<short4*>(out)[k] = c;
+      } else {
+        for (int p = 0; p < 4 && i + p < n; ++p)
+          out[i + p] = static_cast<int16_t>(out[i + p] + code_sign((byte >> (2 * p)) & 3u));
+      }
+    } else {
+      if (kVec && i + 3 < n) {
+        float4 v{decoded(s, byte, 0), decoded(s, byte, 1), decoded(s, byte, 2),
+                 decoded(s, byte, 3)};
+        if constexpr (kOp == BodyOp::kAccumulate) {
+          const float4 o = reinterpret_cast<const float4*>(out)[k];
+          v.x = o.x + v.x;
+          v.y = o.y + v.y;
+          v.z = o.z + v.z;
+          v.w = o.w + v.w;
+        }
+        reinterpret_cast<float4*>(out)[k] = v;
+      } else {
+        for (int p = 0; p < 4 && i + p < n; ++p) {
+          const float v = decoded(s, byte, p);
+          if constexpr (kOp == BodyOp::kAccumulate)
+            out[i + p] = out[i + p] + v;
+          else
+            out[i + p] = v;
+        }
+      }
+    }
+  }
+}
+
+template <bool kWord>
+void launch_validate(const uint8_t* body, uint64_t n, Workspace::Device* dev, uint32_t op,
+                     cudaStream_t stream) {
+  static const int resident =
+      resident_blocks(reinterpret_cast<const void*>(&validate_kernel<kWord>), kBodyBlock);
+  const unsigned grid = grid_for((body_bytes(n) + 3) / 4, kBodyBlock, resident);
+  validate_kernel<kWord><<<grid, kBodyBlock, 0, stream>>>(body, n, dev, op);
+  TG_CHECK_LAUNCH("validate_kernel");
+}
+
+template <BodyOp kOp, bool kVec, typename T>
+void launch_body(const uint8_t* body, uint64_t n, T* out, const Workspace::Device* dev,
+                 cudaStream_t stream) {
+  static const int resident =
+      resident_blocks(reinterpret_cast<const void*>(&body_kernel<kOp, kVec, T>), kBodyBlock);
+  const unsigned grid = grid_for(body_bytes(n), kBodyBlock, resident);
+  body_kernel<kOp, kVec, T><<<grid, kBodyBlock, 0, stream>>>(body, n, out, dev);
+  TG_CHECK_LAUNCH("body_kernel");
+}
+
+// Host checks, then the three kernels.
+template <BodyOp kOp, typename T>
+void run_decode(const char* fn, const uint8_t* d_payload, size_t payload_bytes, T* d_out,
+                uint64_t n, Workspace& ws, cudaStream_t stream) {
+  const std::string name(fn);
+  if (n > ws.max_elements())
+    fail(Errc::kInvalidArgument, name + ": n = " + std::to_string(n) +
+                                     " exceeds the workspace's max_elements " +
+                                     std::to_string(ws.max_elements()));
+  if (d_payload == nullptr) fail(Errc::kInvalidArgument, name + ": d_payload is null");
+  if (payload_bytes != max_encoded_bytes(n))
+    fail(Errc::kMalformedPayload, name + ": payload is " + std::to_string(payload_bytes) +
+                                      " bytes, but n = " + std::to_string(n) +
+                                      " elements take exactly " +
+                                      std::to_string(max_encoded_bytes(n)));
+  require_device_pointer(d_out, n, alignof(T), (name + ": d_out").c_str());
+
+  const uint32_t op = next_op_id();
+  Workspace::Device* dev = ws.device();
+  header_kernel<<<1, 1, 0, stream>>>(d_payload, payload_bytes, n, dev, op,
+                                     kOp == BodyOp::kCounts);
+  TG_CHECK_LAUNCH("header_kernel");
+  if (n == 0) return;
+  const uint8_t* body = d_payload + kHeaderBytes;
+  if (reinterpret_cast<uintptr_t>(body) % 4 == 0)
+    launch_validate<true>(body, n, dev, op, stream);
+  else
+    launch_validate<false>(body, n, dev, op, stream);
+  constexpr size_t kVecAlign = 4 * sizeof(T);  // float4 or short4
+  if (reinterpret_cast<uintptr_t>(d_out) % kVecAlign == 0)
+    launch_body<kOp, true, T>(body, n, d_out, dev, stream);
+  else
+    launch_body<kOp, false, T>(body, n, d_out, dev, stream);
+}
+
+}  // namespace
+
+}  // namespace detail
+
+void decode_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,
+                  Workspace& ws, cudaStream_t stream) {
+  detail::run_decode<detail::BodyOp::kDecode>("decode_async", d_payload, payload_bytes, d_out, n,
+                                              ws, stream);
+}
+
+void decode_accumulate_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out,
+                             uint64_t n, Workspace& ws, cudaStream_t stream) {
+  detail::run_decode<detail::BodyOp::kAccumulate>("decode_accumulate_async", d_payload,
+                                                  payload_bytes, d_out, n, ws, stream);
+}
+
+void accumulate_counts_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts,
+                             uint64_t n, Workspace& ws, cudaStream_t stream) {
+  detail::run_decode<detail::BodyOp::kCounts>("accumulate_counts_async", d_payload,
+                                              payload_bytes, d_counts, n, ws, stream);
+}
+
+}  // namespace terngrad::quantize::cuda

@@ -1,0 +1,121 @@
+// encode_async: statistics and header on the device (stats_kernels.cu), then
+// one fused quantize+pack pass. Body byte k depends only on x[4k..4k+3], the
+// scale and Philox(seed; k, step, tensor id), all through the shared
+// ternary_math.h functions, so any thread may produce any byte and the bytes
+// equal the CPU encoder's.
+#include <cmath>
+#include <string>
+
+#include "device_state.cuh"
+#include "terngrad/quantize/format.h"
+
+namespace terngrad::quantize::cuda {
+
+namespace detail {
+
+namespace {
+
+constexpr int kPackBlock = 256;
+
+// One body byte per thread per grid-stride step. kVec: x is 16-byte aligned,
+// so a full byte's four elements are one float4 load.
+template <bool kVec>
+__global__ void __launch_bounds__(kPackBlock)
+    pack_kernel(const float* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
+                const Workspace::Device* dev, RngStream rng) {
+  // Stats found NaN/Inf or the shared scale was refused (or an earlier,
+  // unchecked operation failed): the header was not written, neither is the body.
+  if (error_pending(dev)) return;
+  const uint64_t nbytes = body_bytes(n);
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const float scale = dev->view.scale;
+  if (!(scale > 0.0f)) {
+    // All-zero tensor (or shared scale 0): every code is 0, as encode_byte
+    // would give, without spending Philox rounds on it.
+    for (; k < nbytes; k += stride) body[k] = 0;
+    return;
+  }
+  const TernaryQuantizer q = make_quantizer(scale);
+  for (; k < nbytes; k += stride) {
+    const uint64_t i = 4 * k;  // i < n since k < body_bytes(n)
+    float v0, v1, v2, v3;
+    if (kVec && i + 3 < n) {
+      const float4 f = reinterpret_cast<const float4*>(x)[k];
+      v0 = f.x;
+      v1 = f.y;
+      v2 = f.z;
+      v3 = f.w;
+    } else {
+      // Absent elements pass 0.0f and become the zero padding.
+      v0 = x[i];
+      v1 = i + 1 < n ? x[i + 1] : 0.0f;
+      v2 = i + 2 < n ? x[i + 2] : 0.0f;
+      v3 = i + 3 < n ? x[i + 3] : 0.0f;
+    }
+    body[k] = encode_byte(v0, v1, v2, v3, q, rng, k);
+  }
+}
+
+template <bool kVec>
+void launch_pack(const float* d_x, uint64_t n, uint8_t* body, const Workspace::Device* dev,
+                 const RngStream& rng, cudaStream_t stream) {
+  static const int resident =
+      resident_blocks(reinterpret_cast<const void*>(&pack_kernel<kVec>), kPackBlock);
+  const unsigned grid = grid_for(body_bytes(n), kPackBlock, resident);
+  pack_kernel<kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng);
+  TG_CHECK_LAUNCH("pack_kernel");
+}
+
+}  // namespace
+
+}  // namespace detail
+
+void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
+                  size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  using detail::fail;
+  if (n > ws.max_elements())
+    fail(Errc::kInvalidArgument, "encode_async: n = " + std::to_string(n) +
+                                     " exceeds the workspace's max_elements " +
+                                     std::to_string(ws.max_elements()));
+  detail::require_device_pointer(d_x, n, alignof(float), "encode_async: d_x");
+  if (d_out == nullptr)
+    fail(Errc::kInvalidArgument, "encode_async: d_out is null (the header needs " +
+                                     std::to_string(kHeaderBytes) + " bytes even for n = 0)");
+  if (out_capacity < max_encoded_bytes(n))
+    fail(Errc::kBufferTooSmall, "encode_async: out_capacity " + std::to_string(out_capacity) +
+                                    " bytes is below the " + std::to_string(max_encoded_bytes(n)) +
+                                    " bytes needed for n = " + std::to_string(n));
+  if (!(params.clip_factor >= 0.0f) || std::isinf(params.clip_factor))
+    fail(Errc::kInvalidArgument,
+         "encode_async: clip_factor must be a finite number >= 0 (0 disables clipping), got " +
+             detail::fmt_float(params.clip_factor));
+  detail::FinishParams fp;
+  fp.encode = true;
+  fp.clip_factor = params.clip_factor;
+  if (params.shared_scale.has_value()) {
+    const float s = *params.shared_scale;
+    // -0.0 is refused too: check_header() rejects a payload whose scale has the sign bit set.
+    if (std::isnan(s) || std::isinf(s) || std::signbit(s))
+      fail(Errc::kInvalidArgument, "encode_async: shared_scale must be finite and >= 0 (not -0), got " +
+                                       detail::fmt_float(s));
+    fp.has_shared = true;
+    fp.shared_scale = s;
+  }
+  fp.seed = params.seed;
+  fp.step = params.step;
+  fp.tensor_id = params.tensor_id;
+  fp.header_out = d_out;
+
+  const uint32_t op = detail::next_op_id();
+  detail::launch_stats(d_x, n, fp, ws, stream, op);
+  if (n == 0) return;  // header-only payload
+  const RngStream rng{params.seed, params.step, params.tensor_id};
+  uint8_t* body = d_out + kHeaderBytes;
+  if (reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0)
+    detail::launch_pack<true>(d_x, n, body, ws.device(), rng, stream);
+  else
+    detail::launch_pack<false>(d_x, n, body, ws.device(), rng, stream);
+}
+
+}  // namespace terngrad::quantize::cuda

@@ -1,0 +1,214 @@
+// Statistics in the canonical order of ternary_math.h, so that the sums,
+// and hence the scale, are bit-identical to the CPU path:
+//  level 1: one warp per kStatsChunk-element chunk; lane l adds elements
+//           chunk*4096 + l + 32*j for j = 0, 1, ... in float64, then the 32
+//           lanes fold with the __shfl_down_sync butterfly (butterfly_sum32);
+//  level 2: one warp adds the chunk partials the same way (lane l adds
+//           p[l], p[l+32], ...), a second warp does the squares in parallel;
+//           the same warp pair then derives stats, scale and header.
+// max|x| is a max of bit patterns, which is order-free: per-block
+// cub::BlockReduce, then one atomicMax per block.
+#include <cub/block/block_reduce.cuh>
+#include <cuda/functional>
+
+#include "device_state.cuh"
+#include "terngrad/quantize/format.h"
+
+namespace terngrad::quantize::cuda {
+
+namespace detail {
+
+namespace {
+
+constexpr int kStatsBlock = 256;
+constexpr int kWarpsPerStatsBlock = kStatsBlock / 32;
+constexpr int kLaneIters = static_cast<int>(kStatsChunk) / kStatsLanes;  // 128 elements per lane
+constexpr int kLoadBatch = 16;        // loads in flight per lane before they are added in order
+constexpr int kFinishBatch = 32;      // the same for the level-2 partials
+static_assert(kLaneIters % kLoadBatch == 0, "batches must tile a chunk lane");
+static_assert(kStatsLanes == 32, "the butterfly below is one warp of shuffles");
+
+// Canonical fold of the 32 lane sums; lane 0 ends with butterfly_sum32's result
+// (at offset o, lane l < o adds lane l + o, exactly the loop in ternary_math.h).
+__device__ __forceinline__ double warp_butterfly(double v) {
+#pragma unroll
+  for (int offset = kStatsLanes / 2; offset > 0; offset /= 2)
+    v += __shfl_down_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+// Class of a non-finite float for the error key (see ErrorRecord::inv_key).
+__device__ __forceinline__ unsigned non_finite_class(uint32_t bits) {
+  if ((bits & kAbsMask) > kExpAllOnes) return kNonFiniteNaN;
+  return (bits >> 31) ? kNonFiniteNegInf : kNonFinitePosInf;
+}
+
+__global__ void __launch_bounds__(kStatsBlock)
+    chunk_stats_kernel(const float* __restrict__ x, uint64_t n, uint64_t chunks,
+                       double* __restrict__ part_sum, double* __restrict__ part_sq,
+                       Workspace::Device* dev, uint32_t op) {
+  const unsigned lane = threadIdx.x % 32;
+  const uint64_t chunk = uint64_t{blockIdx.x} * kWarpsPerStatsBlock + threadIdx.x / 32;
+  uint32_t max_bits = 0;
+
+  if (chunk < chunks) {  // warp-uniform: the shuffles below see all 32 lanes
+    const uint64_t first = chunk * kStatsChunk;
+    const float* lane_x = x + first + lane;
+    double sum = 0.0;
+    double sum_sq = 0.0;
+    if (first + kStatsChunk <= n) {
+      // Full chunk: batches of independent coalesced loads (a warp reads 128
+      // consecutive bytes per load), added strictly in increasing j.
+      for (int j0 = 0; j0 < kLaneIters; j0 += kLoadBatch) {
+        float v[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) v[u] = lane_x[(j0 + u) * kStatsLanes];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+          const double d = v[u];
+          sum += d;
+          sum_sq = fma(d, d, sum_sq);  // d*d is exact in float64: same as sum_sq + d*d
+          max_bits = max(max_bits, float_bits(v[u]) & kAbsMask);
+        }
+      }
+    } else {
+      // The last, partial chunk: absent elements are skipped, as on the CPU.
+      const uint64_t present = n - first;
+      for (int j = 0; j < kLaneIters; ++j) {
+        const uint64_t e = lane + uint64_t(j) * kStatsLanes;
+        if (e < present) {
+          const float f = lane_x[j * kStatsLanes];
+          const double d = f;
+          sum += d;
+          sum_sq = fma(d, d, sum_sq);
+          max_bits = max(max_bits, float_bits(f) & kAbsMask);
+        }
+      }
+    }
+    sum = warp_butterfly(sum);
+    sum_sq = warp_butterfly(sum_sq);
+    if (lane == 0) {
+      part_sum[chunk] = sum;
+      part_sq[chunk] = sum_sq;
+    }
+    // Rare path: this lane saw NaN/Inf. Its elements increase with j, so its
+    // first bad one is its smallest; the atomicMax on ~key keeps the global first.
+    if (max_bits >= kExpAllOnes) {
+      const uint64_t present = n - first;
+      for (int j = 0; j < kLaneIters; ++j) {
+        const uint64_t e = lane + uint64_t(j) * kStatsLanes;
+        if (e >= present) break;
+        const uint32_t bits = float_bits(lane_x[j * kStatsLanes]);
+        if ((bits & kAbsMask) >= kExpAllOnes) {
+          record_keyed_error(dev, op, Errc::kNonFinite, ((first + e) << 2) | non_finite_class(bits));
+          break;
+        }
+      }
+    }
+  }
+
+  using BlockMax = cub::BlockReduce<uint32_t, kStatsBlock>;
+  __shared__ typename BlockMax::TempStorage tmp;
+  const uint32_t block_max = BlockMax(tmp).Reduce(max_bits, ::cuda::maximum<>{});
+  if (threadIdx.x == 0 && block_max != 0) atomicMax(&dev->max_abs_bits, block_max);
+}
+
+// Lane's level-2 sum: p[lane], p[lane+32], ... in increasing order.
+__device__ __forceinline__ double lane_chain(const double* __restrict__ p, uint64_t m,
+                                             unsigned lane) {
+  double acc = 0.0;
+  for (uint64_t base = lane; base < m; base += uint64_t{kStatsLanes} * kFinishBatch) {
+    double v[kFinishBatch];
+#pragma unroll
+    for (int u = 0; u < kFinishBatch; ++u) {
+      const uint64_t i = base + uint64_t(u) * kStatsLanes;
+      v[u] = i < m ? p[i] : 0.0;
+    }
+#pragma unroll
+    for (int u = 0; u < kFinishBatch; ++u)
+      if (base + uint64_t(u) * kStatsLanes < m) acc += v[u];
+  }
+  return acc;
+}
+
+struct FinishKernelArgs {
+  const double* part_sum;
+  const double* part_sq;
+  uint64_t chunks;
+  uint64_t n;
+  Workspace::Device* dev;
+  uint32_t op;
+  FinishParams fp;
+};
+
+// Two warps: warp 0 the sums, warp 1 the squares; thread 0 then finishes.
+__global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
+  __shared__ double sum_sq_total;
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned warp = threadIdx.x / 32;
+  double v = lane_chain(warp == 0 ? a.part_sum : a.part_sq, a.chunks, lane);
+  v = warp_butterfly(v);
+  if (warp == 1 && lane == 0) sum_sq_total = v;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+
+  Workspace::Device* dev = a.dev;
+  const uint32_t max_bits = dev->max_abs_bits;
+  dev->max_abs_bits = 0;  // restore the invariant for the next operation
+  // NaN/Inf found by this pass, or an unchecked error of an earlier operation:
+  // leave stats, scale and the caller's header alone.
+  if (error_pending(dev)) return;
+
+  const TensorStats st = stats_from_sums(a.n, v, sum_sq_total, max_bits);
+  dev->view.stats = st;
+  if (!a.fp.encode) return;
+
+  const float own = scale_from_stats(st, a.fp.clip_factor);
+  float scale = own;
+  if (a.fp.has_shared) {
+    if (a.fp.shared_scale < own) {
+      if (claim_error(dev, a.op, Errc::kInvalidArgument) == 1) {
+        dev->view.err.detail = kSharedScaleDetail;
+        dev->view.err.f0 = a.fp.shared_scale;
+        dev->view.err.f1 = own;
+      }
+      return;
+    }
+    scale = a.fp.shared_scale;
+  }
+  dev->view.scale = scale;
+  write_header_bits(a.fp.header_out, a.fp.has_shared ? kFlagSharedScale : uint8_t{0}, a.n,
+                    float_bits(scale), a.fp.tensor_id, a.fp.seed, a.fp.step);
+}
+
+}  // namespace
+
+void launch_stats(const float* d_x, uint64_t n, const FinishParams& fp, Workspace& ws,
+                  cudaStream_t stream, uint32_t op) {
+  const Partials parts = partials_of(ws);
+  const uint64_t chunks = stats_chunks(n);
+  if (chunks > 0) {
+    const uint64_t blocks = (chunks + kWarpsPerStatsBlock - 1) / kWarpsPerStatsBlock;
+    if (blocks > 0x7FFFFFFFull)
+      fail(Errc::kInvalidArgument, "tensor of " + std::to_string(n) + " elements is too large");
+    chunk_stats_kernel<<<static_cast<unsigned>(blocks), kStatsBlock, 0, stream>>>(
+        d_x, n, chunks, parts.sum, parts.sum_sq, ws.device(), op);
+    TG_CHECK_LAUNCH("chunk_stats_kernel");
+  }
+  const FinishKernelArgs args{parts.sum, parts.sum_sq, chunks, n, ws.device(), op, fp};
+  finish_stats_kernel<<<1, 64, 0, stream>>>(args);
+  TG_CHECK_LAUNCH("finish_stats_kernel");
+}
+
+}  // namespace detail
+
+void stats_async(const float* d_x, uint64_t n, Workspace& ws, cudaStream_t stream) {
+  if (n > ws.max_elements())
+    detail::fail(Errc::kInvalidArgument, "stats_async: n = " + std::to_string(n) +
+                                             " exceeds the workspace's max_elements " +
+                                             std::to_string(ws.max_elements()));
+  detail::require_device_pointer(d_x, n, alignof(float), "stats_async: d_x");
+  detail::launch_stats(d_x, n, detail::FinishParams{}, ws, stream, detail::next_op_id());
+}
+
+}  // namespace terngrad::quantize::cuda
