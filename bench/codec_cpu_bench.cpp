@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -88,8 +89,19 @@ struct SizeState {
 
 std::map<size_t, std::unique_ptr<SizeState>> g_states;
 
+// Where this program's own report goes: stdout, or stderr when Google
+// Benchmark writes JSON to stdout, so that the JSON stays parseable.
+FILE* g_info = stdout;
+
+__attribute__((format(printf, 1, 2))) void info(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(g_info, fmt, ap);
+  va_end(ap);
+}
+
 [[noreturn]] void fail(size_t n, const std::string& what) {
-  std::fflush(stdout);
+  std::fflush(g_info);
   std::fprintf(stderr,
                "\n*** codec_cpu_bench: CODEC OUTPUT IS WRONG on the bench input (n = %zu): %s\n"
                "*** refusing to time an incorrect codec; aborting.\n",
@@ -238,7 +250,7 @@ void validate_codec(SizeState& s) {
     }
   }
 
-  std::printf("  %-4s s = %.4g (= %.2f sigma), clipped %.2f%%, nonzero %.1f%%, mean error %+.2f SE  ok\n",
+  info("  %-4s s = %.4g (= %.2f sigma), clipped %.2f%%, nonzero %.1f%%, mean error %+.2f SE  ok\n",
               size_label(n).c_str(), sd, sd / st.stddev, 100.0 * clipped / dn, 100.0 * nonzero / dn,
               se > 0 ? diff / se : 0.0);
 }
@@ -362,6 +374,7 @@ void bm_decode_accumulate(benchmark::State& st, size_t n) {
 struct Sample {
   std::vector<double> bps, ips;           // per repetition
   double med_bps = -1.0, med_ips = -1.0;  // the "median" aggregate when reported
+  int64_t agg_repetitions = 0;            // repetitions behind that aggregate
 };
 
 struct Rates {
@@ -396,6 +409,7 @@ class CapturingReporter : public benchmark::BenchmarkReporter {
       } else if (r.aggregate_name == "median") {
         smp.med_bps = b->second.value;
         smp.med_ips = i->second.value;
+        smp.agg_repetitions = r.repetitions;
       }
     }
     inner_->ReportRuns(runs);
@@ -417,9 +431,12 @@ class CapturingReporter : public benchmark::BenchmarkReporter {
     }
     return r.bps > 0;
   }
-  size_t repetitions(const std::string& name) const {
-    const auto it = samples_.find(name);
-    return it == samples_.end() ? 0 : it->second.bps.size();
+  // Repetitions per benchmark (the most any benchmark ran).
+  size_t repetitions() const {
+    size_t most = 0;
+    for (const auto& [name, smp] : samples_)
+      most = std::max({most, smp.bps.size(), static_cast<size_t>(smp.agg_repetitions)});
+    return most;
   }
 
  private:
@@ -427,10 +444,14 @@ class CapturingReporter : public benchmark::BenchmarkReporter {
   std::map<std::string, Sample> samples_;
 };
 
-std::unique_ptr<benchmark::BenchmarkReporter> make_display_reporter(int argc, char** argv) {
+std::string display_format(int argc, char** argv) {
   std::string format = "console";
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--benchmark_format=", 19) == 0) format = argv[i] + 19;
+  return format;
+}
+
+std::unique_ptr<benchmark::BenchmarkReporter> make_display_reporter(const std::string& format) {
   if (format == "json") return std::make_unique<benchmark::JSONReporter>();
   const auto opts = isatty(STDOUT_FILENO) ? benchmark::ConsoleReporter::OO_ColorTabular
                                           : benchmark::ConsoleReporter::OO_Tabular;
@@ -467,6 +488,9 @@ int main(int argc, char** argv) {
   if (!has_flag(args, "--benchmark_min_time")) args.push_back(quick ? min_time_quick : min_time_full);
   int bargc = static_cast<int>(args.size());
   args.push_back(nullptr);
+  // Read before Initialize(), which consumes the flags it knows.
+  const std::string format = display_format(bargc, args.data());
+  if (format == "json") g_info = stderr;
   benchmark::Initialize(&bargc, args.data());
   if (benchmark::ReportUnrecognizedArguments(bargc, args.data())) return 1;
 
@@ -476,13 +500,13 @@ int main(int argc, char** argv) {
                                   size_t{1} << 20, size_t{1} << 22, size_t{1} << 24, size_t{1} << 26};
 
   // Which kernels ran matters to every number below (TG_CPU_SIMD=0 forces the portable ones).
-  std::printf("codec_cpu_bench: %s, %d OpenMP threads, codec kernels %s, read baseline %s, clip %.1f\n",
+  info("codec_cpu_bench: %s, %d OpenMP threads, codec kernels %s, read baseline %s, clip %.1f\n",
               quick ? "quick mode" : "all sizes", omp_get_max_threads(),
               tq::cpu_simd_active() ? "AVX-512" : "portable",
               tg_bench::have_avx512() ? "AVX-512" : "generic", kClip);
 
   // 1. Inputs and the correctness gate, for every size before any timing.
-  std::printf("validating the codec on the bench input:\n");
+  info("validating the codec on the bench input:\n");
   for (size_t n : sizes) {
     auto s = std::make_unique<SizeState>();
     s->n = n;
@@ -504,18 +528,18 @@ int main(int argc, char** argv) {
   // (small sizes are faster on one: no fork/join), best round of several.
   const int rounds = quick ? 5 : 9;
   const double round_s = quick ? 0.01 : 0.03;
-  std::printf("read-only bandwidth, %d rounds each (median / best round); floor = best of all:\n",
+  info("read-only bandwidth, %d rounds each (median / best round); floor = best of all:\n",
               rounds);
   for (size_t n : sizes) {
     SizeState& s = state_for(n);
     s.pre_1t = tg_bench::measure_read_bandwidth(s.x.data(), n, false, rounds, round_s);
     s.pre_mt = tg_bench::measure_read_bandwidth(s.x.data(), n, true, rounds, round_s);
     s.floor_bw = std::max(s.pre_1t.best, s.pre_mt.best);
-    std::printf("  %-5s 1 thread %6.1f / %6.1f GB/s, %d threads %6.1f / %6.1f GB/s, floor %6.1f GB/s\n",
+    info("  %-5s 1 thread %6.1f / %6.1f GB/s, %d threads %6.1f / %6.1f GB/s, floor %6.1f GB/s\n",
                 size_label(n).c_str(), s.pre_1t.median / 1e9, s.pre_1t.best / 1e9,
                 omp_get_max_threads(), s.pre_mt.median / 1e9, s.pre_mt.best / 1e9, s.floor_bw / 1e9);
   }
-  std::fflush(stdout);
+  std::fflush(g_info);
 
   // 3. The benchmarks: baselines first, then the codec, each over all sizes.
   // Real time throughout: the work runs on several OpenMP threads.
@@ -536,7 +560,7 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
 
-  CapturingReporter reporter(make_display_reporter(bargc, args.data()));
+  CapturingReporter reporter(make_display_reporter(format));
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
   // 4. The floor again: if someone else's build ran during the first
@@ -553,14 +577,13 @@ int main(int argc, char** argv) {
   }
 
   // 5. Summary.
-  size_t reps = 0;
-  for (const auto& op : ops) reps = std::max(reps, reporter.repetitions(op.first + "/" + std::to_string(sizes[0])));
-  std::printf("\n=== codec_cpu_bench summary: %zu repetition(s) per benchmark, %d threads ===\n", reps,
+  const size_t reps = reporter.repetitions();
+  info("\n=== codec_cpu_bench summary: %zu repetition(s) per benchmark, %d threads ===\n", reps,
               omp_get_max_threads());
-  std::printf("GB/s over each op's minimal traffic (1 GB = 1e9 B), median of the repetitions;\n"
+  info("GB/s over each op's minimal traffic (1 GB = 1e9 B), median of the repetitions;\n"
               "floor = best read-only bandwidth at that size (before or after the run);\n"
               "frac = GB/s / floor (median repetition), best = the same for the fastest repetition.\n");
-  std::printf("%-18s %5s %8s %8s %8s %6s %6s  %s\n", "op", "size", "GB/s", "Gelem/s", "floor",
+  info("%-18s %5s %8s %8s %8s %6s %6s  %s\n", "op", "size", "GB/s", "Gelem/s", "floor",
               "frac", "best", "target (>= 0.50 of floor at >= 1M)");
   std::vector<std::string> missed;
   size_t evaluated = 0;
@@ -585,28 +608,28 @@ int main(int argc, char** argv) {
         verdict = frac >= kTargetFrac ? "(>= 0.50; cache-resident, not a target)"
                                       : "(< 0.50; cache-resident, not a target)";
       }
-      std::printf("%-18s %5s %8.2f %8.3f %8.1f %6.3f %6.3f  %s\n", name.c_str(), size_label(n).c_str(),
+      info("%-18s %5s %8.2f %8.3f %8.1f %6.3f %6.3f  %s\n", name.c_str(), size_label(n).c_str(),
                   r.bps / 1e9, r.ips / 1e9, s.final_floor_bw / 1e9, frac, best, verdict.c_str());
     }
   }
-  std::printf("read-only bandwidth before / after the run, best round, GB/s:");
+  info("read-only bandwidth before / after the run, best round, GB/s:");
   for (size_t n : sizes) {
     const SizeState& s = state_for(n);
-    std::printf(" %s %.0f/%.0f", size_label(n).c_str(), s.floor_bw / 1e9,
+    info(" %s %.0f/%.0f", size_label(n).c_str(), s.floor_bw / 1e9,
                 std::max(s.post_1t.best, s.post_mt.best) / 1e9);
   }
-  std::printf("\n");
+  info("\n");
   if (floor_moved)
-    std::printf("WARNING: the floor moved by more than 15%% between the calibrations (other load on the\n"
+    info("WARNING: the floor moved by more than 15%% between the calibrations (other load on the\n"
                 "machine?); the live frac_of_floor counters used the first one. Repeat on a quiet machine.\n");
   if (evaluated == 0)
-    std::printf("TARGETS: not evaluated (no encode/decode/decode_accumulate run at >= 1M elements)\n");
+    info("TARGETS: not evaluated (no encode/decode/decode_accumulate run at >= 1M elements)\n");
   else if (missed.empty())
-    std::printf("TARGETS: HOLD (%zu of %zu at >= 0.50 of the floor)\n", evaluated, evaluated);
+    info("TARGETS: HOLD (%zu of %zu at >= 0.50 of the floor)\n", evaluated, evaluated);
   else {
-    std::printf("TARGETS: MISSED %zu of %zu:", missed.size(), evaluated);
-    for (const auto& m : missed) std::printf(" %s", m.c_str());
-    std::printf("\n");
+    info("TARGETS: MISSED %zu of %zu:", missed.size(), evaluated);
+    for (const auto& m : missed) info(" %s", m.c_str());
+    info("\n");
   }
   benchmark::Shutdown();
   return 0;

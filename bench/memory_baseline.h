@@ -25,19 +25,22 @@
 
 namespace tg_bench {
 
-// Cache-line (and AVX-512 vector) aligned, uninitialised storage.
+// Page-aligned, uninitialised storage.
 template <class T>
 class AlignedArray {
  public:
   AlignedArray() = default;
   explicit AlignedArray(size_t n) : n_(n) {
-    // Page alignment: every size starts at the same offset within a page,
-    // so sizes differ only in length, never in alignment effects.
+    // Every size starts at the start of a page, so sizes differ only in
+    // length, never in alignment effects.
     const size_t bytes = std::max<size_t>(4096, (n * sizeof(T) + 4095) / 4096 * 4096);
     p_ = static_cast<T*>(std::aligned_alloc(4096, bytes));
     if (p_ == nullptr) throw std::bad_alloc();
   }
-  AlignedArray(AlignedArray&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  AlignedArray(AlignedArray&& o) noexcept : p_(o.p_), n_(o.n_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
   AlignedArray& operator=(AlignedArray&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
