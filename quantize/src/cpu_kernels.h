@@ -15,6 +15,20 @@ inline constexpr uint64_t kParallelMinElements = uint64_t{1} << 17;
 
 bool use_avx512();
 
+// Runs f(b) for b in [0, blocks): on all OpenMP threads for large tensors, as
+// a plain loop otherwise. The plain loop matters: even a disabled
+// `omp parallel if(...)` enters libgomp and builds a one-thread team, which
+// costs more than encoding a small tensor.
+template <class F>
+void for_each_block(uint64_t n, uint64_t blocks, F&& f) {
+  if (n < kParallelMinElements || blocks < 2) {
+    for (uint64_t b = 0; b < blocks; ++b) f(b);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (uint64_t b = 0; b < blocks; ++b) f(b);
+}
+
 // Canonical partial sums of one stats chunk (len <= kStatsChunk elements).
 struct ChunkSums {
   double sum = 0.0;

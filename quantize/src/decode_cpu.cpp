@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -89,9 +90,9 @@ constexpr uint64_t kNoBadByte = ~uint64_t{0};
 uint64_t first_bad_byte(const uint8_t* body, uint64_t n) {
   const uint64_t nbytes = body_bytes(n);
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
-  uint64_t first = kNoBadByte;
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements) reduction(min : first)
-  for (uint64_t b = 0; b < blocks; ++b) {
+  // Blocks record their first bad byte; the smallest wins (blocks are few).
+  std::atomic<uint64_t> first{kNoBadByte};
+  detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t k0 = b * kBlockBytes, k1 = std::min(nbytes, k0 + kBlockBytes);
     uint64_t k = k0, bad = 0;
     for (; k + 8 <= k1; k += 8) {
@@ -100,17 +101,19 @@ uint64_t first_bad_byte(const uint8_t* body, uint64_t n) {
       bad |= w & (w >> 1) & 0x5555555555555555ull;
     }
     for (; k < k1; ++k) bad |= invalid_code_mask(body[k]);
-    if (bad == 0) continue;
+    if (bad == 0) return;
     for (uint64_t j = k0; j < k1; ++j) {
       if (invalid_code_mask(body[j]) != 0) {
-        first = std::min(first, j);
-        break;
+        uint64_t cur = first.load();
+        while (j < cur && !first.compare_exchange_weak(cur, j)) {
+        }
+        return;
       }
     }
-  }
-  if (first == kNoBadByte && nbytes > 0 && (body[nbytes - 1] & padding_mask(n)) != 0)
-    first = nbytes - 1;
-  return first;
+  });
+  if (first.load() == kNoBadByte && nbytes > 0 && (body[nbytes - 1] & padding_mask(n)) != 0)
+    return nbytes - 1;
+  return first.load();
 }
 
 std::span<const uint8_t> checked_body(std::span<const uint8_t> payload, const PayloadHeader& h) {
@@ -146,11 +149,10 @@ void decode_into(std::span<const uint8_t> payload, std::span<float> out, bool ac
   auto* kernel = detail::use_avx512() ? detail::decode_bytes_avx512 : detail::decode_bytes_portable;
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
   float* o = out.data();
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
-  for (uint64_t b = 0; b < blocks; ++b) {
+  detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t k0 = b * kBlockBytes;
     kernel(body, n, k0, std::min(nbytes, k0 + kBlockBytes), h.scale, accumulate, o);
-  }
+  });
 }
 
 }  // namespace
@@ -172,9 +174,12 @@ void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) {
 namespace {
 // counts += codes of an already validated body.
 void add_codes(const uint8_t* body, uint64_t n, int16_t* counts) {
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
-  for (uint64_t i = 0; i < n; ++i)
-    counts[i] = static_cast<int16_t>(counts[i] + code_sign((body[i / 4] >> (2 * (i % 4))) & 3u));
+  const uint64_t nbytes = body_bytes(n), blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
+  detail::for_each_block(n, blocks, [&](uint64_t b) {
+    const uint64_t end = std::min(n, 4 * std::min(nbytes, (b + 1) * kBlockBytes));
+    for (uint64_t i = 4 * b * kBlockBytes; i < end; ++i)
+      counts[i] = static_cast<int16_t>(counts[i] + code_sign((body[i / 4] >> (2 * (i % 4))) & 3u));
+  });
 }
 }  // namespace
 

@@ -107,6 +107,8 @@ class GroupQuantizer {
     const __m512i col23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
     const __m512i lo_halves = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
     const __m512i hi_halves = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int line = 0; line < 4; ++line)  // 2 KiB ahead, as in the stats pass
+      _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
     const __m512 x0 = _mm512_loadu_ps(p), x1 = _mm512_loadu_ps(p + 16);
     const __m512 x2 = _mm512_loadu_ps(p + 32), x3 = _mm512_loadu_ps(p + 48);
     const __m512 p01 = _mm512_permutex2var_ps(x0, col01, x1);  // cols 0,1 of rows 0-7
@@ -212,11 +214,10 @@ size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
   constexpr uint64_t kBlockBytes = 16384;
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
   const float* data = x.data();
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
-  for (uint64_t b = 0; b < blocks; ++b) {
+  detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t k0 = b * kBlockBytes;
     kernel(data, n, k0, std::min(nbytes, k0 + kBlockBytes), q, rng, body);
-  }
+  });
   return max_encoded_bytes(n);
 }
 
