@@ -204,7 +204,7 @@ TEST(Encode, RejectsBadArguments) {
     EXPECT_EQ(e.code(), tq::Errc::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("shared_scale"), std::string::npos);
   }
-  for (float bad : {NAN, -1.0f}) {
+  for (float bad : {NAN, -1.0f, -0.0f, INFINITY}) {
     p.shared_scale = bad;
     EXPECT_THROW(tq::encode(x, p, out), tq::CodecError);
   }

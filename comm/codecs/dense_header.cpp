@@ -1,0 +1,83 @@
+#include "dense_header.h"
+
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "terngrad/quantize/format.h"  // store_le32/64, load_le32/64
+
+namespace terngrad::comm::detail {
+
+namespace {
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
+std::string prefix(DenseType t, const char* op) { return std::string(codec_name(t)) + " " + op + ": "; }
+
+}  // namespace
+
+const char* codec_name(DenseType t) { return t == DenseType::kFloat32 ? "fp32" : "fp16"; }
+
+size_t dense_payload_bytes(DenseType t, uint64_t n) {
+  const uint64_t w = element_bytes(t);
+  if (n > (std::numeric_limits<size_t>::max() - kDenseHeaderBytes) / w)
+    throw std::invalid_argument(prefix(t, "payload_bytes") + "element count " + std::to_string(n) +
+                                " is too large for one payload");
+  return kDenseHeaderBytes + static_cast<size_t>(n * w);
+}
+
+void write_dense_header(DenseType t, uint64_t n, std::span<uint8_t> out) {
+  const size_t need = dense_payload_bytes(t, n);
+  if (out.size() < need)
+    throw std::invalid_argument(prefix(t, "encode") + "output buffer has " + std::to_string(out.size()) +
+                                " bytes, " + std::to_string(n) + " elements need " + std::to_string(need));
+  uint8_t* p = out.data();
+  quantize::store_le32(p, kDenseMagicLe32);
+  p[4] = kDenseVersion;
+  p[5] = static_cast<uint8_t>(t);
+  p[6] = p[7] = 0;
+  quantize::store_le64(p + 8, n);
+}
+
+uint64_t check_dense_payload(DenseType t, std::span<const uint8_t> payload, size_t out_elements) {
+  const std::string pre = prefix(t, "decode");
+  if (payload.size() < kDenseHeaderBytes)
+    throw std::runtime_error(pre + "payload has " + std::to_string(payload.size()) + " bytes, less than the " +
+                             std::to_string(kDenseHeaderBytes) + "-byte header");
+  const uint8_t* p = payload.data();
+  if (const uint32_t magic = quantize::load_le32(p); magic != kDenseMagicLe32)
+    throw std::runtime_error(pre + "bad magic " + hex32(magic) + " (expected " + hex32(kDenseMagicLe32) +
+                             ", \"TGDN\")");
+  if (p[4] != kDenseVersion)
+    throw std::runtime_error(pre + "unsupported version " + std::to_string(p[4]) + " (expected " +
+                             std::to_string(kDenseVersion) + ")");
+  if (p[5] != static_cast<uint8_t>(t)) {
+    const bool other = p[5] == static_cast<uint8_t>(DenseType::kFloat16) ||
+                       p[5] == static_cast<uint8_t>(DenseType::kFloat32);
+    throw std::runtime_error(pre + "element type " + std::to_string(p[5]) +
+                             (other ? std::string(" (a ") + codec_name(static_cast<DenseType>(p[5])) + " payload)"
+                                    : std::string(" (unknown)")) +
+                             ", this codec decodes type " + std::to_string(static_cast<int>(t)));
+  }
+  if (p[6] != 0 || p[7] != 0)
+    throw std::runtime_error(pre + "reserved header bytes 6-7 are " + std::to_string(p[6]) + ", " +
+                             std::to_string(p[7]) + " (must be 0)");
+  const uint64_t count = quantize::load_le64(p + 8);
+  const uint64_t body = payload.size() - kDenseHeaderBytes, w = element_bytes(t);
+  // Compare by division so a huge count cannot wrap the size computation.
+  if (body % w != 0 || body / w != count)
+    throw std::runtime_error(pre + "header says " + std::to_string(count) + " elements but the payload has " +
+                             std::to_string(payload.size()) + " bytes (" + std::to_string(body) +
+                             " body bytes, " + std::to_string(w) + " per element)");
+  if (count != out_elements)
+    throw std::invalid_argument(pre + "output has " + std::to_string(out_elements) + " elements, payload has " +
+                                std::to_string(count));
+  return count;
+}
+
+}  // namespace terngrad::comm::detail

@@ -1,0 +1,44 @@
+// "fp16": gradients sent as IEEE binary16, half the bytes of fp32. Rounding
+// and the saturating overflow rule are described in fp16_convert.h.
+#include "builtin_codecs.h"
+#include "dense_header.h"
+#include "fp16_convert.h"
+#include "spec_reader.h"
+
+namespace terngrad::comm::detail {
+
+namespace {
+
+constexpr DenseType kType = DenseType::kFloat16;
+
+class Fp16Codec final : public GradientCodec {
+ public:
+  std::string spec() const override { return "fp16"; }
+  size_t payload_bytes(uint64_t n) const override { return dense_payload_bytes(kType, n); }
+
+  size_t encode(std::span<const float> grad, const EncodeContext& ctx, std::span<uint8_t> out) override {
+    (void)ctx;  // deterministic rounding: nothing random, nothing shared
+    write_dense_header(kType, grad.size(), out);
+    fp16::encode(grad.data(), grad.size(), out.data() + kDenseHeaderBytes);
+    return payload_bytes(grad.size());
+  }
+
+  void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
+    const uint64_t n = check_dense_payload(kType, payload, out.size());
+    fp16::decode(payload.data() + kDenseHeaderBytes, n, out.data());
+  }
+
+  void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
+    const uint64_t n = check_dense_payload(kType, payload, out.size());
+    fp16::decode_accumulate(payload.data() + kDenseHeaderBytes, n, out.data());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GradientCodec> make_fp16_codec(const CodecSpec& spec) {
+  SpecReader reader(spec, {});  // rejects any key
+  return std::make_unique<Fp16Codec>();
+}
+
+}  // namespace terngrad::comm::detail

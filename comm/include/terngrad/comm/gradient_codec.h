@@ -1,0 +1,85 @@
+// The pluggable gradient codec: how one worker's gradient tensor becomes bytes
+// on the wire and back. The in-process virtual-worker trainer and the
+// distributed ps/worker path use this same interface, so a codec written once
+// (fp32, fp16, terngrad, or a user's own) works in both.
+//
+// Codecs are created by name from a spec string through the registry:
+//   make_codec("fp32"), make_codec("fp16"), make_codec("terngrad:clip=2.5").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace terngrad::comm {
+
+// What an encoder needs besides the values.
+struct EncodeContext {
+  uint32_t tensor_id = 0;  // stable id of the variable (its index in the model)
+  uint32_t step = 0;       // global step
+  uint64_t seed = 0;       // per worker: workers must draw independent randomness
+  // Scale sharing: the max over workers of local_scale(), for codecs that want it.
+  std::optional<float> shared_scale;
+};
+
+class GradientCodec {
+ public:
+  virtual ~GradientCodec() = default;
+
+  // Canonical spec, e.g. "terngrad:clip=2.5": make_codec(spec()) rebuilds an equal codec.
+  virtual std::string spec() const = 0;
+
+  // Bytes encode() writes for n elements (payload sizes are exact, not estimates).
+  virtual size_t payload_bytes(uint64_t n) const = 0;
+
+  // Scale sharing: codecs that return true want every worker's local_scale()
+  // max-reduced and passed back as EncodeContext::shared_scale.
+  virtual bool wants_shared_scale() const { return false; }
+  virtual float local_scale(std::span<const float> grad) { (void)grad; return 0.0f; }
+
+  // Writes payload_bytes(grad.size()) bytes into out; returns that count.
+  virtual size_t encode(std::span<const float> grad, const EncodeContext& ctx,
+                        std::span<uint8_t> out) = 0;
+
+  // out = decoded payload / out += decoded payload. A malformed payload throws
+  // with a message naming the problem and leaves out untouched.
+  virtual void decode(std::span<const uint8_t> payload, std::span<float> out) const = 0;
+  virtual void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const = 0;
+
+  // Per-tensor state carried between steps (e.g. error-feedback residuals),
+  // saved in checkpoints. Stateless codecs keep these defaults.
+  virtual std::vector<uint8_t> save_state() const { return {}; }
+  virtual void load_state(std::span<const uint8_t> state) {
+    if (!state.empty()) throw std::invalid_argument(spec() + ": this codec has no state to load");
+  }
+};
+
+// Parameters parsed from "name:key=value,key=value".
+struct CodecSpec {
+  std::string name;
+  std::map<std::string, std::string> params;
+};
+
+// Parses a spec; throws std::invalid_argument naming the bad part.
+CodecSpec parse_codec_spec(std::string_view spec);
+
+using CodecFactory = std::function<std::unique_ptr<GradientCodec>(const CodecSpec&)>;
+
+// Registers a codec name (fp32, fp16 and terngrad are built in). Throws if taken.
+void register_codec(const std::string& name, CodecFactory factory);
+
+// Creates a codec from a spec; unknown names, unknown keys and bad values
+// throw std::invalid_argument naming them and listing what is accepted.
+std::unique_ptr<GradientCodec> make_codec(std::string_view spec);
+
+std::vector<std::string> registered_codecs();
+
+}  // namespace terngrad::comm

@@ -1,0 +1,269 @@
+// Checkpoints: round trip, corruption detection, atomic writes, retention,
+// index handling and restoring into a ParamSet.
+#include <zlib.h>
+
+#include <cstring>
+
+#include "terngrad/train/checkpoint.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace terngrad::train;
+using namespace tg_test;
+
+TensorMap sample_tensors(float base) {
+  TensorMap t;
+  t["conv1/weights"] = tensor({5, 5, 1, 4}, [&](int64_t i) { return base + 0.25f * i; });
+  t["conv1/biases"] = tensor({4}, [&](int64_t i) { return -base * i; });
+  t["conv1/weights/Momentum"] = tensor({5, 5, 1, 4}, [&](int64_t i) { return 1e-3f * i - base; });
+  t["scalar"] = tensor({}, [&](int64_t) { return base * 3; });
+  t["empty"] = tensor({0, 7}, [](int64_t) { return 0.0f; });
+  return t;
+}
+
+BlobMap sample_blobs() {
+  BlobMap b;
+  b["samplers"] = pack_int64s({3, 17, -5, 1LL << 40});
+  b["rng/dropout"] = {1, 2, 3, 255};
+  b["codec_state"] = {};
+  return b;
+}
+
+void expect_equal(const Checkpoint& ck, const TensorMap& t, const BlobMap& b) {
+  ASSERT_EQ(ck.tensors.size(), t.size());
+  for (const auto& [name, v] : t) {
+    ASSERT_TRUE(ck.tensors.count(name)) << name;
+    EXPECT_EQ(ck.tensors.at(name).shape, v.shape) << name;
+    EXPECT_EQ(ck.tensors.at(name).data, v.data) << name;
+  }
+  EXPECT_EQ(ck.blobs, b);
+}
+
+// Rewrites the CRC trailer so a deliberately edited file passes the CRC check.
+void fix_crc(std::vector<uint8_t>& bytes) {
+  const uint32_t crc = static_cast<uint32_t>(crc32(0, bytes.data(), static_cast<uInt>(bytes.size() - 4)));
+  for (int i = 0; i < 4; ++i) bytes[bytes.size() - 4 + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+
+TEST(Checkpoint, RoundTrip) {
+  TempDir t;
+  const TensorMap tensors = sample_tensors(1.5f);
+  const BlobMap blobs = sample_blobs();
+  const std::string path = save_checkpoint(t.path(), 120, tensors, blobs, 3, "net=lenet\nseed=1");
+  EXPECT_EQ(path, t / "ckpt-120.tgck");
+  EXPECT_EQ(list_dir(t.path()), (std::vector<std::string>{"checkpoint", "ckpt-120.tgck"}));  // no temp left
+  const Checkpoint ck = load_checkpoint(path);
+  EXPECT_EQ(ck.step, 120);
+  EXPECT_EQ(ck.path, path);
+  EXPECT_EQ(ck.metadata, "net=lenet\nseed=1");
+  expect_equal(ck, tensors, blobs);
+  const auto latest = load_latest_checkpoint(t.path());
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step, 120);
+  expect_equal(*latest, tensors, blobs);
+  EXPECT_EQ(unpack_int64s(latest->blobs.at("samplers"), "samplers"), (std::vector<int64_t>{3, 17, -5, 1LL << 40}));
+  EXPECT_CONTAINS(read_text(t / "checkpoint"), "model_checkpoint_path: \"ckpt-120.tgck\"");
+}
+
+TEST(Checkpoint, NoCheckpointYet) {
+  TempDir t;
+  EXPECT_FALSE(load_latest_checkpoint(t / "does-not-exist").has_value());
+  EXPECT_FALSE(load_latest_checkpoint(t.path()).has_value());
+}
+
+TEST(Checkpoint, CrcMismatchDetected) {
+  TempDir t;
+  const std::string path = save_checkpoint(t.path(), 1, sample_tensors(2), sample_blobs());
+  auto bytes = read_bytes(path);
+  bytes[bytes.size() / 2] ^= 0x10;  // one bit in some tensor's data
+  write_bytes(path, bytes);
+  const std::string e = error_of<std::runtime_error>([&] { load_checkpoint(path); });
+  EXPECT_CONTAINS(e, path);
+  EXPECT_CONTAINS(e, "CRC mismatch: stored 0x");
+  EXPECT_THROW(load_latest_checkpoint(t.path()), std::runtime_error);  // no silent fall-back
+}
+
+TEST(Checkpoint, BadMagicTruncatedTrailingVersion) {
+  TempDir t;
+  const std::string path = save_checkpoint(t.path(), 1, sample_tensors(2), sample_blobs());
+  const auto good = read_bytes(path);
+
+  write_bytes(t / "text.tgck", std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'});
+  std::string e = error_of<std::runtime_error>([&] { load_checkpoint(t / "text.tgck"); });
+  EXPECT_CONTAINS(e, t / "text.tgck");
+  EXPECT_CONTAINS(e, "bad magic 68656c6c6f20776f");
+
+  auto cut = good;
+  cut.resize(good.size() - 100);
+  write_bytes(t / "cut.tgck", cut);
+  e = error_of<std::runtime_error>([&] { load_checkpoint(t / "cut.tgck"); });
+  EXPECT_CONTAINS(e, "truncated: " + std::to_string(cut.size()) + " bytes, the header says " + std::to_string(good.size()));
+
+  cut.resize(20);
+  write_bytes(t / "cut.tgck", cut);
+  EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_checkpoint(t / "cut.tgck"); }), "truncated");
+
+  auto longer = good;
+  longer.insert(longer.end(), {0, 0, 0});
+  write_bytes(t / "long.tgck", longer);
+  EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_checkpoint(t / "long.tgck"); }), "3 trailing bytes");
+
+  auto v2 = good;
+  v2[8] = 2;
+  write_bytes(t / "v2.tgck", v2);
+  EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_checkpoint(t / "v2.tgck"); }), "unsupported version 2");
+
+  EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_checkpoint(t / "missing.tgck"); }), t / "missing.tgck");
+}
+
+TEST(Checkpoint, DuplicateNameDetected) {
+  TempDir t;
+  TensorMap two;
+  two["aa"] = tensor({2}, [](int64_t i) { return float(i); });
+  two["ab"] = tensor({2}, [](int64_t i) { return float(-i); });
+  const std::string path = save_checkpoint(t.path(), 1, two, {});
+  auto bytes = read_bytes(path);
+  // Rename the second entry "ab" to "aa" (and keep the CRC valid) so only
+  // the duplicate check can catch it.
+  const char* needle = "ab";
+  auto it = std::search(bytes.begin(), bytes.end(), needle, needle + 2);
+  ASSERT_NE(it, bytes.end());
+  it[1] = 'a';
+  fix_crc(bytes);
+  write_bytes(path, bytes);
+  const std::string e = error_of<std::runtime_error>([&] { load_checkpoint(path); });
+  EXPECT_CONTAINS(e, path);
+  EXPECT_CONTAINS(e, "duplicate name 'aa'");
+}
+
+TEST(Checkpoint, CorruptEntryWithValidCrcReportsTheEntry) {
+  TempDir t;
+  TensorMap one;
+  one["w"] = tensor({3}, [](int64_t i) { return float(i); });
+  const std::string path = save_checkpoint(t.path(), 1, one, {});
+  auto bytes = read_bytes(path);
+  // Entry layout after the 36-byte header + empty metadata: u32 name len,
+  // "w", dtype at offset 41.
+  ASSERT_EQ(bytes[41], 1);
+  bytes[41] = 9;
+  fix_crc(bytes);
+  write_bytes(path, bytes);
+  EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_checkpoint(path); }), "entry 0 'w': unknown dtype 9");
+}
+
+TEST(Checkpoint, FailedWriteLeavesThePreviousCheckpointIntact) {
+  TempDir t;
+  const TensorMap first = sample_tensors(1), second = sample_tensors(2);
+  save_checkpoint(t.path(), 1, first, sample_blobs());
+  const std::string index_before = read_text(t / "checkpoint");
+  // Make the final rename fail: a directory sits where ckpt-2.tgck would go.
+  fs::create_directory(t / "ckpt-2.tgck");
+  const std::string e = error_of<std::runtime_error>([&] { save_checkpoint(t.path(), 2, second, sample_blobs()); });
+  EXPECT_CONTAINS(e, t / "ckpt-2.tgck");
+  EXPECT_EQ(list_dir(t.path()), (std::vector<std::string>{"checkpoint", "ckpt-1.tgck", "ckpt-2.tgck"}));
+  EXPECT_TRUE(fs::is_directory(t / "ckpt-2.tgck"));  // untouched, and no temporary file left
+  EXPECT_EQ(read_text(t / "checkpoint"), index_before);
+  const auto latest = load_latest_checkpoint(t.path());
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step, 1);
+  expect_equal(*latest, first, sample_blobs());
+}
+
+TEST(Checkpoint, ReadOnlyDirectoryFailsCleanly) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: permissions do not stop writes";
+  TempDir t;
+  save_checkpoint(t.path(), 1, sample_tensors(1), {});
+  fs::permissions(t.path(), fs::perms::owner_read | fs::perms::owner_exec);
+  EXPECT_THROW(save_checkpoint(t.path(), 2, sample_tensors(2), {}), std::runtime_error);
+  fs::permissions(t.path(), fs::perms::owner_all);
+  EXPECT_EQ(list_dir(t.path()), (std::vector<std::string>{"checkpoint", "ckpt-1.tgck"}));
+  EXPECT_EQ(load_latest_checkpoint(t.path())->step, 1);
+}
+
+TEST(Checkpoint, InvalidInputWritesNothing) {
+  TempDir t;
+  TensorMap bad;
+  bad["w"] = tensor({2, 3}, [](int64_t) { return 0.0f; });
+  bad["w"].data.pop_back();
+  EXPECT_CONTAINS(error_of<std::invalid_argument>([&] { save_checkpoint(t.path(), 1, bad, {}); }),
+                  "tensor 'w' has shape [2, 3] (6 elements) but holds 5 values");
+  TensorMap ok;
+  ok["x"] = tensor({1}, [](int64_t) { return 1.0f; });
+  BlobMap clash;
+  clash["x"] = {1};
+  EXPECT_CONTAINS(error_of<std::invalid_argument>([&] { save_checkpoint(t.path(), 1, ok, clash); }),
+                  "'x' is both a tensor and a blob");
+  EXPECT_THROW(save_checkpoint(t.path(), -1, ok, {}), std::invalid_argument);
+  EXPECT_TRUE(list_dir(t.path()).empty());
+}
+
+TEST(Checkpoint, KeepsTheLastK) {
+  TempDir t;
+  for (int64_t step = 100; step <= 500; step += 100) save_checkpoint(t.path(), step, sample_tensors(float(step)), {}, 2);
+  EXPECT_EQ(list_dir(t.path()), (std::vector<std::string>{"checkpoint", "ckpt-400.tgck", "ckpt-500.tgck"}));
+  const std::string index = read_text(t / "checkpoint");
+  EXPECT_CONTAINS(index, "model_checkpoint_path: \"ckpt-500.tgck\"");
+  EXPECT_CONTAINS(index, "all_model_checkpoint_paths: \"ckpt-400.tgck\"");
+  EXPECT_EQ(index.find("ckpt-300"), std::string::npos);
+  EXPECT_EQ(load_latest_checkpoint(t.path())->tensors.at("scalar").data[0], 1500.0f);
+  // keep_last = 0 keeps everything.
+  save_checkpoint(t.path(), 600, sample_tensors(6), {}, 0);
+  EXPECT_EQ(list_dir(t.path()).size(), 4u);
+}
+
+TEST(Checkpoint, IndexHandling) {
+  TempDir t;
+  save_checkpoint(t.path(), 7, sample_tensors(7), {});
+  save_checkpoint(t.path(), 9, sample_tensors(9), {});
+  // Without the index (a crash between rename and index write): highest step.
+  fs::remove(t / "checkpoint");
+  EXPECT_EQ(load_latest_checkpoint(t.path())->step, 9);
+  // An index naming a missing file is an error, not a fall-back.
+  {
+    std::ofstream(t / "checkpoint") << "model_checkpoint_path: \"ckpt-8.tgck\"\n";
+  }
+  EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_latest_checkpoint(t.path()); }), "ckpt-8.tgck");
+  // A stale temporary file from a crashed save is cleaned by the next save.
+  write_bytes(t / ".ckpt-10.tgck.tmp.999.0", {1, 2, 3});
+  save_checkpoint(t.path(), 10, sample_tensors(10), {});
+  for (const auto& name : list_dir(t.path())) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+}
+
+ParamSet model_params() {
+  ParamSet p;
+  p.add(Param{"conv1/weights", tensor({5, 5, 1, 4}, [](int64_t) { return 0.0f; }), 0.0005f, false});
+  p.add(Param{"conv1/biases", tensor({4}, [](int64_t) { return 0.0f; }), 0.0f, false});
+  return p;
+}
+
+TEST(Checkpoint, RestoreParams) {
+  const TensorMap tensors = sample_tensors(4);
+  ParamSet p = model_params();
+  restore_params(p, tensors);  // extra names (slots, scalars) ignored by default
+  EXPECT_EQ(p.params[0].value.data, tensors.at("conv1/weights").data);
+  EXPECT_EQ(p.params[1].value.data, tensors.at("conv1/biases").data);
+  EXPECT_EQ(p.params[0].weight_decay, 0.0005f);
+
+  ParamSet q = model_params();
+  q.add(Param{"fc/weights", tensor({3, 2}, [](int64_t) { return 0.0f; }), 0.0f, true});
+  TensorMap wrong = tensors;
+  wrong["conv1/biases"] = tensor({5}, [](int64_t) { return 1.0f; });
+  const std::string e = error_of<std::runtime_error>([&] { restore_params(q, wrong); });
+  EXPECT_CONTAINS(e, "missing [fc/weights]");
+  EXPECT_CONTAINS(e, "shape mismatch [conv1/biases (model [4], checkpoint [5])]");
+  for (const Param& x : q.params)
+    for (float v : x.value.data) ASSERT_EQ(v, 0.0f) << "modified on error: " << x.name;
+
+  ParamSet r = model_params();
+  const std::string e2 = error_of<std::runtime_error>([&] { restore_params(r, tensors, false); });
+  EXPECT_CONTAINS(e2, "not in the model [conv1/weights/Momentum, empty, scalar]");
+}
+
+TEST(Checkpoint, Int64Blobs) {
+  EXPECT_EQ(unpack_int64s(pack_int64s({}), "x"), std::vector<int64_t>{});
+  EXPECT_CONTAINS(error_of<std::runtime_error>([] { unpack_int64s({1, 2, 3}, "samplers"); }),
+                  "samplers: 3 bytes is not a whole number");
+}
+
+}  // namespace

@@ -1,0 +1,79 @@
+// JsonObject and JsonlWriter (metrics.h).
+#include <charconv>
+#include <stdexcept>
+
+#include "file_io.h"
+#include "json.h"
+#include "terngrad/train/metrics.h"
+
+namespace terngrad::train {
+
+void JsonObject::key(std::string_view k) {
+  if (!body_.empty()) body_ += ",";
+  detail::append_json_string(body_, k);
+  body_ += ":";
+}
+
+JsonObject& JsonObject::add(std::string_view k, std::string_view value) {
+  key(k);
+  detail::append_json_string(body_, value);
+  return *this;
+}
+
+JsonObject& JsonObject::add(std::string_view k, bool value) {
+  key(k);
+  body_ += value ? "true" : "false";
+  return *this;
+}
+
+JsonObject& JsonObject::add(std::string_view k, double value) {
+  key(k);
+  detail::append_json_number(body_, value);
+  return *this;
+}
+
+JsonObject& JsonObject::add_int(std::string_view k, int64_t value) {
+  key(k);
+  body_ += std::to_string(value);
+  return *this;
+}
+
+JsonObject& JsonObject::add_uint(std::string_view k, uint64_t value) {
+  key(k);
+  body_ += std::to_string(value);
+  return *this;
+}
+
+JsonObject& JsonObject::add_null(std::string_view k) {
+  key(k);
+  body_ += "null";
+  return *this;
+}
+
+JsonlWriter::JsonlWriter(std::string path, bool append) : path_(std::move(path)) {
+  bool torn = false;
+  if (append) {
+    if (std::FILE* r = std::fopen(path_.c_str(), "rb")) {
+      if (std::fseek(r, -1, SEEK_END) == 0) torn = std::fgetc(r) != '\n';
+      std::fclose(r);
+    }
+  }
+  f_ = std::fopen(path_.c_str(), append ? "ab" : "wb");
+  if (!f_) detail::throw_errno(path_, "cannot open metrics log");
+  if (torn && (std::fputc('\n', f_) == EOF || std::fflush(f_) != 0))
+    detail::throw_errno(path_, "cannot write metrics log");
+}
+
+JsonlWriter::~JsonlWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void JsonlWriter::write(const JsonObject& o) {
+  const std::string line = o.str() + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  // One fwrite per line, then flush: a reader (or a crash) sees whole lines.
+  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
+    detail::throw_errno(path_, "cannot write metrics log");
+}
+
+}  // namespace terngrad::train

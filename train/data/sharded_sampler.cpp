@@ -1,0 +1,56 @@
+// Disjoint per-worker shards reshuffled every epoch (input_pipeline.h).
+#include <stdexcept>
+#include <utility>
+
+#include "counter_rng.h"
+#include "terngrad/train/input_pipeline.h"
+
+namespace terngrad::train {
+
+ShardedSampler::ShardedSampler(int64_t dataset_size, int num_workers, int worker, uint64_t seed)
+    : dataset_size_(dataset_size), num_workers_(num_workers), worker_(worker), seed_(seed) {
+  if (num_workers <= 0 || worker < 0 || worker >= num_workers)
+    throw std::invalid_argument("ShardedSampler: worker " + std::to_string(worker) + " of " +
+                                std::to_string(num_workers) + " workers is not a valid worker index");
+  if (dataset_size < num_workers)
+    throw std::invalid_argument("ShardedSampler: " + std::to_string(dataset_size) + " examples cannot give each of " +
+                                std::to_string(num_workers) + " workers a non-empty shard");
+  shuffle_for_epoch();
+}
+
+void ShardedSampler::shuffle_for_epoch() {
+  order_.clear();
+  for (int64_t i = worker_; i < dataset_size_; i += num_workers_) order_.push_back(i);
+  detail::CounterRng rng(
+      detail::derive_seed(detail::derive_seed(seed_, static_cast<uint64_t>(epoch_)), static_cast<uint64_t>(worker_)));
+  // Fisher-Yates with our own unbiased draws (portable, see counter_rng.h).
+  for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);
+}
+
+int64_t ShardedSampler::next() {
+  if (position_ >= shard_size()) {
+    ++epoch_;
+    position_ = 0;
+    shuffle_for_epoch();
+  }
+  return order_[static_cast<size_t>(position_++)];
+}
+
+void ShardedSampler::next_batch(int64_t batch_size, std::vector<int64_t>& out) {
+  if (batch_size < 0) throw std::invalid_argument("ShardedSampler: batch size " + std::to_string(batch_size));
+  out.resize(static_cast<size_t>(batch_size));
+  for (int64_t& i : out) i = next();
+}
+
+void ShardedSampler::restore(const SamplerState& s) {
+  if (s.epoch < 0) throw std::invalid_argument("ShardedSampler::restore: epoch " + std::to_string(s.epoch) + " < 0");
+  if (s.position < 0 || s.position > shard_size())
+    throw std::invalid_argument("ShardedSampler::restore: position " + std::to_string(s.position) +
+                                " is outside worker " + std::to_string(worker_) + "'s shard [0, " +
+                                std::to_string(shard_size()) + "] (saved for another dataset or worker count?)");
+  epoch_ = s.epoch;
+  position_ = s.position;
+  shuffle_for_epoch();
+}
+
+}  // namespace terngrad::train

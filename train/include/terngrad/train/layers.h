@@ -1,0 +1,249 @@
+// The layers of the TernGrad paper's networks (LeNet, CifarNet, AlexNet as
+// the authors defined them in TensorFlow), for the CPU trainer. NHWC
+// activations, TensorFlow parameter layouts and names, TensorFlow padding and
+// normalization formulas, so a run here can be compared with the paper's.
+//
+// Building a layer: fill its config with designated initializers and hand it
+// to the model, e.g.
+//   model.add(std::make_unique<Conv2D>(Conv2DConfig{.name = "conv1", .filters = 20,
+//                                                   .kernel_h = 5, .kernel_w = 5,
+//                                                   .init_stddev = 0.05f, .relu = true}));
+// Constructors validate the config and throw std::invalid_argument naming the
+// layer, the field and the value.
+//
+// Threading: forward/backward are const and keep every mutable buffer in the
+// LayerScratch from make_scratch(), so workers can run one Model concurrently,
+// each with its own scratch. Nothing here starts threads; Eigen's GEMM may use
+// OpenMP when called outside a parallel region (inside one it runs serially).
+// Scratch buffers grow to the largest batch seen and are then reused, so a
+// steady-state step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+
+#include "terngrad/train/layer.h"
+
+namespace terngrad::train {
+
+// ---------------------------------------------------------------------------
+// Shared geometry and initialization.
+
+enum class Padding { kSame, kValid };
+const char* padding_name(Padding p);  // "SAME" / "VALID"
+
+// One spatial dimension of a sliding window, with TensorFlow's rule:
+//   SAME:  out = ceil(in / stride), pad_total = max((out-1)*stride + k - in, 0),
+//          pad_before = pad_total / 2 (the extra cell, if any, goes after);
+//   VALID: out = ceil((in - k + 1) / stride), pad_before = 0.
+// out <= 0 means the window does not fit (VALID with k > in).
+struct WindowGeometry {
+  int64_t out = 0;
+  int64_t pad_before = 0;
+};
+WindowGeometry window_geometry(int64_t in, int64_t kernel, int64_t stride, Padding padding);
+
+// tf.truncated_normal(stddev): normal(0, stddev) draws, redrawn while beyond
+// two standard deviations. Box-Muller on rng's raw 64-bit outputs (not
+// std::normal_distribution, whose algorithm differs between standard
+// libraries), so a seed gives the same weights with every toolchain.
+void truncated_normal_fill(std::span<float> out, float stddev, std::mt19937_64& rng);
+
+// The index a layer uses before create_params() has run.
+inline constexpr size_t kNoParam = std::numeric_limits<size_t>::max();
+
+// ---------------------------------------------------------------------------
+// 2-D convolution, optionally grouped (AlexNet's two towers), bias and an
+// optional fused ReLU. Weights "<name>/weights" [kh, kw, cin/groups, filters]
+// (TF HWIO; group g uses input channels [g*cin/groups, (g+1)*cin/groups) and
+// filters [g*filters/groups, (g+1)*filters/groups)), biases "<name>/biases"
+// [filters]. weight_decay applies to the weights only, as in the TF models.
+//
+// Computed as im2col (rows = output pixels, columns = kh*kw*cin/groups in
+// (i, j, c) order, matching the HWIO weights) + Eigen GEMM, a few examples at
+// a time so the patch block stays in cache; backward recomputes the patches
+// rather than keeping them (AlexNet's would be hundreds of MB per worker).
+struct Conv2DConfig {
+  std::string name;
+  int64_t filters = 0;
+  int64_t kernel_h = 0;
+  int64_t kernel_w = 0;
+  int64_t stride = 1;  // same in both spatial dimensions, as in all three nets
+  Padding padding = Padding::kSame;
+  int64_t groups = 1;
+  float init_stddev = 0.05f;  // truncated normal
+  float bias_init = 0.0f;     // constant
+  float weight_decay = 0.0f;
+  bool relu = false;  // fused ReLU on the output
+};
+
+class Conv2D final : public Layer {
+ public:
+  explicit Conv2D(Conv2DConfig cfg);
+  const Conv2DConfig& config() const { return cfg_; }
+  size_t weights_index() const { return w_; }
+  size_t biases_index() const { return b_; }
+
+  Shape output_shape(const Shape& in) const override;
+  void create_params(const Shape& in, ParamSet& params, std::mt19937_64& init_rng) override;
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+  // out_h * out_w * filters * kh * kw * cin/groups.
+  int64_t forward_macs_per_example(const Shape& in) const override;
+
+ private:
+  Conv2DConfig cfg_;
+  size_t w_ = kNoParam, b_ = kNoParam;
+};
+
+// ---------------------------------------------------------------------------
+// Max pooling over kernel x kernel windows per channel. SAME pads with -inf
+// (padded cells never win). Backward routes each output gradient to the input
+// cell that won in forward (recorded in the scratch); on ties the first cell
+// in row-major window order wins.
+struct MaxPoolConfig {
+  std::string name;
+  int64_t kernel = 2;
+  int64_t stride = 2;
+  Padding padding = Padding::kValid;
+};
+
+class MaxPool final : public Layer {
+ public:
+  explicit MaxPool(MaxPoolConfig cfg);
+  const MaxPoolConfig& config() const { return cfg_; }
+
+  Shape output_shape(const Shape& in) const override;
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+
+ private:
+  MaxPoolConfig cfg_;
+};
+
+// ---------------------------------------------------------------------------
+// tf.nn.local_response_normalization over channels, per pixel:
+//   sqr_sum[c] = sum of x[c']^2 for c' in [c - depth_radius, c + depth_radius]
+//                (clipped to the channel range),
+//   y[c] = x[c] / (bias + alpha * sqr_sum[c])^beta.
+// alpha multiplies the plain sum (TensorFlow does not divide it by the window
+// size; CifarNet passes alpha = 0.001/9 itself).
+struct LocalResponseNormConfig {
+  std::string name;
+  int64_t depth_radius = 5;
+  float bias = 1.0f;
+  float alpha = 1.0f;
+  float beta = 0.5f;
+};
+
+class LocalResponseNorm final : public Layer {
+ public:
+  explicit LocalResponseNorm(LocalResponseNormConfig cfg);
+  const LocalResponseNormConfig& config() const { return cfg_; }
+
+  Shape output_shape(const Shape& in) const override;  // same shape, [N, H, W, C]
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+
+ private:
+  LocalResponseNormConfig cfg_;
+};
+
+// ---------------------------------------------------------------------------
+// Fully connected layer: flattens [N, ...] to [N, D] in row-major (NHWC)
+// order, as TF's reshape does, then y = x W + b with optional fused ReLU.
+// Weights "<name>/weights" [D, units], biases "<name>/biases" [units];
+// is_logits marks both as the logits layer's variables.
+struct DenseConfig {
+  std::string name;
+  int64_t units = 0;
+  float init_stddev = 0.04f;  // truncated normal
+  float bias_init = 0.0f;     // constant
+  float weight_decay = 0.0f;  // weights only
+  bool is_logits = false;
+  bool relu = false;  // fused ReLU on the output
+};
+
+class Dense final : public Layer {
+ public:
+  explicit Dense(DenseConfig cfg);
+  const DenseConfig& config() const { return cfg_; }
+  size_t weights_index() const { return w_; }
+  size_t biases_index() const { return b_; }
+
+  Shape output_shape(const Shape& in) const override;  // [N, units]
+  void create_params(const Shape& in, ParamSet& params, std::mt19937_64& init_rng) override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+  int64_t forward_macs_per_example(const Shape& in) const override;  // D * units
+
+  // Dense keeps its masked output gradient here when relu is fused.
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+
+ private:
+  DenseConfig cfg_;
+  size_t w_ = kNoParam, b_ = kNoParam;
+};
+
+// ---------------------------------------------------------------------------
+// y = max(x, 0), any shape. dx = dy where y > 0, else 0 (TF's ReluGrad).
+class ReLU final : public Layer {
+ public:
+  explicit ReLU(std::string name);
+
+  Shape output_shape(const Shape& in) const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+};
+
+// ---------------------------------------------------------------------------
+// Inverted dropout, any shape: in training (ctx.training and keep_prob < 1)
+// y = x / keep_prob where the element is kept, else 0; in evaluation y = x.
+// Whether element i (flat index in the batch tensor) is kept is a pure hash
+// of (ctx.dropout_seed, this layer's name, i): deterministic per seed, the
+// same whatever the thread scheduling, and different between two dropout
+// layers that see the same seed. Backward recomputes the same mask.
+struct DropoutConfig {
+  std::string name;
+  float keep_prob = 0.5f;  // in (0, 1]
+};
+
+class Dropout final : public Layer {
+ public:
+  explicit Dropout(DropoutConfig cfg);
+  const DropoutConfig& config() const { return cfg_; }
+
+  Shape output_shape(const Shape& in) const override;
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+
+  // Whether flat element `index` is kept under `seed` (what forward uses).
+  bool kept(uint64_t seed, uint64_t index) const;
+
+ private:
+  DropoutConfig cfg_;
+  uint64_t salt_;          // from the layer name
+  uint64_t threshold_;     // keep iff the hash's top 32 bits < threshold_
+};
+
+}  // namespace terngrad::train

@@ -1,0 +1,72 @@
+// A feed-forward network: an ordered list of layers plus the ParamSet they
+// created. The paper's three networks are all chains (AlexNet's two towers
+// are grouped convolutions), so a sequence is the whole graph.
+//
+// A Model is shared read-only by all virtual workers; each worker owns a
+// Model::Workspace with its activations, activation gradients and layer scratch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "terngrad/train/layer.h"
+
+namespace terngrad::train {
+
+class Model {
+ public:
+  // input: one example's shape (e.g. {28, 28, 1}); num_classes: logits width.
+  Model(std::string name, Shape input, int num_classes);
+
+  void add(std::unique_ptr<Layer> layer);
+  // Creates every variable from one seed (truncated-normal inits in layer order)
+  // and checks the chain's shapes; throws std::invalid_argument on a mismatch.
+  void build(uint64_t init_seed);
+
+  struct Workspace {
+    std::vector<Tensor> acts;    // acts[0] = input batch, acts[i+1] = output of layer i
+    std::vector<Tensor> dacts;   // gradient w.r.t. acts[i]
+    std::vector<std::unique_ptr<LayerScratch>> scratch;
+    Tensor dlogits;
+  };
+  Workspace make_workspace() const;
+
+  // Forward + backward on one batch: returns the mean softmax cross-entropy
+  // (without weight decay); grads are overwritten (zeroed, then filled).
+  float forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels,
+                         GradSet& grads, const ForwardContext& ctx) const;
+
+  // Forward only (evaluation); returns the logits tensor inside ws.
+  const Tensor& predict(Workspace& ws, const Tensor& x) const;
+
+  GradSet make_grads() const;  // zero tensors shaped like the params
+
+  // 0.5 * sum over params of wd * ||w||^2 (the L2 term of the loss).
+  double weight_decay_loss() const;
+
+  // Forward multiply-adds per example (training FLOPs ~ 3 x 2 x this).
+  int64_t forward_macs_per_example() const;
+
+  const std::string& name() const { return name_; }
+  const Shape& input_shape() const { return input_; }
+  int num_classes() const { return num_classes_; }
+  ParamSet& params() { return params_; }
+  const ParamSet& params() const { return params_; }
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  std::string summary() const;  // one line per layer: name, output shape, params
+
+ private:
+  std::string name_;
+  Shape input_;
+  int num_classes_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Shape> out_shapes_;  // per example, after build()
+  ParamSet params_;
+  bool built_ = false;
+};
+
+}  // namespace terngrad::train

@@ -1,0 +1,68 @@
+// Everything a training run is configured by. Field names follow the flags of
+// the TernGrad authors' scripts where those exist (--net, --batch_size,
+// --grad_bits, --clip_factor, --size_to_binarize, --quantize_logits, ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace terngrad::train {
+
+struct TrainConfig {
+  // Model and data.
+  std::string net = "lenet";            // lenet | cifarnet | alexnet
+  std::string dataset = "";             // mnist | cifar10 | synthetic ("" = the net's default)
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int num_classes = 0;                  // 0 = the dataset's; alexnet: 1000 or 1001
+  int64_t synthetic_examples = 2048;    // size of the synthetic training set
+
+  // Workers and batch: each of num_nodes virtual workers takes batch_size examples per step.
+  int num_nodes = 1;
+  int64_t batch_size = 64;
+  int64_t max_steps = 1000;
+
+  // Optimizer and learning rate.
+  std::string optimizer = "momentum";   // sgd | momentum | adam | rmsprop
+  double momentum = 0.9;
+  double initial_learning_rate = 0.01;
+  std::string learning_rate_decay_type = "fixed";  // fixed | polynomial | exponential
+  double learning_rate_decay_factor = 0.1;         // exponential
+  double decay_steps = 0;                          // 0 = max_steps (polynomial) / required (exponential)
+  double end_learning_rate = 0.0;                  // polynomial
+  double learning_rate_power = 0.5;                // polynomial power (TernGrad LeNet: 0.5)
+  bool staircase = true;                           // exponential
+  double weight_decay = -1;                        // -1 = the net's default
+  double moving_average_decay = 0.9999;            // 0 disables the EMA of the weights
+  double keep_prob = -1;                           // dropout keep probability (-1 = net default)
+
+  // Gradient codec: grad_bits 32 = fp32 (no compression), 2 = TernGrad.
+  int grad_bits = 32;
+  double clip_factor = 2.5;
+  bool share_scale = true;
+  int64_t size_to_binarize = 1;   // variables with fewer elements stay fp32
+  bool quantize_logits = true;    // false: the logits layer stays fp32
+  std::string codec = "";         // explicit codec spec overrides grad_bits (e.g. "fp16")
+
+  // Bookkeeping.
+  std::string train_dir = "";     // checkpoints, metrics.jsonl, model.safetensors ("" = none)
+  uint64_t seed = 1;
+  int64_t eval_interval_steps = 0;  // 0 = only at the end
+  int64_t eval_batch_size = 500;
+  int64_t max_eval_examples = 0;    // 0 = the whole test set
+  int64_t save_interval_steps = 0;  // 0 = only at the end
+  int64_t log_every_n_steps = 10;
+  int threads = 0;                  // 0 = all cores
+  bool quiet = false;               // no console progress
+};
+
+// Parses --flag=value / --flag value arguments into cfg. Unknown flags and
+// bad values throw std::invalid_argument naming the flag and the value.
+void parse_train_flags(const std::vector<std::string>& args, TrainConfig& cfg);
+
+// Checks ranges and combinations; throws std::invalid_argument naming the field.
+void validate(const TrainConfig& cfg);
+
+std::string train_flags_help();
+
+}  // namespace terngrad::train

@@ -1,0 +1,38 @@
+// The single-process trainer with N virtual workers (parameter localization).
+//
+// Every step, each virtual worker takes its own batch from its own disjoint
+// shard, computes its gradient (weight decay included, as TernGrad
+// ternarizes it), and encodes it with the run's gradient codec into the exact
+// payload it would send. The payloads are decoded, summed in a fixed worker
+// order and averaged; the update is then the same on every worker, so one
+// copy of the weights stands for all of them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "terngrad/train/train_config.h"
+
+namespace terngrad::train {
+
+struct TrainResult {
+  int64_t steps = 0;
+  int64_t examples = 0;           // training examples processed in this process
+  double final_loss = 0;          // last step's mean cross-entropy over workers
+  double top1 = 0, top5 = 0;      // test accuracy of the raw weights, in [0, 1]
+  double ema_top1 = -1, ema_top5 = -1;  // with the moving average (-1: no EMA)
+  int64_t eval_examples = 0;
+  double bytes_sent_per_worker_step = 0;  // encoded payload bytes one worker pushes per step
+  double bytes_recv_per_worker_step = 0;  // payload bytes one worker receives (the others' payloads)
+  double fp32_bytes_per_worker_step = 0;  // the same gradients as raw float32
+  double examples_per_sec = 0;            // training throughput (all workers)
+  double wall_seconds = 0;
+  std::string codec_summary;              // e.g. "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2"
+};
+
+// Runs (or resumes, when cfg.train_dir holds a checkpoint) a training run.
+// Throws std::runtime_error / std::invalid_argument with a clear message on
+// bad configuration or data.
+TrainResult run_training(const TrainConfig& cfg);
+
+}  // namespace terngrad::train

@@ -1,0 +1,126 @@
+#include "terngrad/train/model.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "terngrad/train/loss.h"
+
+namespace terngrad::train {
+
+namespace {
+Shape with_batch(int64_t batch, const Shape& example) {
+  Shape s{batch};
+  s.insert(s.end(), example.begin(), example.end());
+  return s;
+}
+}  // namespace
+
+Model::Model(std::string name, Shape input, int num_classes)
+    : name_(std::move(name)), input_(std::move(input)), num_classes_(num_classes) {}
+
+void Model::add(std::unique_ptr<Layer> layer) {
+  if (built_) throw std::logic_error(name_ + ": add() after build()");
+  layers_.push_back(std::move(layer));
+}
+
+void Model::build(uint64_t init_seed) {
+  std::mt19937_64 rng(init_seed);
+  Shape shape = with_batch(1, input_);
+  out_shapes_.clear();
+  for (auto& layer : layers_) {
+    layer->create_params(shape, params_, rng);
+    shape = layer->output_shape(shape);
+    out_shapes_.push_back(Shape(shape.begin() + 1, shape.end()));
+  }
+  if (shape.size() != 2 || shape[1] != num_classes_) {
+    throw std::invalid_argument(name_ + ": the last layer outputs " + shape_string(shape) + ", expected [N, " +
+                                std::to_string(num_classes_) + "] logits");
+  }
+  built_ = true;
+}
+
+Model::Workspace Model::make_workspace() const {
+  Workspace ws;
+  ws.acts.resize(layers_.size() + 1);
+  ws.dacts.resize(layers_.size() + 1);
+  for (const auto& layer : layers_) ws.scratch.push_back(layer->make_scratch());
+  return ws;
+}
+
+GradSet Model::make_grads() const {
+  GradSet g;
+  for (const Param& p : params_.params) g.emplace_back(p.value.shape);
+  return g;
+}
+
+const Tensor& Model::predict(Workspace& ws, const Tensor& x) const {
+  if (x.shape != with_batch(x.shape.empty() ? 0 : x.shape[0], input_)) {
+    throw std::invalid_argument(name_ + ": input batch " + shape_string(x.shape) + " does not match the model input " +
+                                shape_string(input_));
+  }
+  ForwardContext ctx;  // evaluation: dropout off
+  const Tensor* in = &x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), ctx);
+    in = &ws.acts[i + 1];
+  }
+  return *in;
+}
+
+float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels, GradSet& grads,
+                              const ForwardContext& ctx) const {
+  if (static_cast<int64_t>(labels.size()) != x.dim(0)) {
+    throw std::invalid_argument(name_ + ": " + std::to_string(labels.size()) + " labels for a batch of " +
+                                std::to_string(x.dim(0)));
+  }
+  for (auto& g : grads) g.fill(0.0f);
+  const Tensor* in = &x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), ctx);
+    in = &ws.acts[i + 1];
+  }
+  const float loss = softmax_cross_entropy(*in, labels, ws.dlogits);
+  const Tensor* dy = &ws.dlogits;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const Tensor& layer_in = i == 0 ? x : ws.acts[i];
+    Tensor* dx = i == 0 ? nullptr : &ws.dacts[i];
+    layers_[i]->backward(params_, layer_in, ws.acts[i + 1], *dy, dx, grads, ws.scratch[i].get());
+    dy = dx;
+  }
+  return loss;
+}
+
+double Model::weight_decay_loss() const {
+  double l = 0;
+  for (const Param& p : params_.params) {
+    if (p.weight_decay == 0.0f) continue;
+    double ss = 0;
+    for (float v : p.value.data) ss += static_cast<double>(v) * v;
+    l += 0.5 * p.weight_decay * ss;
+  }
+  return l;
+}
+
+int64_t Model::forward_macs_per_example() const {
+  int64_t macs = 0;
+  Shape shape = with_batch(1, input_);
+  for (const auto& layer : layers_) {
+    macs += layer->forward_macs_per_example(shape);
+    shape = layer->output_shape(shape);
+  }
+  return macs;
+}
+
+std::string Model::summary() const {
+  std::ostringstream os;
+  os << name_ << " input " << shape_string(input_) << "\n";
+  for (size_t i = 0; i < layers_.size() && i < out_shapes_.size(); ++i)
+    os << "  " << layers_[i]->name() << " -> " << shape_string(out_shapes_[i]) << "\n";
+  int64_t total = 0;
+  for (const Param& p : params_.params) total += p.value.size();
+  os << "  " << params_.size() << " variables, " << total << " parameters, "
+     << forward_macs_per_example() << " forward MACs per example";
+  return os.str();
+}
+
+}  // namespace terngrad::train

@@ -1,0 +1,71 @@
+// tf.train.ExponentialMovingAverage(decay, num_updates=global_step):
+//   decay_t = min(decay, (1 + step) / (10 + step))
+//   shadow -= (1 - decay_t) * (shadow - value)
+// The num_updates cap lets the average follow the weights closely early in
+// training, when they move fast, instead of staying near the initial values.
+#include "terngrad/train/moving_average.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace terngrad::train {
+
+ExponentialMovingAverage::ExponentialMovingAverage(const ParamSet& params, double decay) : decay_(decay) {
+  if (!(decay >= 0 && decay <= 1))
+    throw std::invalid_argument("ExponentialMovingAverage: decay = " + std::to_string(decay) +
+                                " is out of range [0, 1]");
+  for (const Param& p : params.params) {
+    names_.push_back(p.name);
+    shadow_.push_back(p.value);
+  }
+}
+
+double ExponentialMovingAverage::decay_at(int64_t step) const {
+  const double s = static_cast<double>(std::max<int64_t>(step, 0));
+  return std::min(decay_, (1.0 + s) / (10.0 + s));
+}
+
+void ExponentialMovingAverage::check(const ParamSet& params, const char* what) const {
+  if (params.size() != shadow_.size())
+    throw std::invalid_argument(std::string("ExponentialMovingAverage::") + what + ": " +
+                                std::to_string(params.size()) + " parameters, the average has " +
+                                std::to_string(shadow_.size()));
+  for (size_t i = 0; i < shadow_.size(); ++i) {
+    const Param& p = params.params[i];
+    if (p.name != names_[i] || p.value.size() != shadow_[i].size())
+      throw std::invalid_argument(std::string("ExponentialMovingAverage::") + what + ": parameter " +
+                                  std::to_string(i) + " is '" + p.name + "' with " + std::to_string(p.value.size()) +
+                                  " elements, the average has '" + names_[i] + "' with " +
+                                  std::to_string(shadow_[i].size()));
+  }
+}
+
+void ExponentialMovingAverage::update(const ParamSet& params, int64_t step) {
+  if (swapped_)
+    throw std::logic_error("ExponentialMovingAverage::update: the shadows are swapped into the parameters; "
+                           "call swap() again first");
+  check(params, "update");
+  const auto one_minus = static_cast<float>(1.0 - decay_at(step));
+  for (size_t i = 0; i < shadow_.size(); ++i) {
+    float* s = shadow_[i].ptr();
+    const float* v = params.params[i].value.ptr();
+    const int64_t n = shadow_[i].size();
+#pragma omp parallel for if (n > (int64_t{1} << 15))
+    for (int64_t j = 0; j < n; ++j) s[j] -= one_minus * (s[j] - v[j]);
+  }
+}
+
+void ExponentialMovingAverage::swap(ParamSet& params) {
+  check(params, "swap");
+  for (size_t i = 0; i < shadow_.size(); ++i) std::swap(shadow_[i].data, params.params[i].value.data);
+  swapped_ = !swapped_;
+}
+
+std::vector<std::pair<std::string, Tensor*>> ExponentialMovingAverage::shadows() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (size_t i = 0; i < shadow_.size(); ++i) out.emplace_back(names_[i] + "/ExponentialMovingAverage", &shadow_[i]);
+  return out;
+}
+
+}  // namespace terngrad::train

@@ -1,0 +1,82 @@
+// Slot bookkeeping, argument checks and state blobs shared by all optimizers;
+// the update rules live in one file per optimizer.
+#include "terngrad/train/optimizer.h"
+
+#include <stdexcept>
+
+#include "state_blob.h"
+
+namespace terngrad::train {
+
+void Optimizer::init(const ParamSet& params) {
+  if (initialized_) {
+    bool same = params.size() == names_.size();
+    for (size_t i = 0; same && i < params.size(); ++i)
+      same = params.params[i].name == names_[i] && params.params[i].value.size() == sizes_[i];
+    if (!same)
+      throw std::invalid_argument(name() + " optimizer: init() called again with different parameters (" +
+                                  std::to_string(params.size()) + " vs " + std::to_string(names_.size()) + ")");
+    return;
+  }
+  specs_ = slot_specs();
+  if (specs_.size() > kMaxSlots)
+    throw std::logic_error(name() + " optimizer: more than " + std::to_string(kMaxSlots) + " slots per parameter");
+  const std::vector<SlotSpec>& specs = specs_;
+  names_.clear();
+  sizes_.clear();
+  slots_.assign(params.size(), {});
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params.params[i];
+    names_.push_back(p.name);
+    sizes_.push_back(p.value.size());
+    for (const SlotSpec& s : specs) {
+      Tensor t;  // built field by field: shape copied, no numel() needed
+      t.shape = p.value.shape;
+      t.data.assign(p.value.data.size(), s.initial);
+      slots_[i].push_back(std::move(t));
+    }
+  }
+  initialized_ = true;
+}
+
+void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
+  init(params);
+  if (grads.size() != params.size())
+    throw std::invalid_argument(name() + " optimizer: " + std::to_string(grads.size()) + " gradients for " +
+                                std::to_string(params.size()) + " parameters");
+  const std::vector<SlotSpec>& specs = specs_;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params.params[i];
+    if (grads[i].size() != p.value.size())
+      throw std::invalid_argument(name() + " optimizer: gradient of '" + p.name + "' has " +
+                                  std::to_string(grads[i].size()) + " elements, the parameter " +
+                                  std::to_string(p.value.size()));
+    for (size_t k = 0; k < specs.size(); ++k)
+      if (slots_[i][k].size() != p.value.size())
+        throw std::invalid_argument(name() + " optimizer: slot '" + p.name + "/" + specs[k].suffix + "' has " +
+                                    std::to_string(slots_[i][k].size()) + " elements, the parameter " +
+                                    std::to_string(p.value.size()));
+  }
+  const int64_t t = steps_ + 1;
+  std::span<float> slot_spans[kMaxSlots];  // no allocation per step
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (size_t k = 0; k < specs.size(); ++k) slot_spans[k] = slots_[i][k].data;
+    update(params.params[i].value.data, grads[i].data, std::span(slot_spans, specs.size()), lr, t);
+  }
+  steps_ = t;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Optimizer::slots() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  if (!initialized_) return out;
+  const std::vector<SlotSpec>& specs = specs_;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    for (size_t k = 0; k < specs.size(); ++k) out.emplace_back(names_[i] + "/" + specs[k].suffix, &slots_[i][k]);
+  return out;
+}
+
+std::vector<uint8_t> Optimizer::save_state() const { return detail::pack_state(name(), steps_); }
+
+void Optimizer::load_state(std::span<const uint8_t> blob) { steps_ = detail::unpack_state(name(), blob); }
+
+}  // namespace terngrad::train

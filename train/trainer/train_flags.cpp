@@ -1,0 +1,185 @@
+// Command-line flags of tg-train, declared once in a table so that parsing,
+// errors and --help cannot disagree.
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+
+#include "terngrad/train/train_config.h"
+
+namespace terngrad::train {
+
+namespace {
+
+struct Flag {
+  const char* name;
+  const char* help;
+  std::function<void(TrainConfig&, const std::string&)> set;
+};
+
+[[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& want) {
+  throw std::invalid_argument("--" + flag + "=" + value + ": expected " + want);
+}
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  int64_t out = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size()) bad(flag, v, "an integer");
+  return out;
+}
+
+double to_double(const std::string& flag, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const double d = std::stod(v, &pos);
+    if (pos != v.size() || !std::isfinite(d)) bad(flag, v, "a finite number");
+    return d;
+  } catch (const std::logic_error&) {
+    bad(flag, v, "a number");
+  }
+}
+
+bool to_bool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1" || v == "True") return true;
+  if (v == "false" || v == "0" || v == "False") return false;
+  bad(flag, v, "true or false");
+}
+
+std::string one_of(const std::string& flag, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    list += (list.empty() ? "" : " | ") + std::string(a);
+  }
+  bad(flag, v, "one of " + list);
+}
+
+#define TG_STR(field) [](TrainConfig& c, const std::string& v) { c.field = v; }
+#define TG_INT(field) [](TrainConfig& c, const std::string& v) { c.field = to_int(#field, v); }
+#define TG_DBL(field) [](TrainConfig& c, const std::string& v) { c.field = to_double(#field, v); }
+#define TG_BOOL(field) [](TrainConfig& c, const std::string& v) { c.field = to_bool(#field, v); }
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"net", "lenet | cifarnet | alexnet",
+       [](TrainConfig& c, const std::string& v) { c.net = one_of("net", v, {"lenet", "cifarnet", "alexnet"}); }},
+      {"dataset_name", "mnist (IDX, also Fashion-MNIST) | cifar10 (binary) | synthetic; default per net",
+       [](TrainConfig& c, const std::string& v) {
+         c.dataset = one_of("dataset_name", v, {"mnist", "cifar10", "synthetic"});
+       }},
+      {"data_dir", "dataset directory", TG_STR(data_dir)},
+      {"num_classes", "logits width (alexnet: 1000 or 1001); 0 = dataset's", TG_INT(num_classes)},
+      {"synthetic_examples", "training examples of the synthetic dataset", TG_INT(synthetic_examples)},
+      {"num_nodes", "virtual workers", [](TrainConfig& c, const std::string& v) {
+         c.num_nodes = static_cast<int>(to_int("num_nodes", v));
+       }},
+      {"batch_size", "examples per worker per step", TG_INT(batch_size)},
+      {"max_steps", "training steps", TG_INT(max_steps)},
+      {"optimizer", "sgd | momentum | adam | rmsprop",
+       [](TrainConfig& c, const std::string& v) {
+         c.optimizer = one_of("optimizer", v, {"sgd", "momentum", "adam", "rmsprop"});
+       }},
+      {"momentum", "momentum coefficient", TG_DBL(momentum)},
+      {"initial_learning_rate", "learning rate at step 0", TG_DBL(initial_learning_rate)},
+      {"learning_rate_decay_type", "fixed | polynomial | exponential",
+       [](TrainConfig& c, const std::string& v) {
+         c.learning_rate_decay_type = one_of("learning_rate_decay_type", v, {"fixed", "polynomial", "exponential"});
+       }},
+      {"learning_rate_decay_factor", "exponential decay rate", TG_DBL(learning_rate_decay_factor)},
+      {"decay_steps", "decay period in steps (polynomial default: max_steps)", TG_DBL(decay_steps)},
+      {"end_learning_rate", "polynomial decay end value", TG_DBL(end_learning_rate)},
+      {"learning_rate_power", "polynomial decay power", TG_DBL(learning_rate_power)},
+      {"staircase", "exponential decay in whole periods", TG_BOOL(staircase)},
+      {"weight_decay", "L2 coefficient of weights (-1 = the net's default)", TG_DBL(weight_decay)},
+      {"moving_average_decay", "EMA of the weights for evaluation (0 = off)", TG_DBL(moving_average_decay)},
+      {"keep_prob", "dropout keep probability (-1 = net default)", TG_DBL(keep_prob)},
+      {"grad_bits", "32 (fp32 gradients) or 2 (TernGrad)",
+       [](TrainConfig& c, const std::string& v) {
+         const int64_t b = to_int("grad_bits", v);
+         if (b != 32 && b != 2) bad("grad_bits", v, "32 or 2");
+         c.grad_bits = static_cast<int>(b);
+       }},
+      {"clip_factor", "TernGrad clip factor c (0 = no clipping)", TG_DBL(clip_factor)},
+      {"share_scale", "TernGrad scale sharing (max over workers)", TG_BOOL(share_scale)},
+      {"size_to_binarize", "variables smaller than this stay fp32", TG_INT(size_to_binarize)},
+      {"quantize_logits", "ternarize the logits layer too", TG_BOOL(quantize_logits)},
+      {"codec", "explicit codec spec (e.g. fp16, terngrad:clip=2.5), overrides grad_bits", TG_STR(codec)},
+      {"train_dir", "checkpoints, metrics.jsonl, model.safetensors", TG_STR(train_dir)},
+      {"seed", "seed of init, data order, augmentation, dropout and the codec",
+       [](TrainConfig& c, const std::string& v) {
+         const int64_t s = to_int("seed", v);
+         if (s < 0) bad("seed", v, "a non-negative integer");
+         c.seed = static_cast<uint64_t>(s);
+       }},
+      {"eval_interval_steps", "evaluate every N steps (0 = at the end only)", TG_INT(eval_interval_steps)},
+      {"eval_batch_size", "evaluation batch", TG_INT(eval_batch_size)},
+      {"max_eval_examples", "cap on test examples (0 = all)", TG_INT(max_eval_examples)},
+      {"save_interval_steps", "checkpoint every N steps (0 = at the end only)", TG_INT(save_interval_steps)},
+      {"log_every_n_steps", "metrics line every N steps", TG_INT(log_every_n_steps)},
+      {"threads", "OpenMP threads (0 = all cores)", [](TrainConfig& c, const std::string& v) {
+         c.threads = static_cast<int>(to_int("threads", v));
+       }},
+      {"quiet", "no console progress", TG_BOOL(quiet)},
+  };
+  return table;
+}
+
+}  // namespace
+
+void parse_train_flags(const std::vector<std::string>& args, TrainConfig& cfg) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + a + "' (flags are --name=value)");
+    std::string name = a.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      if (i + 1 >= args.size()) throw std::invalid_argument("--" + name + " needs a value");
+      value = args[++i];
+    }
+    bool found = false;
+    for (const Flag& f : flags()) {
+      if (name == f.name) {
+        f.set(cfg, value);
+        found = true;
+        break;
+      }
+    }
+    if (!found) throw std::invalid_argument("unknown flag --" + name + " (see --help)");
+  }
+}
+
+void validate(const TrainConfig& c) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+  };
+  require(c.num_nodes >= 1 && c.num_nodes <= 1024, "--num_nodes must be in [1, 1024], got " + std::to_string(c.num_nodes));
+  require(c.batch_size >= 1, "--batch_size must be >= 1, got " + std::to_string(c.batch_size));
+  require(c.max_steps >= 0, "--max_steps must be >= 0, got " + std::to_string(c.max_steps));
+  require(c.initial_learning_rate > 0, "--initial_learning_rate must be > 0");
+  require(c.momentum >= 0 && c.momentum < 1, "--momentum must be in [0, 1)");
+  require(c.clip_factor >= 0, "--clip_factor must be >= 0 (0 disables clipping)");
+  require(c.size_to_binarize >= 0, "--size_to_binarize must be >= 0");
+  require(c.moving_average_decay >= 0 && c.moving_average_decay < 1, "--moving_average_decay must be in [0, 1)");
+  require(c.keep_prob == -1 || (c.keep_prob > 0 && c.keep_prob <= 1), "--keep_prob must be in (0, 1]");
+  require(c.eval_batch_size >= 1, "--eval_batch_size must be >= 1");
+  require(c.eval_interval_steps >= 0 && c.save_interval_steps >= 0 && c.log_every_n_steps >= 0,
+          "interval flags must be >= 0");
+  require(c.learning_rate_decay_type != "exponential" || c.decay_steps > 0,
+          "--learning_rate_decay_type=exponential needs --decay_steps > 0");
+  require(c.num_classes >= 0, "--num_classes must be >= 0");
+  require(c.threads >= 0, "--threads must be >= 0");
+  require(c.synthetic_examples >= 1, "--synthetic_examples must be >= 1");
+}
+
+std::string train_flags_help() {
+  std::ostringstream os;
+  os << "usage: tg-train [--flag=value ...]\n";
+  for (const Flag& f : flags()) os << "  --" << f.name << "  " << f.help << "\n";
+  return os.str();
+}
+
+}  // namespace terngrad::train
