@@ -107,7 +107,7 @@ class CapturingReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       if (r.run_type != Run::RT_Iteration) continue;
-      const double s = r.GetAdjustedRealTime() / 1e9;  // default unit: ns
+      const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
       auto it = g_seconds.find(r.benchmark_name());
       if (it == g_seconds.end() || s < it->second) g_seconds[r.benchmark_name()] = s;
     }
