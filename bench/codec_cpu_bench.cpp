@@ -32,6 +32,8 @@
 // failure aborts the program with a message, since timing a wrong codec is useless.
 
 #include <benchmark/benchmark.h>
+
+#include "bench_args.h"
 #include <omp.h>
 #include <unistd.h>
 
@@ -458,36 +460,14 @@ std::unique_ptr<benchmark::BenchmarkReporter> make_display_reporter(const std::s
   return std::make_unique<benchmark::ConsoleReporter>(opts);
 }
 
-bool has_flag(const std::vector<char*>& args, const char* prefix) {
-  for (char* a : args)
-    if (std::strncmp(a, prefix, std::strlen(prefix)) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   // Our own flag first; Google Benchmark rejects flags it does not know.
-  bool quick = false;
-  if (const char* e = std::getenv("TG_BENCH_QUICK")) quick = *e != '\0' && std::strcmp(e, "0") != 0;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (i > 0 && std::strcmp(argv[i], "--quick") == 0)
-      quick = true;
-    else
-      args.push_back(argv[i]);
-  }
-  // Defaults that suit a shared 2-core machine: several short repetitions, so
-  // that a burst of someone else's build spoils a few of them and not the
-  // median; shorter runs in quick mode. Explicit flags win.
-  static char reps_full[] = "--benchmark_repetitions=5";
-  static char reps_quick[] = "--benchmark_repetitions=1";
-  static char min_time_full[] = "--benchmark_min_time=0.2";
-  static char min_time_quick[] = "--benchmark_min_time=0.05";
-  if (!has_flag(args, "--benchmark_repetitions")) args.push_back(quick ? reps_quick : reps_full);
-  if (!has_flag(args, "--benchmark_min_time")) args.push_back(quick ? min_time_quick : min_time_full);
-  int bargc = static_cast<int>(args.size());
-  args.push_back(nullptr);
+  terngrad::bench::BenchArgs parsed = terngrad::bench::parse_bench_args(argc, argv);
+  const bool quick = parsed.quick;
+  std::vector<char*>& args = parsed.argv;
+  int bargc = parsed.argc;
   // Read before Initialize(), which consumes the flags it knows.
   const std::string format = display_format(bargc, args.data());
   if (format == "json") g_info = stderr;

@@ -30,6 +30,8 @@
 // bitwise); a mismatch aborts with a message: timing a wrong codec is useless.
 
 #include <benchmark/benchmark.h>
+
+#include "bench_args.h"
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -308,36 +310,18 @@ void bm_decode_accumulate(benchmark::State& st, size_t n) {
   require_clean(st, s);
 }
 
-bool has_flag(const std::vector<char*>& args, const char* prefix) {
-  for (char* a : args)
-    if (std::strncmp(a, prefix, std::strlen(prefix)) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  if (const char* e = std::getenv("TG_BENCH_QUICK")) quick = *e != '\0' && std::strcmp(e, "0") != 0;
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (i > 0 && std::strcmp(argv[i], "--quick") == 0)
-      quick = true;
-    else
-      args.push_back(argv[i]);
-  }
+  // Our own flag first; Google Benchmark rejects flags it does not know.
+  terngrad::bench::BenchArgs parsed = terngrad::bench::parse_bench_args(argc, argv);
+  const bool quick = parsed.quick;
+  std::vector<char*>& args = parsed.argv;
+  int bargc = parsed.argc;
   if (!tc::device_available()) {
     std::printf("no CUDA device: skipping\n");
     return 0;
   }
-  static char reps_full[] = "--benchmark_repetitions=5";
-  static char reps_quick[] = "--benchmark_repetitions=1";
-  static char min_time_full[] = "--benchmark_min_time=0.2";
-  static char min_time_quick[] = "--benchmark_min_time=0.05";
-  if (!has_flag(args, "--benchmark_repetitions")) args.push_back(quick ? reps_quick : reps_full);
-  if (!has_flag(args, "--benchmark_min_time")) args.push_back(quick ? min_time_quick : min_time_full);
-  int bargc = static_cast<int>(args.size());
-  args.push_back(nullptr);
   benchmark::Initialize(&bargc, args.data());
   if (benchmark::ReportUnrecognizedArguments(bargc, args.data())) return 1;
 

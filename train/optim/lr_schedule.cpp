@@ -9,28 +9,22 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "option_check.h"
+
 namespace terngrad::train {
 
 namespace {
 
-std::string num(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
-}
-
+// "<name> learning-rate schedule: <option> = <value> is out of range (<rule>)"
 void require(bool ok, std::string_view schedule, const char* option, double value, const char* rule) {
-  if (!ok)
-    throw std::invalid_argument(std::string(schedule) + " learning-rate schedule: " + option + " = " + num(value) +
-                                " is out of range (" + rule + ")");
+  detail::require_option(ok, std::string(schedule) + " learning-rate schedule", option, value, rule);
 }
 
 class Fixed final : public LrSchedule {
  public:
   explicit Fixed(double lr) : lr_(lr) {}
   double lr(int64_t) const override { return lr_; }
-  std::string describe() const override { return "fixed(" + num(lr_) + ")"; }
+  std::string describe() const override { return "fixed(" + detail::option_number(lr_) + ")"; }
 
  private:
   double lr_;
@@ -44,8 +38,8 @@ class Polynomial final : public LrSchedule {
     return (o_.initial - o_.end) * std::pow(1.0 - s / o_.decay_steps, o_.power) + o_.end;
   }
   std::string describe() const override {
-    return "polynomial(initial=" + num(o_.initial) + ", end=" + num(o_.end) + ", decay_steps=" +
-           num(o_.decay_steps) + ", power=" + num(o_.power) + ")";
+    return "polynomial(initial=" + detail::option_number(o_.initial) + ", end=" + detail::option_number(o_.end) + ", decay_steps=" +
+           detail::option_number(o_.decay_steps) + ", power=" + detail::option_number(o_.power) + ")";
   }
 
  private:
@@ -61,8 +55,8 @@ class Exponential final : public LrSchedule {
     return o_.initial * std::pow(o_.decay_rate, p);
   }
   std::string describe() const override {
-    return "exponential(initial=" + num(o_.initial) + ", decay_rate=" + num(o_.decay_rate) +
-           ", decay_steps=" + num(o_.decay_steps) + (o_.staircase ? ", staircase)" : ")");
+    return "exponential(initial=" + detail::option_number(o_.initial) + ", decay_rate=" + detail::option_number(o_.decay_rate) +
+           ", decay_steps=" + detail::option_number(o_.decay_steps) + (o_.staircase ? ", staircase)" : ")");
   }
 
  private:

@@ -5,23 +5,17 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "option_check.h"
+
 #include "optimizers.h"
 
 namespace terngrad::train {
 
 namespace {
 
-std::string num(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
-}
-
+// "<name> optimizer: <option> = <value> is out of range (<rule>)"
 void require(bool ok, std::string_view optimizer, const char* option, double value, const char* rule) {
-  if (!ok)
-    throw std::invalid_argument(std::string(optimizer) + " optimizer: " + option + " = " + num(value) +
-                                " is out of range (" + rule + ")");
+  detail::require_option(ok, std::string(optimizer) + " optimizer", option, value, rule);
 }
 
 }  // namespace
