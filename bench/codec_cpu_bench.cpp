@@ -33,7 +33,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench_args.h"
+#include "bench_common.h"
 #include <omp.h>
 #include <unistd.h>
 
@@ -62,16 +62,13 @@ using tg_bench::AlignedArray;
 
 namespace {
 
-constexpr float kClip = 2.5f;
-constexpr uint64_t kInputSeed = 20261123;
-constexpr uint64_t kCodecSeed = 0x7E46'0001ull;
-// Gradient-like input: mostly N(mean, sigma) with a small bias (real gradients
-// rarely average exactly zero), plus rare Student-t(3) outliers an order of
-// magnitude out, so max|g| >> 2.5 sigma and clipping really happens.
-constexpr float kGradMean = 2e-6f;
-constexpr float kGradSigma = 1e-3f;
-constexpr double kOutlierRate = 1.0 / 2000.0;
-constexpr float kOutlierScale = 8.0f * kGradSigma;
+using terngrad::bench::kClip;
+using terngrad::bench::kCodecSeed;
+using terngrad::bench::kInputSeed;
+using terngrad::bench::kGradMean;
+using terngrad::bench::kGradSigma;
+using terngrad::bench::kOutlierRate;
+using terngrad::bench::kOutlierScale;
 // Sizes at and above this are the ones the 0.5-of-floor target applies to.
 constexpr size_t kTargetMinSize = size_t{1} << 20;
 constexpr double kTargetFrac = 0.50;

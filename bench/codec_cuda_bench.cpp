@@ -31,7 +31,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench_args.h"
+#include "bench_common.h"
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -56,13 +56,13 @@ namespace tc = terngrad::quantize::cuda;
 
 namespace {
 
-constexpr float kClip = 2.5f;
-constexpr uint64_t kInputSeed = 20261123;
-constexpr uint64_t kCodecSeed = 0x7E46'0001ull;
-constexpr float kGradMean = 2e-6f;
-constexpr float kGradSigma = 1e-3f;
-constexpr double kOutlierRate = 1.0 / 2000.0;
-constexpr float kOutlierScale = 8.0f * kGradSigma;
+using terngrad::bench::kClip;
+using terngrad::bench::kCodecSeed;
+using terngrad::bench::kInputSeed;
+using terngrad::bench::kGradMean;
+using terngrad::bench::kGradSigma;
+using terngrad::bench::kOutlierRate;
+using terngrad::bench::kOutlierScale;
 // Operations per timed batch: about 16M elements of work, 1..256 operations.
 constexpr size_t kBatchElements = size_t{1} << 24;
 

@@ -1,15 +1,31 @@
-// Private to bench/: the command line shared by the codec benchmarks.
+// Private to bench/: what the CPU and CUDA codec benchmarks share — their
+// input model and their command line.
+//
+// Input: gradient-like values, mostly N(mean, sigma) with a small bias (real
+// gradients rarely average exactly zero), plus rare Student-t(3) outliers an
+// order of magnitude out, so max|g| >> 2.5 sigma and clipping really happens.
+//
+// Command line:
 // --quick (or TG_BENCH_QUICK=1) selects a short smoke run; unless given
 // explicitly, repetitions and minimum time default to values that suit a
 // shared 2-core machine (several short repetitions, so a burst of someone
 // else's build spoils a few of them and not the median).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 namespace terngrad::bench {
+
+inline constexpr float kClip = 2.5f;
+inline constexpr uint64_t kInputSeed = 20261123;
+inline constexpr uint64_t kCodecSeed = 0x7E46'0001ull;
+inline constexpr float kGradMean = 2e-6f;
+inline constexpr float kGradSigma = 1e-3f;
+inline constexpr double kOutlierRate = 1.0 / 2000.0;
+inline constexpr float kOutlierScale = 8.0f * kGradSigma;
 
 struct BenchArgs {
   bool quick = false;
