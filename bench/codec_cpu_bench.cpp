@@ -62,6 +62,9 @@ using tg_bench::AlignedArray;
 
 namespace {
 
+using terngrad::bench::size_label;
+using terngrad::bench::fill_gradient;
+using terngrad::bench::bench_params;
 using terngrad::bench::kClip;
 using terngrad::bench::kCodecSeed;
 using terngrad::bench::kInputSeed;
@@ -108,38 +111,6 @@ __attribute__((format(printf, 1, 2))) void info(const char* fmt, ...) {
   std::abort();
 }
 
-std::string size_label(size_t n) {
-  if (n >= (size_t{1} << 20) && n % (size_t{1} << 20) == 0) return std::to_string(n >> 20) + "M";
-  if (n >= (size_t{1} << 10) && n % (size_t{1} << 10) == 0) return std::to_string(n >> 10) + "K";
-  return std::to_string(n);
-}
-
-// Deterministic for a given seed whatever the thread count: each 64K block has
-// its own generator seeded from the block index.
-void fill_gradient(float* x, size_t n, uint64_t seed) {
-  constexpr size_t kBlock = size_t{1} << 16;
-  const long blocks = static_cast<long>((n + kBlock - 1) / kBlock);
-#pragma omp parallel for schedule(dynamic)
-  for (long b = 0; b < blocks; ++b) {
-    std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(b + 1)));
-    std::normal_distribution<float> normal(kGradMean, kGradSigma);
-    std::student_t_distribution<float> tail(3.0f);
-    std::uniform_real_distribution<double> coin(0.0, 1.0);
-    const size_t begin = static_cast<size_t>(b) * kBlock;
-    const size_t end = std::min(n, begin + kBlock);
-    for (size_t i = begin; i < end; ++i)
-      x[i] = coin(rng) < kOutlierRate ? kOutlierScale * tail(rng) : normal(rng);
-  }
-}
-
-tq::EncodeParams bench_params() {
-  tq::EncodeParams p;
-  p.clip_factor = kClip;
-  p.seed = kCodecSeed;
-  p.step = 7;
-  p.tensor_id = 3;
-  return p;
-}
 
 // Checks the codec on this size's input and leaves a valid payload in s.payload.
 void validate_codec(SizeState& s) {

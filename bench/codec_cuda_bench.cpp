@@ -56,6 +56,9 @@ namespace tc = terngrad::quantize::cuda;
 
 namespace {
 
+using terngrad::bench::size_label;
+using terngrad::bench::fill_gradient;
+using terngrad::bench::bench_params;
 using terngrad::bench::kClip;
 using terngrad::bench::kCodecSeed;
 using terngrad::bench::kInputSeed;
@@ -82,12 +85,6 @@ void cuda_ok(cudaError_t err, const char* call) {
       "): " + what + "; refusing to time an incorrect codec");
 }
 
-std::string size_label(size_t n) {
-  if (n >= (size_t{1} << 20) && n % (size_t{1} << 20) == 0) return std::to_string(n >> 20) + "M";
-  if (n >= (size_t{1} << 10) && n % (size_t{1} << 10) == 0) return std::to_string(n >> 10) + "K";
-  return std::to_string(n);
-}
-
 template <class T>
 T* device_alloc(size_t count) {
   void* p = nullptr;
@@ -95,26 +92,7 @@ T* device_alloc(size_t count) {
   return static_cast<T*>(p);
 }
 
-tq::EncodeParams bench_params() {
-  tq::EncodeParams p;
-  p.clip_factor = kClip;
-  p.seed = kCodecSeed;
-  p.step = 7;
-  p.tensor_id = 3;
-  return p;
-}
 
-// Gradient-like input, deterministic: N(mean, sigma) with rare Student-t
-// outliers an order of magnitude out, so clipping really happens.
-std::vector<float> make_gradient(size_t n) {
-  std::mt19937_64 rng(kInputSeed ^ n);
-  std::normal_distribution<float> normal(kGradMean, kGradSigma);
-  std::student_t_distribution<float> tail(3.0f);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  std::vector<float> x(n);
-  for (auto& v : x) v = coin(rng) < kOutlierRate ? kOutlierScale * tail(rng) : normal(rng);
-  return x;
-}
 
 // Everything one size needs, created and checked before any timing.
 struct SizeState {
@@ -351,7 +329,8 @@ int main(int argc, char** argv) {
     s->out = device_alloc<float>(n);
     s->sink = device_alloc<uint32_t>(1);
     s->ws = std::make_unique<tc::Workspace>(n);
-    const std::vector<float> x = make_gradient(n);
+    std::vector<float> x(n);
+    terngrad::bench::fill_gradient(x.data(), n, kInputSeed);
     CUDA_OK(cudaMemcpyAsync(s->x, x.data(), n * sizeof(float), cudaMemcpyHostToDevice, g_stream));
     CUDA_OK(cudaStreamSynchronize(g_stream));
     validate(*s, x);

@@ -90,17 +90,6 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
   return loss;
 }
 
-double Model::weight_decay_loss() const {
-  double l = 0;
-  for (const Param& p : params_.params) {
-    if (p.weight_decay == 0.0f) continue;
-    double ss = 0;
-    for (float v : p.value.data) ss += static_cast<double>(v) * v;
-    l += 0.5 * p.weight_decay * ss;
-  }
-  return l;
-}
-
 int64_t Model::forward_macs_per_example() const {
   int64_t macs = 0;
   Shape shape = with_batch(1, input_);

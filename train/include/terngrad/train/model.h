@@ -45,9 +45,6 @@ class Model {
 
   GradSet make_grads() const;  // zero tensors shaped like the params
 
-  // 0.5 * sum over params of wd * ||w||^2 (the L2 term of the loss).
-  double weight_decay_loss() const;
-
   // Forward multiply-adds per example (training FLOPs ~ 3 x 2 x this).
   int64_t forward_macs_per_example() const;
 
