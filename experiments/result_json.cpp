@@ -28,12 +28,14 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
                "\"seed\": %llu, \"steps\": %lld, \"top1\": %.6f, \"top5\": %.6f, \"ema_top1\": %.6f, "
                "\"ema_top5\": %.6f, \"eval_examples\": %lld, \"final_loss\": %.6f, "
                "\"bytes_sent_per_worker_step\": %.1f, \"bytes_recv_per_worker_step\": %.1f, "
-               "\"fp32_bytes_per_worker_step\": %.1f, \"examples_per_sec\": %.3f, \"wall_seconds\": %.3f, "
-               "\"codecs\": \"%s\"}\n",
+               "\"fp32_bytes_per_worker_step\": %.1f, \"wire_bytes_sent_per_worker_step\": %.1f, "
+               "\"wire_bytes_recv_per_worker_step\": %.1f, \"stale_pushes\": %lld, "
+               "\"examples_per_sec\": %.3f, \"wall_seconds\": %.3f, \"codecs\": \"%s\"}\n",
                cfg.net.c_str(), cfg.num_nodes, (long long)cfg.batch_size, cfg.grad_bits, cfg.clip_factor,
                (unsigned long long)cfg.seed, (long long)r.steps, r.top1, r.top5, r.ema_top1, r.ema_top5,
                (long long)r.eval_examples, r.final_loss, r.bytes_sent_per_worker_step, r.bytes_recv_per_worker_step,
-               r.fp32_bytes_per_worker_step, r.examples_per_sec, r.wall_seconds, r.codec_summary.c_str());
+               r.fp32_bytes_per_worker_step, r.wire_bytes_sent_per_worker_step, r.wire_bytes_recv_per_worker_step,
+               (long long)r.stale_pushes, r.examples_per_sec, r.wall_seconds, r.codec_summary.c_str());
   const bool ok = std::fflush(f) == 0 && std::ferror(f) == 0;
   std::fclose(f);
   if (!ok) throw std::runtime_error(tmp + ": write failed");

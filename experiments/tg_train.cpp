@@ -4,13 +4,20 @@
 //
 // Prints progress to stderr and a summary to stdout; with --train_dir it also
 // writes metrics.jsonl, checkpoints (resumed automatically), model.safetensors
-// and result.json. Exit status: 0 ok, 1 runtime error, 2 bad flags.
+// and result.json. Exit status: 0 ok, 1 runtime error (a dead or refusing
+// peer included, named in the message), 2 bad flags or cluster.
+//
+// Distributed: the same flags plus a role (--job_name, --task_id, --ps_hosts,
+// --worker_hosts, ...) or TF_CONFIG in the environment; see
+// train/distributed.h and tg-cluster, which starts a whole cluster.
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "result_json.h"
+#include "terngrad/train/distributed.h"
 #include "terngrad/train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -23,12 +30,31 @@ int main(int argc, char** argv) {
     }
   }
   tt::TrainConfig cfg;
+  std::optional<terngrad::comm::ClusterSpec> cluster;
   try {
     tt::parse_train_flags(args, cfg);
     tt::validate(cfg);
+    cluster = tt::cluster_of(cfg);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tg-train: %s\n", e.what());
     return 2;
+  }
+  if (cluster) {
+    const std::string who = cluster->task_name();
+    try {
+      const tt::TrainResult r = tt::run_task(cfg, *cluster);
+      if (cluster->is_chief()) {
+        tt::TrainConfig shown = cfg;
+        shown.num_nodes = cluster->num_replicas();
+        std::printf("%s\n", terngrad::experiments::result_summary(shown, r).c_str());
+        if (!cfg.train_dir.empty())
+          terngrad::experiments::write_result_json(cfg.train_dir + "/result.json", shown, r);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tg-train (%s): %s\n", who.c_str(), e.what());
+      return 1;
+    }
+    return 0;
   }
   try {
     const tt::TrainResult r = tt::run_training(cfg);

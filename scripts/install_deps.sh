@@ -5,7 +5,9 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config python3
   libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev
+  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   dataset-fashion-mnist
+  python3-numpy python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,8 @@
 #include "dense_header.h"
 
+#include <bit>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -78,6 +80,34 @@ uint64_t check_dense_payload(DenseType t, std::span<const uint8_t> payload, size
     throw std::invalid_argument(pre + "output has " + std::to_string(out_elements) + " elements, payload has " +
                                 std::to_string(count));
   return count;
+}
+
+void store_f32s(const float* in, size_t n, uint8_t* out) {
+  if (n == 0) return;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, in, n * sizeof(float));
+  } else {
+    for (size_t i = 0; i < n; ++i) quantize::store_le32(out + 4 * i, std::bit_cast<uint32_t>(in[i]));
+  }
+}
+
+void load_f32s(const uint8_t* in, size_t n, float* out) {
+  if (n == 0) return;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, in, n * sizeof(float));
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(quantize::load_le32(in + 4 * i));
+  }
+}
+
+void write_fp32_payload(std::span<const float> values, std::span<uint8_t> out) {
+  write_dense_header(DenseType::kFloat32, values.size(), out);
+  store_f32s(values.data(), values.size(), out.data() + kDenseHeaderBytes);
+}
+
+void read_fp32_payload(std::span<const uint8_t> payload, std::span<float> out) {
+  const uint64_t n = check_dense_payload(DenseType::kFloat32, payload, out.size());
+  load_f32s(payload.data() + kDenseHeaderBytes, n, out.data());
 }
 
 }  // namespace terngrad::comm::detail

@@ -43,4 +43,13 @@ void write_dense_header(DenseType t, uint64_t n, std::span<uint8_t> out);
 // wrong size, each naming the field and its value. Returns the count.
 uint64_t check_dense_payload(DenseType t, std::span<const uint8_t> payload, size_t out_elements);
 
+// An "fp32" payload of values (out holds dense_payload_bytes(kFloat32, n)).
+void write_fp32_payload(std::span<const float> values, std::span<uint8_t> out);
+// out = the values of an "fp32" payload (checked as check_dense_payload does).
+void read_fp32_payload(std::span<const uint8_t> payload, std::span<float> out);
+// Little-endian float32 bodies (a memcpy on little-endian hosts; the body
+// need not be 4-byte aligned).
+void store_f32s(const float* in, size_t n, uint8_t* out);
+void load_f32s(const uint8_t* in, size_t n, float* out);
+
 }  // namespace terngrad::comm::detail

@@ -3,6 +3,7 @@
 #include "builtin_codecs.h"
 #include "dense_header.h"
 #include "fp16_convert.h"
+#include "slices.h"
 #include "spec_reader.h"
 
 namespace terngrad::comm::detail {
@@ -16,16 +17,23 @@ class Fp16Codec final : public GradientCodec {
   std::string spec() const override { return "fp16"; }
   size_t payload_bytes(uint64_t n) const override { return dense_payload_bytes(kType, n); }
 
-  size_t encode(std::span<const float> grad, const EncodeContext& ctx, std::span<uint8_t> out) override {
+  void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                     std::span<const std::span<uint8_t>> outs) override {
     (void)ctx;  // deterministic rounding: nothing random, nothing shared
-    write_dense_header(kType, grad.size(), out);
-    fp16::encode(grad.data(), grad.size(), out.data() + kDenseHeaderBytes);
-    return payload_bytes(grad.size());
+    check_slices("fp16", grad.size(), slices, outs, *this);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      write_dense_header(kType, slices[i].count, outs[i]);
+      fp16::encode(grad.data() + slices[i].begin, slices[i].count, outs[i].data() + kDenseHeaderBytes);
+    }
   }
 
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
     const uint64_t n = check_dense_payload(kType, payload, out.size());
     fp16::decode(payload.data() + kDenseHeaderBytes, n, out.data());
+  }
+
+  void validate(std::span<const uint8_t> payload, uint64_t n) const override {
+    check_dense_payload(kType, payload, n);
   }
 
   void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {

@@ -6,16 +6,24 @@
 //                max of all workers' scales, so payloads sum exactly); 0: each
 //                worker uses its own scale. Default 1.
 //
+// Slices (a variable sharded across servers) are encoded with the whole
+// variable's statistics and element positions (quantize::EncodeParams::
+// element_offset), so any sharding gives the whole variable's bytes.
+//
+// Aggregation: payloads that share one scale sum to integer counts, returned
+// as a ternary sum payload (bit_width(2R) bits per element); a single payload
+// is returned as it is; anything else falls back to the float32 sum.
+//
 // Statistics cache. Scale sharing needs the statistics twice: local_scale()
-// reports the scale, then encode() quantizes with the shared one. Rather than
-// a second statistics pass over the gradient, local_scale() keeps the stats
-// it computed and the very next encode() uses them if it is given the same
-// span (same data pointer and length). The cache is consumed by that encode()
-// (used or not, and also when encode() throws), so it never outlives one
-// local_scale -> encode pair: every local_scale() call recomputes, and an
-// encode() not directly preceded by local_scale() of the same span computes
-// its own. The contract is that the caller does not modify the gradient
-// between the two calls (the trainer's flow: gradient, local_scale,
+// reports the scale, then encode_slices() quantizes with the shared one.
+// Rather than a second statistics pass over the gradient, local_scale() keeps
+// the stats it computed and the very next encode_slices() uses them if it is
+// given the same span (same data pointer and length). The cache is consumed
+// by that call (used or not, and also when it throws), so it never outlives
+// one local_scale -> encode_slices pair: every local_scale() call recomputes,
+// and an encode_slices() not directly preceded by local_scale() of the same
+// span computes its own. The contract is that the caller does not modify the
+// gradient between the two calls (the trainer's flow: gradient, local_scale,
 // all-reduce of the scale, encode).
 //
 // An instance holds this cache, so it is not thread-safe; the trainer keeps
@@ -24,8 +32,10 @@
 #include <utility>
 
 #include "builtin_codecs.h"
+#include "slices.h"
 #include "spec_reader.h"
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/ternary_sum.h"
 
 namespace terngrad::comm::detail {
 
@@ -50,8 +60,10 @@ class TernGradCodec final : public GradientCodec {
     return quantize::local_scale(stats, clip_);
   }
 
-  size_t encode(std::span<const float> grad, const EncodeContext& ctx, std::span<uint8_t> out) override {
+  void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                     std::span<const std::span<uint8_t>> outs) override {
     const std::optional<Cached> cached = std::exchange(cached_, std::nullopt);
+    check_slices("terngrad", grad.size(), slices, outs, *this);
     quantize::EncodeParams p;
     p.clip_factor = clip_;
     p.seed = ctx.seed;
@@ -60,9 +72,13 @@ class TernGradCodec final : public GradientCodec {
     // A codec configured with share_scale=0 ignores a shared scale, as the
     // codecs that do not want one (fp32, fp16) do.
     if (share_scale_) p.shared_scale = ctx.shared_scale;
-    if (cached && cached->data == grad.data() && cached->size == grad.size())
-      return quantize::encode_with_stats(grad, cached->stats, p, out);
-    return quantize::encode(grad, p, out);
+    const quantize::TensorStats stats = cached && cached->data == grad.data() && cached->size == grad.size()
+                                            ? cached->stats
+                                            : quantize::compute_stats(grad);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      p.element_offset = slices[i].begin;
+      quantize::encode_with_stats(grad.subspan(slices[i].begin, slices[i].count), stats, p, outs[i]);
+    }
   }
 
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
@@ -73,7 +89,55 @@ class TernGradCodec final : public GradientCodec {
     quantize::decode_accumulate(payload, out);
   }
 
+  void validate(std::span<const uint8_t> payload, uint64_t n) const override {
+    const quantize::PayloadHeader h = quantize::inspect(payload);
+    if (h.count != n)
+      throw quantize::CodecError(quantize::Errc::kInvalidArgument, "terngrad payload holds " + std::to_string(h.count) +
+                                                                       " elements, expected " + std::to_string(n));
+  }
+
+  void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                 std::vector<uint8_t>& out) const override {
+    if (payloads.size() == 1) {  // nothing to sum: the payload itself, 2 bits per element
+      const quantize::PayloadHeader h = quantize::inspect(payloads[0]);
+      if (h.count == n) {
+        out.assign(payloads[0].begin(), payloads[0].end());
+        return;
+      }
+    }
+    if (!payloads.empty() && payloads.size() <= quantize::kMaxSumContributions && shares_one_scale(payloads, n)) {
+      out.resize(quantize::sum_payload_bytes(n, static_cast<uint32_t>(payloads.size())));
+      quantize::sum_payloads(payloads, out);
+      return;
+    }
+    GradientCodec::aggregate(payloads, n, out);
+  }
+
+  void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
+    if (quantize::is_sum_payload(aggregate))
+      quantize::decode_sum(aggregate, out);
+    else if (aggregate.size() >= 4 && quantize::load_le32(aggregate.data()) == quantize::kMagicLe32)
+      quantize::decode(aggregate, out);  // a single worker's payload
+    else
+      GradientCodec::decode_aggregate(aggregate, out);
+  }
+
  private:
+  // Every header is well formed, flagged shared, with the same scale and
+  // count n (bodies are validated by sum_shared itself, once).
+  static bool shares_one_scale(std::span<const std::span<const uint8_t>> payloads, uint64_t n) {
+    uint32_t scale_bits = 0;
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      const uint8_t* p = payloads[i].data();
+      if (quantize::check_header(p, payloads[i].size()) != quantize::HeaderFault::kNone) return false;
+      const uint32_t bits = quantize::load_le32(p + 16);
+      if ((p[6] & quantize::kFlagSharedScale) == 0 || quantize::load_le64(p + 8) != n) return false;
+      if (i == 0) scale_bits = bits;
+      if (bits != scale_bits) return false;
+    }
+    return true;
+  }
+
   struct Cached {
     const float* data;
     size_t size;

@@ -162,6 +162,9 @@ struct FinishParams {
   uint32_t step = 0;
   uint32_t tensor_id = 0;
   uint8_t* header_out = nullptr;
+  // Elements the header announces: n, or the slice's count when the stats
+  // cover a whole tensor and the payload one slice of it.
+  uint64_t header_count = 0;
 };
 void launch_stats(const float* d_x, uint64_t n, const FinishParams& fp, Workspace& ws,
                   cudaStream_t stream, uint32_t op);

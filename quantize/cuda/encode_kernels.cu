@@ -71,24 +71,33 @@ void launch_pack(const float* d_x, uint64_t n, uint8_t* body, const Workspace::D
 
 }  // namespace detail
 
-void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
-                  size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+namespace {
+
+// Statistics of d_stats[0, n_stats), then the payload of d_x[0, n): the whole
+// tensor (d_x == d_stats) or the slice of it at params.element_offset.
+void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint64_t n,
+                 const EncodeParams& params, uint8_t* d_out, size_t out_capacity, Workspace& ws,
+                 cudaStream_t stream, const char* fn) {
   using detail::fail;
-  if (n > ws.max_elements())
-    fail(Errc::kInvalidArgument, "encode_async: n = " + std::to_string(n) +
+  const std::string name = fn;
+  if (n_stats > ws.max_elements())
+    fail(Errc::kInvalidArgument, name + ": n = " + std::to_string(n_stats) +
                                      " exceeds the workspace's max_elements " +
                                      std::to_string(ws.max_elements()));
-  detail::require_device_pointer(d_x, n, alignof(float), "encode_async: d_x");
+  detail::require_device_pointer(d_stats, n_stats, alignof(float), (name + ": d_x").c_str());
+  if (params.element_offset % 4 != 0)
+    fail(Errc::kInvalidArgument, name + ": element_offset must be a multiple of 4, got " +
+                                     std::to_string(params.element_offset));
   if (d_out == nullptr)
-    fail(Errc::kInvalidArgument, "encode_async: d_out is null (the header needs " +
+    fail(Errc::kInvalidArgument, name + ": d_out is null (the header needs " +
                                      std::to_string(kHeaderBytes) + " bytes even for n = 0)");
   if (out_capacity < max_encoded_bytes(n))
-    fail(Errc::kBufferTooSmall, "encode_async: out_capacity " + std::to_string(out_capacity) +
+    fail(Errc::kBufferTooSmall, name + ": out_capacity " + std::to_string(out_capacity) +
                                     " bytes is below the " + std::to_string(max_encoded_bytes(n)) +
                                     " bytes needed for n = " + std::to_string(n));
   if (!(params.clip_factor >= 0.0f) || std::isinf(params.clip_factor))
     fail(Errc::kInvalidArgument,
-         "encode_async: clip_factor must be a finite number >= 0 (0 disables clipping), got " +
+         name + ": clip_factor must be a finite number >= 0 (0 disables clipping), got " +
              detail::fmt_float(params.clip_factor));
   detail::FinishParams fp;
   fp.encode = true;
@@ -97,7 +106,7 @@ void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint
     const float s = *params.shared_scale;
     // -0.0 is refused too: check_header() rejects a payload whose scale has the sign bit set.
     if (std::isnan(s) || std::isinf(s) || std::signbit(s))
-      fail(Errc::kInvalidArgument, "encode_async: shared_scale must be finite and >= 0 (not -0), got " +
+      fail(Errc::kInvalidArgument, name + ": shared_scale must be finite and >= 0 (not -0), got " +
                                        detail::fmt_float(s));
     fp.has_shared = true;
     fp.shared_scale = s;
@@ -106,16 +115,35 @@ void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint
   fp.step = params.step;
   fp.tensor_id = params.tensor_id;
   fp.header_out = d_out;
+  fp.header_count = n;
 
   const uint32_t op = detail::next_op_id();
-  detail::launch_stats(d_x, n, fp, ws, stream, op);
+  detail::launch_stats(d_stats, n_stats, fp, ws, stream, op);
   if (n == 0) return;  // header-only payload
-  const RngStream rng{params.seed, params.step, params.tensor_id};
+  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
   uint8_t* body = d_out + kHeaderBytes;
   if (reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0)
     detail::launch_pack<true>(d_x, n, body, ws.device(), rng, stream);
   else
     detail::launch_pack<false>(d_x, n, body, ws.device(), rng, stream);
+}
+
+}  // namespace
+
+void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
+                  size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  encode_impl(d_x, n, d_x, n, params, d_out, out_capacity, ws, stream, "encode_async");
+}
+
+void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
+                        uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  if (params.element_offset > n_whole || count > n_whole - params.element_offset)
+    detail::fail(Errc::kInvalidArgument,
+                 "encode_slice_async: slice [" + std::to_string(params.element_offset) + ", +" +
+                     std::to_string(count) + ") lies outside the tensor of " + std::to_string(n_whole) +
+                     " elements");
+  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, d_out, out_capacity, ws,
+              stream, "encode_slice_async");
 }
 
 }  // namespace terngrad::quantize::cuda

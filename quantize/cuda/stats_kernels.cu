@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
     scale = a.fp.shared_scale;
   }
   dev->view.scale = scale;
-  write_header_bits(a.fp.header_out, a.fp.has_shared ? kFlagSharedScale : uint8_t{0}, a.n,
+  write_header_bits(a.fp.header_out, a.fp.has_shared ? kFlagSharedScale : uint8_t{0}, a.fp.header_count,
                     float_bits(scale), a.fp.tensor_id, a.fp.seed, a.fp.step);
 }
 

@@ -155,21 +155,23 @@ __attribute__((target("avx512f,avx512bw,avx512dq"))) void encode_bytes_avx512(
   const GroupQuantizer quantize(q);
   // Blocks k .. k+span-1 are SIMD-able if all their elements exist and the
   // low counter word does not wrap inside them (rare: the portable path crosses).
+  // The counter of byte k is k + block_offset (a slice of a larger tensor).
   auto simd_ok = [&](uint64_t k, uint64_t span) {
+    const uint64_t counter = k + rng.block_offset;
     return k + span <= k_end && 4 * (k + span) <= n &&
-           static_cast<uint32_t>(k) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
+           static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
   };
   uint64_t k = k_begin;
   while (simd_ok(k, 32)) {
     Philox16 r[2];
-    philox_groups<2>(k, rng, r);
+    philox_groups<2>(k + rng.block_offset, rng, r);
     quantize(x + 4 * k, r[0], body + k);
     quantize(x + 4 * k + 64, r[1], body + k + 16);
     k += 32;
   }
   if (simd_ok(k, 16)) {
     Philox16 r[1];
-    philox_groups<1>(k, rng, r);
+    philox_groups<1>(k + rng.block_offset, rng, r);
     quantize(x + 4 * k, r[0], body + k);
     k += 16;
   }
@@ -189,24 +191,35 @@ void require_capacity(uint64_t n, size_t capacity) {
   }
 }
 
-}  // namespace
-
-size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
-                         const EncodeParams& params, std::span<uint8_t> out) {
-  const uint64_t n = x.size();
-  require_capacity(n, out.size());
-  if (stats.count != n) {
-    throw CodecError(Errc::kInvalidArgument, "stats describe " + std::to_string(stats.count) +
-                                                 " elements but the tensor has " +
-                                                 std::to_string(n));
+void check_offset(uint64_t element_offset) {
+  if (element_offset % 4 != 0) {
+    throw CodecError(Errc::kInvalidArgument, "element_offset must be a multiple of 4 (slices start on a "
+                                             "body byte), got " + std::to_string(element_offset));
   }
+}
+
+// x is [element_offset, element_offset + n) of the tensor `stats` describe.
+void check_slice(uint64_t element_offset, uint64_t n, uint64_t whole_count) {
+  check_offset(element_offset);
+  if (element_offset > whole_count || n > whole_count - element_offset) {
+    throw CodecError(Errc::kInvalidArgument,
+                     "stats describe " + std::to_string(whole_count) + " elements but the tensor has " +
+                         std::to_string(n) + (element_offset ? " starting at element_offset " +
+                                                                   std::to_string(element_offset)
+                                                             : std::string()));
+  }
+}
+
+size_t encode_body(std::span<const float> x, const TensorStats& stats, const EncodeParams& params,
+                   std::span<uint8_t> out) {
+  const uint64_t n = x.size();
   const float scale = resolve_scale(stats, params);
   const uint8_t flags = params.shared_scale ? kFlagSharedScale : 0;
   write_header_bits(out.data(), flags, n, float_bits(scale), params.tensor_id, params.seed,
                     params.step);
 
   const TernaryQuantizer q = make_quantizer(scale);
-  const RngStream rng{params.seed, params.step, params.tensor_id};
+  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
   uint8_t* body = out.data() + kHeaderBytes;
   const uint64_t nbytes = body_bytes(n);
   auto* kernel = detail::use_avx512() ? detail::encode_bytes_avx512 : detail::encode_bytes_portable;
@@ -221,9 +234,19 @@ size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
   return max_encoded_bytes(n);
 }
 
+}  // namespace
+
+size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
+                         const EncodeParams& params, std::span<uint8_t> out) {
+  require_capacity(x.size(), out.size());
+  check_slice(params.element_offset, x.size(), stats.count);
+  return encode_body(x, stats, params, out);
+}
+
 size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out) {
   require_capacity(x.size(), out.size());  // before the stats pass: fail fast
-  return encode_with_stats(x, compute_stats(x), params, out);
+  check_offset(params.element_offset);
+  return encode_body(x, compute_stats(x), params, out);
 }
 
 }  // namespace terngrad::quantize

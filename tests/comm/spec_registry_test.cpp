@@ -139,7 +139,8 @@ class NullCodec final : public tc::GradientCodec {
   explicit NullCodec(std::string spec) : spec_(std::move(spec)) {}
   std::string spec() const override { return spec_; }
   size_t payload_bytes(uint64_t) const override { return 0; }
-  size_t encode(std::span<const float>, const tc::EncodeContext&, std::span<uint8_t>) override { return 0; }
+  void encode_slices(std::span<const float>, const tc::EncodeContext&, std::span<const tc::ElementRange>,
+                     std::span<const std::span<uint8_t>>) override {}
   void decode(std::span<const uint8_t>, std::span<float> out) const override {
     std::fill(out.begin(), out.end(), 0.0f);
   }

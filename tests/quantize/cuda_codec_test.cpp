@@ -267,6 +267,39 @@ TEST_F(CudaCodec, EncodeSharedScale) {
   EXPECT_TRUE(same_bits(cpu_encode(zeros, p), gpu_encode(zeros, p, ws)));
 }
 
+// A variable split across parameter servers: each slice, encoded on the GPU
+// with the whole tensor's statistics, equals the CPU's slice payload.
+TEST_F(CudaCodec, EncodeSliceMatchesCpuSlice) {
+  const size_t n = 300001;
+  tc::Workspace ws(n);
+  const auto x = gradient(n, 4242);
+  const tq::TensorStats whole = tq::compute_stats(x);
+  DeviceBytes dx(n * sizeof(float));
+  upload(dx.at<float>(), x, stream_);
+  const std::vector<uint64_t> cuts = {0, 4, 1000, 65536, 200004, n};
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    SCOPED_TRACE("slice " + std::to_string(cuts[s]) + ".." + std::to_string(cuts[s + 1]));
+    const uint64_t count = cuts[s + 1] - cuts[s];
+    tq::EncodeParams p;
+    p.seed = 77;
+    p.step = 3;
+    p.tensor_id = 9;
+    p.element_offset = cuts[s];
+    std::vector<uint8_t> cpu(tq::max_encoded_bytes(count));
+    tq::encode_with_stats(std::span<const float>(x.data() + cuts[s], count), whole, p, cpu);
+    DeviceBytes dout(cpu.size());
+    tc::encode_slice_async(dx.at<float>(), n, count, p, dout.at<uint8_t>(), cpu.size(), ws, stream_);
+    ws.check(stream_);
+    EXPECT_TRUE(same_bits(cpu, download(dout.at<uint8_t>(), cpu.size(), stream_)));
+  }
+  tq::EncodeParams bad;
+  bad.element_offset = n - 3;
+  DeviceBytes dout(tq::max_encoded_bytes(8));
+  EXPECT_THROW(tc::encode_slice_async(dx.at<float>(), n, 8, bad, dout.at<uint8_t>(), tq::max_encoded_bytes(8), ws,
+                                      stream_),
+               CodecError);
+}
+
 TEST_F(CudaCodec, EncodeSpecialValues) {
   tc::Workspace ws(1 << 16);
   tq::EncodeParams p;

@@ -3,20 +3,20 @@
 #include <stdexcept>
 
 #include "file_io.h"
-#include "json.h"
+#include "terngrad/comm/json.h"
 #include "terngrad/train/metrics.h"
 
 namespace terngrad::train {
 
 void JsonObject::key(std::string_view k) {
   if (!body_.empty()) body_ += ",";
-  detail::append_json_string(body_, k);
+  comm::json::append_json_string(body_, k);
   body_ += ":";
 }
 
 JsonObject& JsonObject::add(std::string_view k, std::string_view value) {
   key(k);
-  detail::append_json_string(body_, value);
+  comm::json::append_json_string(body_, value);
   return *this;
 }
 
@@ -28,7 +28,7 @@ JsonObject& JsonObject::add(std::string_view k, bool value) {
 
 JsonObject& JsonObject::add(std::string_view k, double value) {
   key(k);
-  detail::append_json_number(body_, value);
+  comm::json::append_json_number(body_, value);
   return *this;
 }
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "file_io.h"
-#include "json.h"
+#include "terngrad/comm/json.h"
 
 namespace terngrad::train {
 
@@ -24,15 +24,15 @@ void export_safetensors(const std::string& path, const std::vector<std::pair<std
   auto bad = [&](const std::string& msg) { throw std::invalid_argument("export_safetensors(" + path + "): " + msg); };
   std::string header = "{";
   if (!metadata.empty()) {
-    detail::append_json_string(header, kMetadataKey);
+    comm::json::append_json_string(header, kMetadataKey);
     header += ":{";
     bool first = true;
     for (const auto& [k, v] : metadata) {
       if (!first) header += ",";
       first = false;
-      detail::append_json_string(header, k);
+      comm::json::append_json_string(header, k);
       header += ":";
-      detail::append_json_string(header, v);
+      comm::json::append_json_string(header, v);
     }
     header += "}";
   }
@@ -48,7 +48,7 @@ void export_safetensors(const std::string& path, const std::vector<std::pair<std
       bad("tensor '" + name + "' has shape " + detail::format_shape(t->shape) + " but holds " +
           std::to_string(t->data.size()) + " values");
     if (header.size() > 1) header += ",";
-    detail::append_json_string(header, name);
+    comm::json::append_json_string(header, name);
     header += ":{\"dtype\":\"F32\",\"shape\":[";
     for (size_t i = 0; i < t->shape.size(); ++i) {
       if (i) header += ",";
@@ -90,29 +90,29 @@ SafetensorsFile read_safetensors(const std::string& path) {
          std::to_string(bytes.size() - 8) + " remaining bytes (or the 100 MB limit)");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, out.header_length);
   if (text.empty() || text[0] != '{') fail("header does not start with '{'");
-  detail::JsonValue root;
+  comm::json::JsonValue root;
   try {
-    root = detail::parse_json(text);
+    root = comm::json::parse_json(text);
   } catch (const std::exception& e) {
     fail(std::string("header: ") + e.what());
   }
-  if (root.type != detail::JsonValue::Type::kObject) fail("header is not a JSON object");
+  if (root.type != comm::json::JsonValue::Type::kObject) fail("header is not a JSON object");
   const uint64_t data_start = 8 + out.header_length;
   const uint64_t data_size = bytes.size() - data_start;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   for (const auto& [name, v] : root.members) {
     if (name == kMetadataKey) {
-      if (v.type != detail::JsonValue::Type::kObject) fail("__metadata__ is not an object");
+      if (v.type != comm::json::JsonValue::Type::kObject) fail("__metadata__ is not an object");
       for (const auto& [k, s] : v.members) {
-        if (s.type != detail::JsonValue::Type::kString) fail("__metadata__ value of '" + k + "' is not a string");
+        if (s.type != comm::json::JsonValue::Type::kString) fail("__metadata__ value of '" + k + "' is not a string");
         out.metadata[k] = s.text;
       }
       continue;
     }
     const std::string what = "tensor '" + name + "'";
     if (out.tensors.count(name)) fail("duplicate " + what);
-    if (v.type != detail::JsonValue::Type::kObject) fail(what + " is not an object");
-    const detail::JsonValue *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
+    if (v.type != comm::json::JsonValue::Type::kObject) fail(what + " is not an object");
+    const comm::json::JsonValue *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
     for (const auto& [k, m] : v.members) {
       if (k == "dtype") dtype = &m;
       else if (k == "shape") shape = &m;
@@ -120,11 +120,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
       else fail(what + " has unknown field '" + k + "'");
     }
     if (!dtype || !shape || !offsets) fail(what + " lacks dtype, shape or data_offsets");
-    if (dtype->type != detail::JsonValue::Type::kString || dtype->text != "F32")
-      fail(what + " has dtype " + (dtype->type == detail::JsonValue::Type::kString ? dtype->text : "?") +
+    if (dtype->type != comm::json::JsonValue::Type::kString || dtype->text != "F32")
+      fail(what + " has dtype " + (dtype->type == comm::json::JsonValue::Type::kString ? dtype->text : "?") +
            ", this reader handles F32 only");
-    if (shape->type != detail::JsonValue::Type::kArray) fail(what + " shape is not an array");
-    if (offsets->type != detail::JsonValue::Type::kArray || offsets->items.size() != 2)
+    if (shape->type != comm::json::JsonValue::Type::kArray) fail(what + " shape is not an array");
+    if (offsets->type != comm::json::JsonValue::Type::kArray || offsets->items.size() != 2)
       fail(what + " data_offsets is not [begin, end]");
     Tensor t;
     for (const auto& d : shape->items) t.shape.push_back(static_cast<int64_t>(d.as_u64(path + ": " + what + " dimension")));

@@ -53,4 +53,12 @@ void ShardedSampler::restore(const SamplerState& s) {
   shuffle_for_epoch();
 }
 
+void ShardedSampler::restore_after(int64_t consumed) {
+  if (consumed < 0) throw std::invalid_argument("ShardedSampler::restore_after: " + std::to_string(consumed) + " < 0");
+  // An epoch ends lazily: after exactly k * shard_size examples the position
+  // is shard_size and the next draw starts epoch k.
+  if (consumed == 0) restore({0, 0});
+  else restore({(consumed - 1) / shard_size(), (consumed - 1) % shard_size() + 1});
+}
+
 }  // namespace terngrad::train

@@ -121,6 +121,28 @@ const std::vector<Flag>& flags() {
          c.threads = static_cast<int>(to_int("threads", v));
        }},
       {"quiet", "no console progress", TG_BOOL(quiet)},
+      {"job_name", "distributed role: ps | chief | worker | evaluator (else TF_CONFIG, else in-process)",
+       [](TrainConfig& c, const std::string& v) {
+         c.job_name = one_of("job_name", v, {"ps", "chief", "worker", "evaluator"});
+       }},
+      {"task_id", "index of this task within its job", [](TrainConfig& c, const std::string& v) {
+         c.task_id = static_cast<int>(to_int("task_id", v));
+       }},
+      {"ps_hosts", "parameter servers, comma-separated host:port", TG_STR(ps_hosts)},
+      {"worker_hosts", "workers, comma-separated host:port", TG_STR(worker_hosts)},
+      {"chief_host", "the chief's host:port (optional: else worker 0 is the chief)", TG_STR(chief_host)},
+      {"evaluator_host", "the evaluator's host:port (optional)", TG_STR(evaluator_host)},
+      {"sync_replicas", "synchronous steps (false: async, pushes applied on arrival)", TG_BOOL(sync_replicas)},
+      {"replicas_to_aggregate", "sync: pushes summed per step (-1 = all replicas; fewer makes backups)",
+       [](TrainConfig& c, const std::string& v) {
+         c.replicas_to_aggregate = static_cast<int>(to_int("replicas_to_aggregate", v));
+       }},
+      {"peer_timeout_secs", "report a silent or unreachable peer after this", TG_DBL(peer_timeout_secs)},
+      {"startup_timeout_secs", "every task must join within this", TG_DBL(startup_timeout_secs)},
+      {"rpc_timeout_secs", "deadline of one request to a ps", TG_DBL(rpc_timeout_secs)},
+      {"min_shard_bytes", "split variables into ps shards of at least this", TG_INT(min_shard_bytes)},
+      {"placement", "by_size | round_robin",
+       [](TrainConfig& c, const std::string& v) { c.placement = one_of("placement", v, {"by_size", "round_robin"}); }},
   };
   return table;
 }
@@ -173,6 +195,12 @@ void validate(const TrainConfig& c) {
   require(c.num_classes >= 0, "--num_classes must be >= 0");
   require(c.threads >= 0, "--threads must be >= 0");
   require(c.synthetic_examples >= 1, "--synthetic_examples must be >= 1");
+  require(c.task_id >= 0, "--task_id must be >= 0, got " + std::to_string(c.task_id));
+  require(c.replicas_to_aggregate == -1 || c.replicas_to_aggregate >= 1,
+          "--replicas_to_aggregate must be -1 (all) or >= 1, got " + std::to_string(c.replicas_to_aggregate));
+  require(c.peer_timeout_secs > 0 && c.startup_timeout_secs > 0 && c.rpc_timeout_secs > 0,
+          "--peer_timeout_secs, --startup_timeout_secs and --rpc_timeout_secs must be > 0");
+  require(c.min_shard_bytes >= 256, "--min_shard_bytes must be >= 256, got " + std::to_string(c.min_shard_bytes));
 }
 
 std::string train_flags_help() {

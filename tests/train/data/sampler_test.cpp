@@ -82,6 +82,18 @@ TEST(ShardedSampler, RestoreMidEpochReproducesTheSequence) {
   }
 }
 
+TEST(ShardedSampler, RestoreAfterMatchesTheStateOfThatManyDraws) {
+  for (const int64_t consumed : {0, 1, 249, 250, 251, 500, 777}) {
+    ShardedSampler a(1000, 4, 1, 5);
+    draw(a, consumed);
+    ShardedSampler b(1000, 4, 1, 5);
+    b.restore_after(consumed);
+    EXPECT_EQ(b.state().epoch, a.state().epoch) << consumed;
+    EXPECT_EQ(b.state().position, a.state().position) << consumed;
+    EXPECT_EQ(draw(b, 300), draw(a, 300)) << "after " << consumed;
+  }
+}
+
 TEST(ShardedSampler, RejectsBadArgumentsAndStates) {
   EXPECT_THROW(ShardedSampler(10, 0, 0, 1), std::invalid_argument);
   EXPECT_THROW(ShardedSampler(10, 2, 2, 1), std::invalid_argument);

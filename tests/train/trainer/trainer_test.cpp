@@ -1,11 +1,13 @@
 // The virtual-worker trainer end to end on small synthetic data: it learns
-// with fp32 and TernGrad gradients, counts bytes exactly as payload sizes,
+// with fp32 and TernGrad gradients, counts bytes exactly as payload sizes
+// (sent: the worker's payloads; received: the server's sums it pulls),
 // is deterministic, and a resumed run equals an uninterrupted one bit for bit.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "terngrad/quantize/format.h"
+#include "terngrad/quantize/ternary_sum.h"
 #include "terngrad/train/safetensors.h"
 #include "terngrad/train/trainer.h"
 
@@ -51,18 +53,20 @@ TEST(Trainer, CountsBytesAsPayloadSizes) {
   c.max_steps = 1;
   // LeNet variables: conv1 500+20, conv2 25000+50, fc3 1225000+500, logits 5000+10.
   const std::vector<int64_t> sizes = {500, 20, 25000, 50, 1225000, 500, 5000, 10};
-  double fp32 = 0, tern = 0, tern_small_fp32 = 0;
+  double fp32 = 0, tern = 0, tern_sum = 0, tern_small_fp32 = 0;
   for (int64_t n : sizes) {
     fp32 += 16 + 4.0 * n;  // fp32 codec: 16-byte header + raw floats
     tern += terngrad::quantize::max_encoded_bytes(n);
+    tern_sum += terngrad::quantize::sum_payload_bytes(n, 4);  // counts in [-4, 4]: 4 bits each
     tern_small_fp32 += n < 1000 ? 16 + 4.0 * n : terngrad::quantize::max_encoded_bytes(n);
   }
   tt::TrainResult r = tt::run_training(c);
   EXPECT_EQ(r.bytes_sent_per_worker_step, fp32);
-  EXPECT_EQ(r.bytes_recv_per_worker_step, 3 * fp32);  // the other three workers' payloads
+  EXPECT_EQ(r.bytes_recv_per_worker_step, fp32);  // the float32 sum
   c.grad_bits = 2;
   r = tt::run_training(c);
   EXPECT_EQ(r.bytes_sent_per_worker_step, tern);
+  EXPECT_EQ(r.bytes_recv_per_worker_step, tern_sum);
   c.size_to_binarize = 1000;
   r = tt::run_training(c);
   EXPECT_EQ(r.bytes_sent_per_worker_step, tern_small_fp32);

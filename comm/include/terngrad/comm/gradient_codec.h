@@ -5,6 +5,14 @@
 //
 // Codecs are created by name from a spec string through the registry:
 //   make_codec("fp32"), make_codec("fp16"), make_codec("terngrad:clip=2.5").
+//
+// The life of one variable's gradient in one step:
+//   worker:  local_scale(grad)        (codecs that share scales; max-reduced)
+//            encode_slices(grad, ...) (one payload per slice / ps shard)
+//   server:  aggregate(payloads of the workers, in worker order)
+//   worker:  decode_aggregate(...)    (the sum), then scaled by 1/R
+// The in-process trainer runs the same calls without a network, so both give
+// the same bits.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +38,15 @@ struct EncodeContext {
   std::optional<float> shared_scale;
 };
 
+// Elements [begin, begin + count) of a variable.
+struct ElementRange {
+  uint64_t begin = 0;
+  uint64_t count = 0;
+};
+
+// Slices start at multiples of this many elements (TernGrad packs 4 per byte).
+inline constexpr uint64_t kSliceAlignment = 4;
+
 class GradientCodec {
  public:
   virtual ~GradientCodec() = default;
@@ -45,14 +62,38 @@ class GradientCodec {
   virtual bool wants_shared_scale() const { return false; }
   virtual float local_scale(std::span<const float> grad) { (void)grad; return 0.0f; }
 
-  // Writes payload_bytes(grad.size()) bytes into out; returns that count.
-  virtual size_t encode(std::span<const float> grad, const EncodeContext& ctx,
-                        std::span<uint8_t> out) = 0;
+  // Encodes slices of one variable: grad is the whole variable, outs[i]
+  // receives slices[i] (payload_bytes(slices[i].count) bytes). A slice's
+  // payload does not depend on how the variable is cut: statistics, scale and
+  // random draws are the whole variable's, so the slices of any sharding
+  // decode to the whole variable's decoding. Slices start at multiples of
+  // kSliceAlignment and lie inside grad (std::invalid_argument otherwise).
+  virtual void encode_slices(std::span<const float> grad, const EncodeContext& ctx,
+                             std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs) = 0;
+
+  // The whole variable as one payload; returns payload_bytes(grad.size()).
+  size_t encode(std::span<const float> grad, const EncodeContext& ctx, std::span<uint8_t> out);
 
   // out = decoded payload / out += decoded payload. A malformed payload throws
   // with a message naming the problem and leaves out untouched.
   virtual void decode(std::span<const uint8_t> payload, std::span<float> out) const = 0;
   virtual void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const = 0;
+
+  // Checks that payload is a well-formed payload of n elements (what a
+  // server does on receipt, before it keeps anything); throws naming the
+  // problem. The default decodes into a scratch buffer.
+  virtual void validate(std::span<const uint8_t> payload, uint64_t n) const;
+
+  // Server side: the sum of several workers' payloads of one slice of n
+  // elements, summed in the order given, as one payload (what the server
+  // sends back). The default is the float32 sum, decode_accumulate() in
+  // order, in an "fp32" payload; terngrad returns shared-scale sums as
+  // integer counts (quantize/ternary_sum.h). Malformed payloads throw.
+  virtual void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                         std::vector<uint8_t>& out) const;
+
+  // out = the sum an aggregate() payload stands for.
+  virtual void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const;
 
   // Per-tensor state carried between steps (e.g. error-feedback residuals),
   // saved in checkpoints. Stateless codecs keep these defaults.

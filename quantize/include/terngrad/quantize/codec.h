@@ -30,6 +30,12 @@ struct EncodeParams {
   // tensor's own scale; then every worker's payload has the same scale and
   // their sum is an integer count per element times that one scale.
   std::optional<float> shared_scale;
+  // Slices: the tensor passed in is elements [element_offset, element_offset + n)
+  // of a larger tensor (a variable split across parameter servers). With the
+  // whole tensor's statistics (encode_with_stats), the payload's body equals
+  // those bytes of the whole tensor's payload: same scale, same random draws.
+  // A multiple of 4, so a slice starts on a body byte.
+  uint64_t element_offset = 0;
 };
 
 // One pass: mean, population standard deviation, max|g|.
@@ -47,8 +53,9 @@ float resolve_scale(const TensorStats& stats, const EncodeParams& params);
 // the bytes written, always max_encoded_bytes(x.size()).
 size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out);
 
-// The same with statistics the caller already computed for x (the
-// scale-sharing flow computes them once to exchange the local scale).
+// The same with statistics the caller already computed (the scale-sharing
+// flow computes them once to exchange the local scale). They describe x, or,
+// for a slice, the whole tensor: stats.count >= element_offset + x.size().
 size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
                          const EncodeParams& params, std::span<uint8_t> out);
 

@@ -58,6 +58,12 @@ void stats_async(const float* d_x, uint64_t n, Workspace& ws, cudaStream_t strea
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream);
 
+// The payload of the slice d_whole[params.element_offset, + count) with the
+// whole tensor's statistics (and so its scale): byte-identical to the CPU's
+// encode_with_stats(slice, compute_stats(whole), params).
+void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
+                        uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
 // d_out[0, n) = decoded d_payload. payload_bytes must be max_encoded_bytes(n),
 // and the header's count must equal n (checked on the device).
 void decode_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,

@@ -8,7 +8,7 @@
 //  2. The scale and quantizer constants are computed once by these functions
 //     with explicit IEEE operations (no contraction: see quantize/CMakeLists.txt).
 //  3. Element i draws Philox word (i % 4) of counter (i / 4, step, tensor id)
-//     under key seed, and compares 24 random bits against p * 2^24 in float32.
+//     under key seed (i counted in the whole tensor when a payload holds a slice), and compares 24 random bits against p * 2^24 in float32.
 #pragma once
 
 #include <cmath>
@@ -125,15 +125,21 @@ TG_HOST_DEVICE uint32_t ternary_code(float x, const TernaryQuantizer& q, uint32_
 }
 
 // Philox key and the part of the counter fixed for one tensor.
+// block_offset: a payload holding a slice of a larger tensor that starts at
+// element 4 * block_offset draws the counters of those elements' positions in
+// the whole tensor, so the slice's body equals the whole payload's bytes.
 struct RngStream {
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t tensor_id = 0;
+  uint64_t block_offset = 0;
 };
 
-// The four random words of body byte k (elements 4k .. 4k+3).
+// The four random words of body byte k (elements 4k .. 4k+3 of the payload,
+// 4(k + block_offset) .. of the whole tensor).
 TG_HOST_DEVICE Philox4x32Counter byte_random_words(const RngStream& rng, uint64_t k) {
-  const Philox4x32Counter c{{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), rng.step,
+  const uint64_t c64 = k + rng.block_offset;
+  const Philox4x32Counter c{{static_cast<uint32_t>(c64), static_cast<uint32_t>(c64 >> 32), rng.step,
                              rng.tensor_id}};
   const Philox4x32Key key{{static_cast<uint32_t>(rng.seed), static_cast<uint32_t>(rng.seed >> 32)}};
   return philox4x32_10(c, key);

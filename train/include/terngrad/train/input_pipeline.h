@@ -99,6 +99,9 @@ class ShardedSampler {
   // Jumps to a saved state; throws std::invalid_argument naming the field
   // when epoch < 0 or position is outside [0, shard_size].
   void restore(const SamplerState& s);
+  // The state after `consumed` examples from the start (every step of a
+  // synchronous run takes one batch, so a resumed worker needs only the step).
+  void restore_after(int64_t consumed);
 
   int64_t shard_size() const { return static_cast<int64_t>(order_.size()); }
   // This epoch's visiting order (dataset indices).

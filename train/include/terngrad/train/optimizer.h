@@ -59,6 +59,8 @@ class Optimizer {
 
   // Updates applied so far (Adam's t). Restored by load_state.
   int64_t steps() const { return steps_; }
+  // Sets that count (an async parameter server resuming at a global step).
+  void set_steps(int64_t steps) { steps_ = steps; }
 
   // Scalar state as a small versioned little-endian blob naming the optimizer.
   std::vector<uint8_t> save_state() const;

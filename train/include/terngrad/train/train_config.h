@@ -44,6 +44,23 @@ struct TrainConfig {
   bool quantize_logits = true;    // false: the logits layer stays fp32
   std::string codec = "";         // explicit codec spec overrides grad_bits (e.g. "fp16")
 
+  // Distributed runs (ps/worker over gRPC). The cluster comes from the
+  // flags when job_name is set, else from the TF_CONFIG environment variable
+  // when it is set, else the run is in-process (num_nodes virtual workers).
+  std::string job_name = "";        // ps | chief | worker | evaluator
+  int task_id = 0;
+  std::string ps_hosts = "";        // comma-separated host:port
+  std::string worker_hosts = "";
+  std::string chief_host = "";
+  std::string evaluator_host = "";
+  bool sync_replicas = true;        // false: async, each push applied on arrival
+  int replicas_to_aggregate = -1;   // sync: pushes per step (-1 = every replica; fewer = backups)
+  double peer_timeout_secs = 60;    // a silent or unreachable peer is reported after this
+  double startup_timeout_secs = 120;  // every task must have joined within this
+  double rpc_timeout_secs = 30;     // deadline of one request
+  int64_t min_shard_bytes = 256 * 1024;  // variables split into shards of at least this
+  std::string placement = "by_size";     // by_size | round_robin
+
   // Bookkeeping.
   std::string train_dir = "";     // checkpoints, metrics.jsonl, model.safetensors ("" = none)
   uint64_t seed = 1;

@@ -25,6 +25,9 @@ struct TrainResult {
   double bytes_sent_per_worker_step = 0;  // encoded payload bytes one worker pushes per step
   double bytes_recv_per_worker_step = 0;  // payload bytes one worker receives (the others' payloads)
   double fp32_bytes_per_worker_step = 0;  // the same gradients as raw float32
+  double wire_bytes_sent_per_worker_step = 0;  // distributed: serialized request bytes per step
+  double wire_bytes_recv_per_worker_step = 0;  // distributed: serialized reply bytes per step
+  int64_t stale_pushes = 0;                    // distributed sync: pushes dropped as stale (all ps)
   double examples_per_sec = 0;            // training throughput (all workers)
   double wall_seconds = 0;
   std::string codec_summary;              // e.g. "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2"

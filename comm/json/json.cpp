@@ -1,10 +1,10 @@
-#include "json.h"
+#include "terngrad/comm/json.h"
 
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
 
-namespace terngrad::train::detail {
+namespace terngrad::comm::json {
 
 void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
@@ -236,4 +236,4 @@ class Parser {
 
 JsonValue parse_json(std::string_view text) { return Parser(text).document(); }
 
-}  // namespace terngrad::train::detail
+}  // namespace terngrad::comm::json

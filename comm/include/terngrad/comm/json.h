@@ -1,4 +1,4 @@
-// Minimal JSON writing and reading for metrics and safetensors (internal).
+// Minimal JSON writing and reading: metrics, safetensors headers, TF_CONFIG.
 // Writing covers what those files need (escaped strings, numbers with
 // non-finite values as null); reading is a strict RFC 8259 parser used to
 // check safetensors headers, keeping numbers as text so 64-bit offsets are
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace terngrad::train::detail {
+namespace terngrad::comm::json {
 
 // Appends s as a quoted JSON string: quote, backslash and control characters
 // escaped; other bytes (UTF-8) passed through.
@@ -38,4 +38,4 @@ struct JsonValue {
 // allowed). Throws std::runtime_error with the byte offset of the problem.
 JsonValue parse_json(std::string_view text);
 
-}  // namespace terngrad::train::detail
+}  // namespace terngrad::comm::json

@@ -1,0 +1,157 @@
+// The host side of the C API: library version, codec handles over the comm
+// codec registry (make_codec), and encode / decode on host pointers.
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "capi_internal.h"
+
+// The header's API version is the project's version (CMake passes it in):
+// bumping one without the other would give a SOVERSION that lies.
+static_assert(TG_API_VERSION_MAJOR == TG_PROJECT_VERSION_MAJOR &&
+                  TG_API_VERSION_MINOR == TG_PROJECT_VERSION_MINOR &&
+                  TG_API_VERSION_PATCH == TG_PROJECT_VERSION_PATCH,
+              "terngrad.h TG_API_VERSION_* must match project(terngrad VERSION ...)");
+
+namespace terngrad::capi {
+
+namespace {
+
+using comm::EncodeContext;
+
+// Kind and device parameters from the codec's canonical spec, which names
+// every parameter ("terngrad:clip=2.5,share_scale=1").
+void describe(tg_codec& h) {
+  const comm::CodecSpec spec = comm::parse_codec_spec(h.codec->spec());
+  if (spec.name == "fp32") {
+    h.kind = CodecKind::kFp32;
+  } else if (spec.name == "fp16") {
+    h.kind = CodecKind::kFp16;
+  } else if (spec.name == "terngrad") {
+    h.kind = CodecKind::kTernGrad;
+    h.clip = std::stof(spec.params.at("clip"));  // spec() writes the shortest exact decimal
+    h.share_scale = spec.params.at("share_scale") == "1";
+  }
+}
+
+std::span<const float> values(const float* p, uint64_t n, const char* what) {
+  require_buffer(p, n, what, "elements");
+  return {p, static_cast<size_t>(n)};
+}
+
+std::span<float> values(float* p, uint64_t n, const char* what) {
+  require_buffer(p, n, what, "elements");
+  return {p, static_cast<size_t>(n)};
+}
+
+std::span<const uint8_t> bytes(const uint8_t* p, size_t n, const char* what) {
+  require_buffer(p, n, what, "bytes");
+  return {p, n};
+}
+
+}  // namespace
+
+void require_payload_capacity(const comm::GradientCodec& codec, uint64_t n, size_t capacity) {
+  const size_t need = codec.payload_bytes(n);
+  if (capacity < need)
+    throw ApiError(TG_ERR_BUFFER_TOO_SMALL, "output capacity is " + std::to_string(capacity) +
+                                                " bytes, " + std::to_string(n) + " elements of " +
+                                                codec.spec() + " need " + std::to_string(need));
+}
+
+}  // namespace terngrad::capi
+
+using namespace terngrad::capi;
+
+extern "C" {
+
+const char* tg_version(void) { return TG_PROJECT_VERSION; }
+
+uint32_t tg_api_version(void) { return TG_API_VERSION; }
+
+tg_status tg_codec_create(const char* spec, tg_codec_t** out_codec) {
+  return guarded(__func__, Operation::kOther, [&] {
+    require(spec, "spec");
+    require(out_codec, "out_codec");
+    auto h = std::make_unique<tg_codec>();
+    h->codec = terngrad::comm::make_codec(spec);
+    describe(*h);
+    *out_codec = h.release();
+  });
+}
+
+void tg_codec_destroy(tg_codec_t* codec) { delete codec; }
+
+tg_status tg_codec_spec(const tg_codec_t* codec, char* buf, size_t capacity, size_t* out_length) {
+  return guarded(__func__, Operation::kOther, [&] {
+    const std::string spec = handle_of(codec).codec->spec();
+    if (out_length != nullptr) *out_length = spec.size();
+    if (capacity <= spec.size())
+      throw ApiError(TG_ERR_BUFFER_TOO_SMALL, "capacity " + std::to_string(capacity) +
+                                                  " cannot hold the spec \"" + spec + "\" (" +
+                                                  std::to_string(spec.size() + 1) +
+                                                  " bytes with the NUL)");
+    require(buf, "buf");
+    std::memcpy(buf, spec.c_str(), spec.size() + 1);
+  });
+}
+
+tg_status tg_codec_payload_bytes(const tg_codec_t* codec, uint64_t n, size_t* out_bytes) {
+  return guarded(__func__, Operation::kOther, [&] {
+    const tg_codec& h = handle_of(codec);
+    require(out_bytes, "out_bytes");
+    *out_bytes = h.codec->payload_bytes(n);
+  });
+}
+
+tg_status tg_codec_wants_shared_scale(const tg_codec_t* codec, int* out_wants) {
+  return guarded(__func__, Operation::kOther, [&] {
+    const tg_codec& h = handle_of(codec);
+    require(out_wants, "out_wants");
+    *out_wants = h.codec->wants_shared_scale() ? 1 : 0;
+  });
+}
+
+tg_status tg_codec_local_scale(tg_codec_t* codec, const float* grad, uint64_t n, float* out_scale) {
+  return guarded(__func__, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    require(out_scale, "out_scale");
+    *out_scale = h.codec->local_scale(values(grad, n, "grad"));
+  });
+}
+
+tg_status tg_codec_encode(tg_codec_t* codec, const float* grad, uint64_t n, uint32_t tensor_id,
+                          uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* out,
+                          size_t capacity, size_t* out_written) {
+  return guarded(__func__, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    const std::span<const float> g = values(grad, n, "grad");
+    require_payload_capacity(*h.codec, n, capacity);
+    require(out, "out");
+    terngrad::comm::EncodeContext ctx;
+    ctx.tensor_id = tensor_id;
+    ctx.step = step;
+    ctx.seed = seed;
+    if (shared_scale != nullptr) ctx.shared_scale = *shared_scale;
+    const size_t written = h.codec->encode(g, ctx, {out, capacity});
+    if (out_written != nullptr) *out_written = written;
+  });
+}
+
+tg_status tg_codec_decode(const tg_codec_t* codec, const uint8_t* payload, size_t payload_bytes,
+                          float* out, uint64_t n) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    const tg_codec& h = handle_of(codec);
+    h.codec->decode(bytes(payload, payload_bytes, "payload"), values(out, n, "out"));
+  });
+}
+
+tg_status tg_codec_decode_accumulate(const tg_codec_t* codec, const uint8_t* payload,
+                                     size_t payload_bytes, float* out, uint64_t n) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    const tg_codec& h = handle_of(codec);
+    h.codec->decode_accumulate(bytes(payload, payload_bytes, "payload"), values(out, n, "out"));
+  });
+}
+
+}  // extern "C"

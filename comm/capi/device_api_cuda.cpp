@@ -1,0 +1,163 @@
+// The C API on device pointers (CUDA builds): terngrad through the CUDA
+// codec (quantize/cuda.h), fp32 and fp16 through dense_device.cu.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "capi_internal.h"
+#include "cuda/dense_device.h"
+#include "dense_header.h"
+#include "terngrad/quantize/cuda.h"
+
+namespace terngrad::capi {
+
+namespace qc = quantize::cuda;
+using comm::detail::DenseType;
+
+// Created on a handle's first device call: the terngrad codec's workspace
+// (grown when a larger tensor arrives) or the dense codecs' fault record.
+struct DeviceState {
+  std::unique_ptr<qc::Workspace> workspace;
+  std::unique_ptr<cuda::DenseDevice> dense;
+};
+
+void destroy_device_state(DeviceState* state) noexcept { delete state; }
+
+namespace {
+
+cudaStream_t stream_of(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+DeviceState& state_of(tg_codec& h) {
+  if (h.kind == CodecKind::kOther)
+    throw ApiError(TG_ERR_UNSUPPORTED, "codec " + h.codec->spec() + " has no device path");
+  if (!h.device) h.device.reset(new DeviceState);
+  return *h.device;
+}
+
+// A workspace for n elements. Replacing a smaller one first reports any
+// error its earlier work recorded, so nothing found on the device is lost.
+qc::Workspace& workspace_for(tg_codec& h, uint64_t n, cudaStream_t stream) {
+  DeviceState& s = state_of(h);
+  if (!s.workspace || s.workspace->max_elements() < n) {
+    if (s.workspace) s.workspace->check(stream);
+    s.workspace.reset();
+    s.workspace = std::make_unique<qc::Workspace>(std::max<uint64_t>(n, 1));
+  }
+  return *s.workspace;
+}
+
+cuda::DenseDevice& dense_for(tg_codec& h) {
+  DeviceState& s = state_of(h);
+  if (!s.dense) s.dense = std::make_unique<cuda::DenseDevice>();
+  return *s.dense;
+}
+
+DenseType dense_type(const tg_codec& h) {
+  return h.kind == CodecKind::kFp32 ? DenseType::kFloat32 : DenseType::kFloat16;
+}
+
+void decode_device(tg_codec& h, const uint8_t* d_payload, size_t payload_bytes, float* d_out,
+                   uint64_t n, void* stream, bool accumulate) {
+  state_of(h);  // refuses codecs without a device path
+  require_buffer(d_payload, payload_bytes, "d_payload", "bytes");
+  require_buffer(d_out, n, "d_out", "elements");
+  const cudaStream_t s = stream_of(stream);
+  if (h.kind == CodecKind::kTernGrad) {
+    qc::Workspace& ws = workspace_for(h, n, s);
+    if (accumulate)
+      qc::decode_accumulate_async(d_payload, payload_bytes, d_out, n, ws, s);
+    else
+      qc::decode_async(d_payload, payload_bytes, d_out, n, ws, s);
+    return;
+  }
+  cuda::dense_decode_async(dense_type(h), d_payload, payload_bytes, d_out, n, accumulate,
+                           dense_for(h), s);
+}
+
+}  // namespace
+
+}  // namespace terngrad::capi
+
+using namespace terngrad::capi;
+
+extern "C" {
+
+int tg_cuda_built(void) { return 1; }
+
+int tg_cuda_available(void) { return qc::device_available() ? 1 : 0; }
+
+tg_status tg_codec_local_scale_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
+                                      void* stream, float* out_scale) {
+  return guarded(__func__, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    require(out_scale, "out_scale");
+    require_buffer(d_grad, n, "d_grad", "elements");
+    state_of(h);  // refuses codecs without a device path
+    if (h.kind != CodecKind::kTernGrad) {
+      *out_scale = 0.0f;  // fp32 / fp16 have no scale, as on the host
+      return;
+    }
+    const cudaStream_t s = stream_of(stream);
+    qc::Workspace& ws = workspace_for(h, n, s);
+    qc::stats_async(d_grad, n, ws, s);
+    *out_scale = terngrad::quantize::local_scale(ws.stats(s), h.clip);
+  });
+}
+
+tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
+                                 uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                 const float* shared_scale, uint8_t* d_out, size_t capacity,
+                                 void* stream, size_t* out_written) {
+  return guarded(__func__, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    state_of(h);
+    require_buffer(d_grad, n, "d_grad", "elements");
+    require_payload_capacity(*h.codec, n, capacity);
+    require(d_out, "d_out");
+    const cudaStream_t s = stream_of(stream);
+    if (h.kind == CodecKind::kTernGrad) {
+      terngrad::quantize::EncodeParams p;
+      p.clip_factor = h.clip;
+      p.seed = seed;
+      p.step = step;
+      p.tensor_id = tensor_id;
+      // As the host codec: share_scale=0 ignores a shared scale.
+      if (h.share_scale && shared_scale != nullptr) p.shared_scale = *shared_scale;
+      qc::encode_async(d_grad, n, p, d_out, capacity, workspace_for(h, n, s), s);
+    } else {
+      uint8_t header[terngrad::comm::detail::kDenseHeaderBytes];
+      terngrad::comm::detail::write_dense_header(dense_type(h), n, header);
+      terngrad::capi::cuda::dense_encode_async(dense_type(h), header, d_grad, n, d_out, s);
+    }
+    if (out_written != nullptr) *out_written = h.codec->payload_bytes(n);
+  });
+}
+
+tg_status tg_codec_decode_device(tg_codec_t* codec, const uint8_t* d_payload, size_t payload_bytes,
+                                 float* d_out, uint64_t n, void* stream) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    decode_device(handle_of(codec), d_payload, payload_bytes, d_out, n, stream, false);
+  });
+}
+
+tg_status tg_codec_decode_accumulate_device(tg_codec_t* codec, const uint8_t* d_payload,
+                                            size_t payload_bytes, float* d_out, uint64_t n,
+                                            void* stream) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    decode_device(handle_of(codec), d_payload, payload_bytes, d_out, n, stream, true);
+  });
+}
+
+tg_status tg_codec_device_check(tg_codec_t* codec, void* stream) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    tg_codec& h = handle_of(codec);
+    if (!h.device) return;  // no device work yet
+    const cudaStream_t s = stream_of(stream);
+    if (h.device->workspace) h.device->workspace->check(s);
+    if (h.device->dense) h.device->dense->check(s);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,176 @@
+/* terngrad.h: the stable C API of libterngrad.
+ *
+ * Gradient codecs (TernGrad's 2-bit stochastic ternarization, fp16, fp32)
+ * for trainers that are not this project's: a C, C++, Python (ctypes) or
+ * any-FFI program links libterngrad.so and calls these functions.
+ *
+ * Conventions
+ *   - Every codec lives behind an opaque handle (tg_codec_t*), created from a
+ *     spec string and released with tg_codec_destroy().
+ *   - Sizes are explicit: element counts are uint64_t, byte counts size_t.
+ *   - Every fallible call returns a tg_status; TG_OK is 0. On failure,
+ *     tg_last_error_message() returns a message naming the problem (field,
+ *     value, element index). The message is per thread and stays valid until
+ *     the next libterngrad call on that thread.
+ *   - A failed call writes nothing to its outputs.
+ *   - A handle is not thread-safe (the terngrad codec keeps the statistics of
+ *     the last tg_codec_local_scale() for the next encode); use one handle per
+ *     thread, or serialize. Distinct handles are independent.
+ *   - No C++ type crosses this boundary; no exception escapes it.
+ *
+ * Scale sharing (TernGrad): each worker calls tg_codec_local_scale(), the
+ * workers max-reduce the scales, and each passes the max to
+ * tg_codec_encode() as shared_scale. Then every payload has the same scale
+ * and their sum is an integer count per element times that scale.
+ *
+ * Device pointers: when libterngrad is built with CUDA, the *_device
+ * functions take device pointers and a CUDA stream, passed as void* (a
+ * cudaStream_t cast to void*; NULL is the legacy default stream) so that this
+ * header does not need the CUDA headers. They are enqueued on the stream and
+ * return without waiting, except tg_codec_local_scale_device(), which waits
+ * for the scale. Errors found on the device (NaN input, a malformed payload)
+ * are reported by tg_codec_device_check(), which waits for the stream; the
+ * device work after a failed check writes nothing. Without CUDA they return
+ * TG_ERR_UNSUPPORTED.
+ *
+ * Payload formats: terngrad is quantize/FORMAT.md (40-byte header, 2 bits per
+ * element); fp32 and fp16 are a 16-byte header followed by the values.
+ */
+#ifndef TERNGRAD_H_
+#define TERNGRAD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The library is built with -fvisibility=hidden; TG_API marks what it exports. */
+#if defined(TG_BUILDING_LIBRARY)
+#define TG_API __attribute__((visibility("default")))
+#else
+#define TG_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The API this header describes. tg_api_version() returns the library's;
+ * a program checks that the majors agree (and, while the major is 0, the
+ * minors too) before relying on anything else. */
+#define TG_API_VERSION_MAJOR 0
+#define TG_API_VERSION_MINOR 1
+#define TG_API_VERSION_PATCH 0
+#define TG_API_VERSION \
+  (TG_API_VERSION_MAJOR * 10000 + TG_API_VERSION_MINOR * 100 + TG_API_VERSION_PATCH)
+
+/* Status codes. Numbers are part of the ABI and never change meaning. */
+typedef enum tg_status {
+  TG_OK = 0,
+  TG_ERR_INVALID_ARGUMENT = 1,  /* null pointer, bad spec, wrong size, bad shared scale */
+  TG_ERR_NON_FINITE = 2,        /* NaN or Inf in the input gradient */
+  TG_ERR_BUFFER_TOO_SMALL = 3,  /* output capacity below tg_codec_payload_bytes() */
+  TG_ERR_MALFORMED_PAYLOAD = 4, /* payload header or length is wrong */
+  TG_ERR_INVALID_CODE = 5,      /* terngrad payload body holds a reserved code */
+  TG_ERR_SCALE_MISMATCH = 6,    /* payloads summed together disagree */
+  TG_ERR_CUDA = 7,              /* a CUDA runtime call failed */
+  TG_ERR_UNSUPPORTED = 8,       /* built without CUDA, or no device path for this codec */
+  TG_ERR_OUT_OF_MEMORY = 9,
+  TG_ERR_INTERNAL = 10          /* a bug: please report the message */
+} tg_status;
+
+typedef struct tg_codec tg_codec_t;
+
+/* ---- library ---------------------------------------------------------- */
+
+/* "0.1.0": the library's version string. */
+TG_API const char* tg_version(void);
+/* TG_API_VERSION of the library that is loaded. */
+TG_API uint32_t tg_api_version(void);
+/* Message of the last failed call on this thread ("" if none). */
+TG_API const char* tg_last_error_message(void);
+/* "TG_ERR_NON_FINITE" etc.; "unknown status" for numbers not listed above. */
+TG_API const char* tg_status_name(tg_status status);
+/* 1 if the library was built with CUDA, else 0. */
+TG_API int tg_cuda_built(void);
+/* 1 if built with CUDA and a CUDA device can be used now, else 0. */
+TG_API int tg_cuda_available(void);
+
+/* ---- codecs ----------------------------------------------------------- */
+
+/* Creates a codec from a spec: "terngrad" (clip=2.5, share_scale=1),
+ * "terngrad:clip=0" (s = max|g|), "terngrad:clip=2.5,share_scale=0",
+ * "fp16", "fp32". An unknown name, key or value is TG_ERR_INVALID_ARGUMENT
+ * with a message listing what is accepted. */
+TG_API tg_status tg_codec_create(const char* spec, tg_codec_t** out_codec);
+/* Releases a codec (NULL is a no-op). */
+TG_API void tg_codec_destroy(tg_codec_t* codec);
+
+/* The canonical spec ("terngrad:clip=2.5,share_scale=1"), NUL-terminated in
+ * buf. *out_length (optional) receives its length without the NUL; a buf
+ * too small (capacity <= length) is TG_ERR_BUFFER_TOO_SMALL, so a call with
+ * buf = NULL, capacity = 0 asks for the length. */
+TG_API tg_status tg_codec_spec(const tg_codec_t* codec, char* buf, size_t capacity,
+                               size_t* out_length);
+
+/* Exact bytes tg_codec_encode() writes for n elements. */
+TG_API tg_status tg_codec_payload_bytes(const tg_codec_t* codec, uint64_t n, size_t* out_bytes);
+
+/* *out_wants = 1 if the codec takes part in scale sharing (terngrad with
+ * share_scale=1), else 0. */
+TG_API tg_status tg_codec_wants_shared_scale(const tg_codec_t* codec, int* out_wants);
+
+/* This worker's scale for grad[0, n): what encode would use without
+ * sharing. 0 for codecs without a scale (fp32, fp16). */
+TG_API tg_status tg_codec_local_scale(tg_codec_t* codec, const float* grad, uint64_t n,
+                                      float* out_scale);
+
+/* Encodes grad[0, n) into out (capacity bytes, at least
+ * tg_codec_payload_bytes(n)). The random stream is a pure function of
+ * (seed, step, tensor_id, element index): workers must use different seeds;
+ * step and tensor_id make each (step, tensor) draw independent.
+ * shared_scale: NULL, or the max over workers of tg_codec_local_scale()
+ * (must be >= this tensor's own scale); ignored by codecs that do not want
+ * one. *out_written (optional) receives the bytes written. */
+TG_API tg_status tg_codec_encode(tg_codec_t* codec, const float* grad, uint64_t n,
+                                 uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                 const float* shared_scale, uint8_t* out, size_t capacity,
+                                 size_t* out_written);
+
+/* out[0, n) = decoded payload. n must equal the payload's element count. */
+TG_API tg_status tg_codec_decode(const tg_codec_t* codec, const uint8_t* payload,
+                                 size_t payload_bytes, float* out, uint64_t n);
+
+/* out[0, n) += decoded payload: the all-gather / server-side reduction. */
+TG_API tg_status tg_codec_decode_accumulate(const tg_codec_t* codec, const uint8_t* payload,
+                                            size_t payload_bytes, float* out, uint64_t n);
+
+/* ---- device pointers (CUDA builds) ------------------------------------ */
+
+/* As tg_codec_local_scale on device memory; waits for the stream. */
+TG_API tg_status tg_codec_local_scale_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
+                                             void* stream, float* out_scale);
+
+/* As tg_codec_encode on device memory (d_grad 4-byte aligned); shared_scale
+ * is a host pointer. Enqueued on the stream; the payload bytes equal the
+ * host path's. */
+TG_API tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
+                                        uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                        const float* shared_scale, uint8_t* d_out,
+                                        size_t capacity, void* stream, size_t* out_written);
+
+/* As tg_codec_decode / tg_codec_decode_accumulate on device memory. */
+TG_API tg_status tg_codec_decode_device(tg_codec_t* codec, const uint8_t* d_payload,
+                                        size_t payload_bytes, float* d_out, uint64_t n,
+                                        void* stream);
+TG_API tg_status tg_codec_decode_accumulate_device(tg_codec_t* codec, const uint8_t* d_payload,
+                                                   size_t payload_bytes, float* d_out, uint64_t n,
+                                                   void* stream);
+
+/* Waits for the stream and reports the first error the device work of this
+ * codec found since the last check (then clears it). */
+TG_API tg_status tg_codec_device_check(tg_codec_t* codec, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TERNGRAD_H_ */

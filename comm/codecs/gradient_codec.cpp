@@ -1,0 +1,60 @@
+// The parts of GradientCodec every codec shares: whole-variable encode, slice
+// checks, and the default (float32) aggregate.
+#include <stdexcept>
+#include <string>
+
+#include "dense_header.h"
+#include "slices.h"
+#include "terngrad/comm/gradient_codec.h"
+
+namespace terngrad::comm {
+
+size_t GradientCodec::encode(std::span<const float> grad, const EncodeContext& ctx, std::span<uint8_t> out) {
+  const ElementRange whole{0, grad.size()};
+  const std::span<uint8_t> outs[1] = {out};
+  encode_slices(grad, ctx, std::span<const ElementRange>(&whole, 1), outs);
+  return payload_bytes(grad.size());
+}
+
+void GradientCodec::aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                              std::vector<uint8_t>& out) const {
+  if (payloads.empty()) throw std::invalid_argument(spec() + " aggregate: no payloads to sum");
+  std::vector<float> sum(n, 0.0f);
+  for (const auto& p : payloads) decode_accumulate(p, sum);
+  out.resize(detail::dense_payload_bytes(detail::DenseType::kFloat32, n));
+  detail::write_fp32_payload(sum, out);
+}
+
+void GradientCodec::validate(std::span<const uint8_t> payload, uint64_t n) const {
+  std::vector<float> scratch(n);
+  decode(payload, scratch);
+}
+
+void GradientCodec::decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const {
+  detail::read_fp32_payload(aggregate, out);
+}
+
+namespace detail {
+
+void check_slices(const std::string& codec, uint64_t n, std::span<const ElementRange> slices,
+                  std::span<const std::span<uint8_t>> outs, const GradientCodec& c) {
+  if (slices.size() != outs.size())
+    throw std::invalid_argument(codec + " encode_slices: " + std::to_string(slices.size()) + " slices but " +
+                                std::to_string(outs.size()) + " output buffers");
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const ElementRange& r = slices[i];
+    if (r.begin % kSliceAlignment != 0 || r.begin > n || r.count > n - r.begin)
+      throw std::invalid_argument(codec + " encode_slices: slice " + std::to_string(i) + " [" +
+                                  std::to_string(r.begin) + ", +" + std::to_string(r.count) +
+                                  ") must start at a multiple of " + std::to_string(kSliceAlignment) +
+                                  " and lie inside the " + std::to_string(n) + " elements");
+    if (outs[i].size() < c.payload_bytes(r.count))
+      throw std::invalid_argument(codec + " encode_slices: output " + std::to_string(i) + " has " +
+                                  std::to_string(outs[i].size()) + " bytes, slice needs " +
+                                  std::to_string(c.payload_bytes(r.count)));
+  }
+}
+
+}  // namespace detail
+
+}  // namespace terngrad::comm

@@ -1,0 +1,22 @@
+// One look at a parameter server's state, for evaluators, launchers and tests.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace terngrad::comm {
+
+struct PsStatus {
+  std::string phase;  // waiting_init | running | finished | failed
+  int64_t global_step = 0;
+  std::string failure;
+  uint64_t stale_pushes = 0, duplicate_pushes = 0;
+  uint64_t bytes_received = 0, bytes_sent = 0;  // payload bytes
+  int registered = 0, total_replicas = 0;
+};
+
+// nullopt when the ps does not answer within timeout_s.
+std::optional<PsStatus> query_ps_status(const std::string& address, double timeout_s);
+
+}  // namespace terngrad::comm

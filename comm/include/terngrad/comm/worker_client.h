@@ -1,0 +1,98 @@
+// A training replica's side of the parameter-server service: ps-lite's
+// handful of calls (join, push, pull) plus scale sharing, checkpoint and
+// finish. Every call fans out to the ps tasks in parallel, routes each shard
+// of the layout to the ps that holds it, retries a ps that is briefly
+// unreachable (a push carries (replica, step), so a retry is never applied
+// twice), and throws PeerError naming the ps and the problem when one stays
+// unreachable for peer_timeout or reports that the run failed, or RunEnded
+// when the chief finished the run. A heartbeat thread keeps the replica
+// alive in the ps's eyes while it computes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "terngrad/comm/placement.h"
+
+namespace terngrad::comm {
+
+struct ClientOptions {
+  double rpc_timeout_s = 30;    // deadline of one request (long polls included)
+  double peer_timeout_s = 60;   // a ps unreachable this long is reported gone
+  double heartbeat_s = 1;       // liveness beat while computing
+  std::string label;            // "host:pid", shown by the ps
+};
+
+// What went over the wire from this replica's point of view.
+struct Traffic {
+  uint64_t payload_sent = 0;      // codec payload bytes pushed
+  uint64_t payload_received = 0;  // aggregated payload (sync) or value (async) bytes pulled
+  uint64_t message_sent = 0;      // serialized protobuf bytes of every request
+  uint64_t message_received = 0;  // serialized protobuf bytes of every reply
+};
+
+class WorkerClient {
+ public:
+  // The layout, sync flag and replica counts must be what every process of
+  // the run computes (their fingerprint is checked by the ps).
+  WorkerClient(std::vector<std::string> ps_addresses, Layout layout, int replica, bool sync, int total_replicas,
+               int replicas_to_aggregate, ClientOptions options);
+  ~WorkerClient();
+  WorkerClient(const WorkerClient&) = delete;
+  WorkerClient& operator=(const WorkerClient&) = delete;
+
+  // Full-variable tensors to start an async run from: values[v] and, per
+  // optimizer slot name, slots[name][v] (each variables[v].size floats).
+  struct InitTensors {
+    std::vector<std::span<const float>> values;
+    std::map<std::string, std::vector<std::span<const float>>> slots;
+  };
+
+  // The chief initializes every ps first (layout, global step; async: init's
+  // tensors). Then every replica registers and waits until all have joined.
+  // Returns the run's global step.
+  int64_t join(int64_t global_step, const InitTensors* init = nullptr);
+
+  // Sync scale sharing: the max over replicas of each variable's local scale.
+  std::vector<float> exchange_scales(int64_t step, std::span<const float> local_scales);
+
+  struct PushOutcome {
+    bool applied = true;  // every ps counted it
+    int stale = 0;        // ps tasks that dropped it as stale
+  };
+  // One payload per shard of the layout (layout.shards order).
+  PushOutcome push(int64_t step, float loss, std::span<const std::span<const uint8_t>> shard_payloads);
+
+  struct Sums {
+    uint32_t contributions = 0;  // R payloads summed
+    float mean_loss = 0;         // their replicas' mean loss
+  };
+  // Sync: waits for step's sums and writes the aggregated payload of every
+  // shard into sums[shard].
+  Sums pull_sums(int64_t step, std::vector<std::vector<uint8_t>>& sums);
+
+  // Async: the current values into values[v] (full variables); returns the
+  // global step (ps 0's). Pushes that follow are tagged with these steps.
+  int64_t pull_values(std::span<const std::span<float>> values);
+
+  // Async, chief: every variable's values ("name") and slots ("name/slot").
+  std::map<std::string, std::vector<float>> fetch_state();
+
+  // This replica is done. The chief also ends the run on every ps (ok), or
+  // stops it with the reason (!ok). Never throws.
+  void finish(bool ok, const std::string& reason = "");
+
+  Traffic traffic() const;
+  const Layout& layout() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace terngrad::comm

@@ -1,0 +1,806 @@
+// The parameter server (ps_server.h): the gRPC service over one lock-guarded
+// state. Long polls wait on one condition variable; a monitor thread enforces
+// the startup and liveness timeouts.
+#include "terngrad/comm/ps_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "chunks.h"
+#include "parameter_server.grpc.pb.h"
+#include "terngrad/comm/errors.h"
+#include "terngrad/comm/gradient_codec.h"
+
+namespace terngrad::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using grpc::ServerContext;
+using grpc::StatusCode;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+enum class Phase { kWaitingInit, kRunning, kFinished, kFailed };
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kWaitingInit: return "waiting_init";
+    case Phase::kRunning: return "running";
+    case Phase::kFinished: return "finished";
+    case Phase::kFailed: return "failed";
+  }
+  return "?";
+}
+
+struct Replica {
+  bool registered = false;
+  bool done = false;
+  bool gone = false;
+  std::string gone_reason;
+  std::string label;
+  Clock::time_point last_heard{};
+  int64_t last_pushed = -1;
+};
+
+struct Shard {
+  ShardView view;
+  std::unique_ptr<GradientCodec> codec;
+  std::vector<float> values;  // async
+};
+
+// The pushes of the step being collected (sync).
+struct StepBuffer {
+  int64_t step = 0;
+  std::vector<std::vector<std::vector<uint8_t>>> payloads;  // [replica][shard]
+  std::vector<bool> pushed;
+  std::vector<float> loss;
+  int count = 0;
+  bool closed = false;  // replicas_to_aggregate reached: later pushes are stale
+};
+
+struct Aggregate {
+  int64_t step = 0;
+  uint32_t contributions = 0;
+  float mean_loss = 0;
+  std::vector<std::vector<uint8_t>> shards;
+  int pulls = 0;  // replicas that pulled it; at total it is no longer needed
+};
+
+}  // namespace
+
+struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
+  ServerOptions opt;
+  UpdateHandler* handler;
+  std::string address;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  Phase phase = Phase::kWaitingInit;
+  std::string failure;
+  const Clock::time_point started = Clock::now();
+  // From the chief's Init.
+  uint64_t fingerprint = 0;
+  bool sync = true;
+  int total = 0, needed = 0;  // replicas, replicas_to_aggregate
+  std::vector<rpc::Variable> variables;
+  std::vector<Shard> shards;
+  int64_t global_step = 0;
+  std::vector<Replica> replicas;
+  StepBuffer current;
+  std::deque<std::shared_ptr<Aggregate>> recent;  // shared: pullers stream it without a copy
+  // Buffers of earlier steps, reused so large tensors do not cost fresh
+  // (page-faulting, zero-filled) memory every step.
+  std::vector<std::vector<std::vector<uint8_t>>> spare_pushes;  // [replica][shard]
+  std::vector<std::vector<uint8_t>> spare_sums;                 // [shard]
+  // Scale sharing (ps 0), per step: the running max and who reported.
+  struct Scales {
+    int64_t step = -1;
+    std::vector<float> max;
+    std::vector<bool> reported;
+    int count = 0;
+  };
+  std::deque<Scales> scales;
+  uint64_t stale = 0, duplicates = 0, bytes_in = 0, bytes_out = 0;
+
+  std::thread monitor;
+  std::atomic<bool> stopping{false};
+
+  Impl(const std::string& addr, ServerOptions o, UpdateHandler* h) : opt(std::move(o)), handler(h), address(addr) {}
+
+  void log(const std::string& msg) {
+    if (opt.verbose) std::fprintf(stderr, "ps %d: %s\n", opt.task_index, msg.c_str());
+  }
+
+  std::string replica_name(uint32_t r) const {
+    if (r < opt.replica_names.size() && !opt.replica_names[r].empty()) return opt.replica_names[r];
+    return "replica " + std::to_string(r);
+  }
+
+  // --- state helpers (mu held) ---
+  void fail_locked(const std::string& why) {
+    if (phase == Phase::kFailed || phase == Phase::kFinished) return;
+    phase = Phase::kFailed;
+    failure = why;
+    log("run failed: " + why);
+    cv.notify_all();
+  }
+
+  grpc::Status ended_status() const {
+    if (phase == Phase::kFailed) return grpc::Status(StatusCode::ABORTED, "ps " + std::to_string(opt.task_index) + ": " + failure);
+    return grpc::Status(StatusCode::OUT_OF_RANGE, "ps " + std::to_string(opt.task_index) + ": training finished");
+  }
+  bool ended() const { return phase == Phase::kFailed || phase == Phase::kFinished; }
+
+  grpc::Status check_replica(uint32_t r) const {
+    if (r >= static_cast<uint32_t>(total))
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "replica " + std::to_string(r) + " is outside the run's " +
+                                                      std::to_string(total) + " replicas");
+    return grpc::Status::OK;
+  }
+
+  void heard(uint32_t r) {
+    if (r < replicas.size()) replicas[r].last_heard = Clock::now();
+  }
+
+  std::vector<uint32_t> unregistered() const {
+    std::vector<uint32_t> m;
+    for (size_t r = 0; r < replicas.size(); ++r)
+      if (!replicas[r].registered) m.push_back(static_cast<uint32_t>(r));
+    return m;
+  }
+
+  // Waits until pred() or the poll interval / the call's deadline / an end.
+  template <class Pred>
+  void long_poll(std::unique_lock<std::mutex>& lock, ServerContext* ctx, Pred pred) {
+    auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.poll_s));
+    const auto deadline = ctx->deadline();
+    const auto now_sys = std::chrono::system_clock::now();
+    if (deadline > now_sys) {
+      const auto left = std::chrono::duration_cast<Clock::duration>(deadline - now_sys) - std::chrono::milliseconds(200);
+      until = std::min(until, Clock::now() + std::max(left, Clock::duration::zero()));
+    }
+    cv.wait_until(lock, until, [&] { return pred() || ended() || ctx->IsCancelled(); });
+  }
+
+  // --- the service ---
+  grpc::Status Init(ServerContext*, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply*) override {
+    rpc::InitChunk chunk;
+    if (!reader->Read(&chunk) || !chunk.has_header())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: the first message must be the header");
+    const rpc::InitHeader h = chunk.header();
+    if (h.replica() != 0) return grpc::Status(StatusCode::PERMISSION_DENIED, "Init: only the chief (replica 0) initializes");
+    if (h.total_replicas() == 0 || h.replicas_to_aggregate() == 0 || h.replicas_to_aggregate() > h.total_replicas())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate()) +
+                                                      " must be in [1, total_replicas " + std::to_string(h.total_replicas()) + "]");
+    if (!h.sync() && handler == nullptr)
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: async training needs an update rule, and this ps has none");
+    std::vector<Shard> fresh;
+    for (int i = 0; i < h.shards_size(); ++i) {
+      const rpc::Shard& s = h.shards(i);
+      if (s.variable() >= static_cast<uint32_t>(h.variables_size()))
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(i) + " names variable " +
+                                                        std::to_string(s.variable()) + " of " + std::to_string(h.variables_size()));
+      const rpc::Variable& v = h.variables(s.variable());
+      if (s.begin() > v.size() || s.count() > v.size() - s.begin())
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(i) + " lies outside " + v.name());
+      Shard sh;
+      sh.view = {s.variable(), v.name(), s.begin(), s.count(), v.codec()};
+      try {
+        sh.codec = make_codec(v.codec());
+      } catch (const std::exception& e) {
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + v.name() + ": " + e.what());
+      }
+      if (!h.sync()) sh.values.assign(s.count(), 0.0f);
+      fresh.push_back(std::move(sh));
+    }
+    if (!h.sync())
+      for (size_t i = 0; i < fresh.size(); ++i) handler->init_shard(i, fresh[i].view);
+    // Async: values and slots follow, each a complete shard-sized tensor.
+    std::vector<std::vector<detail::Reassembly>> parts(fresh.size());
+    std::vector<std::vector<std::string>> part_names(fresh.size());
+    while (reader->Read(&chunk)) {
+      if (!chunk.has_tensor()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: a second header");
+      const rpc::TensorChunk& t = chunk.tensor();
+      if (h.sync()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: sync runs keep no values on the ps");
+      if (t.shard() >= fresh.size()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: tensor for unknown shard " + std::to_string(t.shard()));
+      auto& names = part_names[t.shard()];
+      size_t k = std::find(names.begin(), names.end(), t.slot()) - names.begin();
+      if (k == names.size()) {
+        names.push_back(t.slot());
+        parts[t.shard()].emplace_back();
+      }
+      const std::string err = parts[t.shard()][k].add(t.offset(), t.total_bytes(), t.data(), 4 * fresh[t.shard()].view.count);
+      if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(t.shard()) + " " + t.slot() + ": " + err);
+    }
+    for (size_t s = 0; s < fresh.size(); ++s) {
+      std::vector<std::pair<std::string, std::span<float>>> targets;
+      if (!h.sync()) {
+        targets = handler->slots(s);
+        targets.insert(targets.begin(), {"", std::span<float>(fresh[s].values)});
+      }
+      for (size_t k = 0; k < part_names[s].size(); ++k) {
+        auto it = std::find_if(targets.begin(), targets.end(), [&](auto& p) { return p.first == part_names[s][k]; });
+        if (it == targets.end())
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " has no slot \"" + part_names[s][k] + "\"");
+        detail::Reassembly& r = parts[s][k];
+        if (!r.complete() || r.bytes().size() != it->second.size_bytes())
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " slot \"" + part_names[s][k] +
+                                                          "\" is incomplete or has the wrong size");
+        std::memcpy(it->second.data(), r.bytes().data(), r.bytes().size());
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (phase != Phase::kWaitingInit) {
+      if (phase == Phase::kRunning && h.fingerprint() == fingerprint) return grpc::Status::OK;  // a retried Init
+      return phase == Phase::kRunning ? grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout")
+                                      : ended_status();
+    }
+    fingerprint = h.fingerprint();
+    sync = h.sync();
+    total = static_cast<int>(h.total_replicas());
+    needed = static_cast<int>(h.replicas_to_aggregate());
+    variables.assign(h.variables().begin(), h.variables().end());
+    shards = std::move(fresh);
+    global_step = h.global_step();
+    replicas.assign(total, Replica{});
+    spare_pushes.assign(total, {});
+    spare_sums.assign(shards.size(), {});
+    current = StepBuffer{};
+    current.step = global_step;
+    current.payloads.assign(total, {});
+    current.pushed.assign(total, false);
+    current.loss.assign(total, 0.0f);
+    phase = Phase::kRunning;
+    log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
+        std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
+        std::to_string(global_step));
+    cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Register(ServerContext* ctx, const rpc::RegisterRequest* req, rpc::RegisterReply* reply) override {
+    std::unique_lock<std::mutex> lock(mu);
+    long_poll(lock, ctx, [&] { return phase != Phase::kWaitingInit; });
+    if (ended()) return ended_status();
+    if (phase == Phase::kWaitingInit) {  // the chief has not initialized this ps yet
+      reply->set_ready(false);
+      reply->add_missing(0);
+      return grpc::Status::OK;
+    }
+    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    if (req->fingerprint() != fingerprint)
+      return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                    replica_name(req->replica()) + " has a different model, codec, placement or sync setting than the chief "
+                    "(layout fingerprint " + std::to_string(req->fingerprint()) + " vs " + std::to_string(fingerprint) +
+                    "): start every task with the same flags");
+    Replica& r = replicas[req->replica()];
+    if (!r.registered) log(replica_name(req->replica()) + " (" + req->label() + ") joined");
+    r.registered = true;
+    r.gone = false;
+    r.label = req->label();
+    heard(req->replica());
+    cv.notify_all();
+    long_poll(lock, ctx, [&] { return unregistered().empty(); });
+    if (ended()) return ended_status();
+    const auto missing = unregistered();
+    reply->set_ready(missing.empty());
+    for (uint32_t m : missing) reply->add_missing(m);
+    reply->set_global_step(global_step);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ExchangeScales(ServerContext* ctx, const rpc::ScalesRequest* req, rpc::ScalesReply* reply) override {
+    std::unique_lock<std::mutex> lock(mu);
+    if (ended()) return ended_status();
+    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales before Init");
+    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    if (req->scales_size() != static_cast<int>(variables.size()))
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: " + std::to_string(req->scales_size()) + " scales for " +
+                                                      std::to_string(variables.size()) + " variables");
+    heard(req->replica());
+    auto it = std::find_if(scales.begin(), scales.end(), [&](const Scales& s) { return s.step == req->step(); });
+    if (it == scales.end()) {
+      Scales s;
+      s.step = req->step();
+      s.max.assign(variables.size(), 0.0f);
+      s.reported.assign(total, false);
+      scales.push_back(std::move(s));
+      while (scales.size() > static_cast<size_t>(opt.keep_steps)) scales.pop_front();
+      it = std::find_if(scales.begin(), scales.end(), [&](const Scales& x) { return x.step == req->step(); });
+      if (it == scales.end())
+        return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(req->step()) + " is too old");
+    }
+    const int64_t step = req->step();
+    if (!it->reported[req->replica()]) {
+      it->reported[req->replica()] = true;
+      ++it->count;
+      for (size_t v = 0; v < variables.size(); ++v) it->max[v] = std::max(it->max[v], req->scales(v));
+      cv.notify_all();
+    }
+    auto find = [&]() -> Scales* {
+      for (auto& s : scales)
+        if (s.step == step) return &s;
+      return nullptr;
+    };
+    long_poll(lock, ctx, [&] { Scales* s = find(); return s == nullptr || s->count >= needed; });
+    if (ended()) return ended_status();
+    Scales* s = find();
+    if (s == nullptr) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(step) + " is too old");
+    reply->set_ready(s->count >= needed);
+    if (reply->ready()) {
+      for (float m : s->max) reply->add_max_scales(m);
+    } else {
+      for (size_t r = 0; r < s->reported.size(); ++r)
+        if (!s->reported[r]) reply->add_missing(static_cast<uint32_t>(r));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Push(ServerContext*, grpc::ServerReader<rpc::PushChunk>* reader, rpc::PushReply* reply) override {
+    rpc::PushChunk chunk;
+    if (!reader->Read(&chunk) || !chunk.has_header())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
+    const rpc::PushHeader h = chunk.header();
+    std::vector<uint64_t> expect;  // payload bytes per shard
+    std::vector<std::vector<uint8_t>> reuse;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ended()) return ended_status();
+      if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Push before Init");
+      if (grpc::Status s = check_replica(h.replica()); !s.ok()) return s;
+      heard(h.replica());
+      for (const Shard& s : shards) expect.push_back(s.codec->payload_bytes(s.view.count));
+      reuse = std::move(spare_pushes[h.replica()]);
+      spare_pushes[h.replica()].clear();
+    }
+    const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
+    std::vector<detail::Reassembly> parts(expect.size());
+    for (size_t s = 0; s < reuse.size() && s < parts.size(); ++s) parts[s].adopt(std::move(reuse[s]));
+    while (reader->Read(&chunk)) {
+      if (!chunk.has_payload()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": a second header");
+      const rpc::PayloadChunk& p = chunk.payload();
+      if (p.shard() >= parts.size())
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": unknown shard " + std::to_string(p.shard()));
+      const std::string err = parts[p.shard()].add(p.offset(), p.total_bytes(), p.data(), expect[p.shard()]);
+      if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ", shard " + std::to_string(p.shard()) + ": " + err);
+    }
+    uint64_t received = 0;
+    for (size_t s = 0; s < parts.size(); ++s) {
+      if (!parts[s].complete() || parts[s].bytes().size() != expect[s])
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " has " +
+                                                        std::to_string(parts[s].filled()) + " of the " +
+                                                        std::to_string(expect[s]) + " payload bytes its codec writes");
+      try {
+        shards[s].codec->validate(parts[s].bytes(), shards[s].view.count);
+      } catch (const std::exception& e) {
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " (" +
+                                                        shards[s].view.name + "): malformed payload: " + e.what());
+      }
+      received += parts[s].bytes().size();
+    }
+    return sync ? push_sync(h, parts, received, reply) : push_async(h, parts, received, reply);
+  }
+
+  grpc::Status push_sync(const rpc::PushHeader& h, std::vector<detail::Reassembly>& parts, uint64_t received, rpc::PushReply* reply) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (ended()) return ended_status();
+    heard(h.replica());
+    Replica& rep = replicas[h.replica()];
+    reply->set_global_step(global_step);
+    if (h.step() < current.step || (h.step() == current.step && current.closed)) {
+      const bool dup = h.step() <= rep.last_pushed;
+      if (dup) ++duplicates;
+      else ++stale;
+      reply->set_outcome(dup ? rpc::PushReply::DUPLICATE : rpc::PushReply::STALE);
+      // Backups are stale every step by design: the first few and then every
+      // 100th are logged; Status and the chief's result.json carry the count.
+      if (!dup && (stale <= 5 || stale % 100 == 0))
+        log(replica_name(h.replica()) + ": push of step " + std::to_string(h.step()) + " is stale (step " +
+            std::to_string(current.step) + " already summed); dropped (" + std::to_string(stale) + " so far)");
+      rep.last_pushed = std::max(rep.last_pushed, h.step());
+      give_back(h.replica(), parts);
+      return grpc::Status::OK;
+    }
+    if (h.step() > current.step)
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(h.replica()) + " pushed step " + std::to_string(h.step()) +
+                                                         " but the ps is at step " + std::to_string(current.step));
+    if (current.pushed[h.replica()]) {
+      ++duplicates;
+      reply->set_outcome(rpc::PushReply::DUPLICATE);
+      give_back(h.replica(), parts);
+      return grpc::Status::OK;
+    }
+    current.pushed[h.replica()] = true;
+    current.loss[h.replica()] = h.loss();
+    current.payloads[h.replica()].clear();
+    for (auto& p : parts) current.payloads[h.replica()].push_back(std::move(p.bytes()));
+    rep.last_pushed = h.step();
+    bytes_in += received;
+    reply->set_outcome(rpc::PushReply::APPLIED);
+    if (++current.count < needed) return grpc::Status::OK;
+
+    // The step is complete: sum it outside the lock, in replica order. The
+    // buffer stays (closed, payloads moved out) so that late pushes read as
+    // stale and waiting pulls can still list who pushed.
+    current.closed = true;
+    StepBuffer buf;
+    buf.step = current.step;
+    buf.pushed = current.pushed;
+    buf.loss = current.loss;
+    buf.count = current.count;
+    buf.payloads = std::move(current.payloads);
+    current.payloads.assign(total, {});
+    std::vector<std::vector<uint8_t>> outs = std::move(spare_sums);
+    spare_sums.assign(shards.size(), {});
+    lock.unlock();
+    Aggregate agg;
+    agg.step = buf.step;
+    agg.contributions = static_cast<uint32_t>(buf.count);
+    double loss = 0;
+    for (int r = 0; r < total; ++r)
+      if (buf.pushed[r]) loss += buf.loss[r];
+    agg.mean_loss = static_cast<float>(loss / buf.count);
+    agg.shards = std::move(outs);
+    agg.shards.resize(shards.size());
+    std::string error;
+    try {
+      for (size_t s = 0; s < shards.size(); ++s) {
+        std::vector<std::span<const uint8_t>> views;
+        for (int r = 0; r < total; ++r)
+          if (buf.pushed[r]) views.emplace_back(buf.payloads[r][s]);
+        shards[s].codec->aggregate(views, shards[s].view.count, agg.shards[s]);
+      }
+    } catch (const std::exception& e) {
+      error = std::string("summing step ") + std::to_string(buf.step) + ": " + e.what();
+    }
+    lock.lock();
+    if (!error.empty()) {
+      fail_locked(error);
+      return ended_status();
+    }
+    recent.push_back(std::make_shared<Aggregate>(std::move(agg)));
+    while (recent.size() > static_cast<size_t>(opt.keep_steps)) {
+      if (recent.front().use_count() == 1) spare_sums = std::move(recent.front()->shards);  // nobody streams it
+      recent.pop_front();
+    }
+    for (int r = 0; r < total; ++r)
+      if (buf.pushed[r]) spare_pushes[r] = std::move(buf.payloads[r]);
+    global_step = buf.step + 1;
+    current = StepBuffer{};
+    current.step = global_step;
+    current.payloads.assign(total, {});
+    current.pushed.assign(total, false);
+    current.loss.assign(total, 0.0f);
+    reply->set_global_step(global_step);
+    cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  // Keeps a push's receive buffers for that replica's next push (mu held).
+  void give_back(uint32_t replica, std::vector<detail::Reassembly>& parts) {
+    auto& spare = spare_pushes[replica];
+    spare.clear();
+    for (auto& p : parts) spare.push_back(std::move(p.bytes()));
+  }
+
+  grpc::Status push_async(const rpc::PushHeader& h, std::vector<detail::Reassembly>& parts, uint64_t received, rpc::PushReply* reply) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ended()) return ended_status();
+    heard(h.replica());
+    Replica& rep = replicas[h.replica()];
+    if (h.step() <= rep.last_pushed) {
+      ++duplicates;
+      reply->set_outcome(rpc::PushReply::DUPLICATE);
+      reply->set_global_step(global_step);
+      return grpc::Status::OK;
+    }
+    std::vector<float> grad;
+    try {
+      for (size_t s = 0; s < shards.size(); ++s) {
+        grad.assign(shards[s].view.count, 0.0f);
+        shards[s].codec->decode(parts[s].bytes(), grad);
+        handler->apply(s, global_step, shards[s].values, grad);
+      }
+    } catch (const std::exception& e) {
+      fail_locked(std::string("applying ") + replica_name(h.replica()) + "'s push: " + e.what());
+      return ended_status();
+    }
+    rep.last_pushed = h.step();
+    bytes_in += received;
+    give_back(h.replica(), parts);
+    ++global_step;
+    reply->set_outcome(rpc::PushReply::APPLIED);
+    reply->set_global_step(global_step);
+    cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Pull(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer) override {
+    std::unique_lock<std::mutex> lock(mu);
+    if (ended()) return ended_status();
+    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Pull before Init");
+    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    heard(req->replica());
+    rpc::PullChunk out;
+    if (!sync) {  // the current values of every shard
+      out.mutable_header()->set_ready(true);
+      out.mutable_header()->set_step(global_step);
+      std::vector<std::vector<uint8_t>> copies;
+      for (const Shard& s : shards) {
+        const auto* b = reinterpret_cast<const uint8_t*>(s.values.data());
+        copies.emplace_back(b, b + 4 * s.values.size());
+      }
+      lock.unlock();
+      if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+      return write_tensors(writer, copies, true);
+    }
+    const int64_t step = req->step();
+    long_poll(lock, ctx, [&] { return step < global_step; });
+    if (ended()) return ended_status();
+    if (step >= global_step) {
+      out.mutable_header()->set_ready(false);
+      out.mutable_header()->set_step(step);
+      for (int r = 0; r < total; ++r)
+        if (!current.pushed[r]) out.mutable_header()->add_missing(static_cast<uint32_t>(r));
+      lock.unlock();
+      writer->Write(out);
+      return grpc::Status::OK;
+    }
+    auto it = std::find_if(recent.begin(), recent.end(), [&](const auto& a) { return a->step == step; });
+    if (it == recent.end())
+      return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                    replica_name(req->replica()) + " asked for step " + std::to_string(step) + ", which is no longer kept (the ps keeps the last " +
+                        std::to_string(opt.keep_steps) + " steps, now at " + std::to_string(global_step) + "): it fell too far behind");
+    const std::shared_ptr<Aggregate> held = *it;  // kept alive while we stream, even if the ring drops it
+    const Aggregate& agg = *held;
+    uint64_t bytes = 0;
+    for (const auto& s : agg.shards) bytes += s.size();
+    bytes_out += bytes;
+    lock.unlock();
+    out.mutable_header()->set_ready(true);
+    out.mutable_header()->set_step(step);
+    out.mutable_header()->set_contributions(agg.contributions);
+    out.mutable_header()->set_mean_loss(agg.mean_loss);
+    if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    const grpc::Status sent = write_tensors(writer, agg.shards, false);
+    if (sent.ok()) {
+      // Every replica has it: recycle its buffers (if no other puller is
+      // still streaming it) instead of keeping it for keep_steps steps.
+      std::lock_guard<std::mutex> relock(mu);
+      auto at = std::find(recent.begin(), recent.end(), held);
+      if (at != recent.end() && ++(*at)->pulls >= total) {
+        if (held.use_count() == 2) spare_sums = std::move((*at)->shards);
+        recent.erase(at);
+      }
+    }
+    return sent;
+  }
+
+  // Streams shard buffers: aggregated payloads, or (values) float32 tensors.
+  grpc::Status write_tensors(grpc::ServerWriter<rpc::PullChunk>* writer, const std::vector<std::vector<uint8_t>>& bufs,
+                       bool values) {
+    for (size_t s = 0; s < bufs.size(); ++s) {
+      const bool ok = detail::for_each_chunk(bufs[s], [&](uint64_t off, std::span<const uint8_t> piece) {
+        rpc::PullChunk c;
+        if (values) {
+          rpc::TensorChunk* t = c.mutable_values();
+          t->set_shard(static_cast<uint32_t>(s));
+          t->set_offset(off);
+          t->set_total_bytes(bufs[s].size());
+          t->set_data(piece.data(), piece.size());
+        } else {
+          rpc::PayloadChunk* p = c.mutable_payload();
+          p->set_shard(static_cast<uint32_t>(s));
+          p->set_offset(off);
+          p->set_total_bytes(bufs[s].size());
+          p->set_data(piece.data(), piece.size());
+        }
+        return writer->Write(c);
+      });
+      if (!ok) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(ServerContext*, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) override {
+    std::lock_guard<std::mutex> lock(mu);
+    reply->set_global_step(global_step);
+    reply->set_finished(phase == Phase::kFinished);
+    if (phase == Phase::kFailed) reply->set_failure("ps " + std::to_string(opt.task_index) + ": " + failure);
+    if (phase != Phase::kRunning) return grpc::Status::OK;
+    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    heard(req->replica());
+    if (req->done() && !replicas[req->replica()].done) {
+      replicas[req->replica()].done = true;
+      log(replica_name(req->replica()) + " finished");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Status(ServerContext*, const rpc::StatusRequest*, rpc::StatusReply* reply) override {
+    std::lock_guard<std::mutex> lock(mu);
+    reply->set_phase(phase_name(phase));
+    reply->set_global_step(global_step);
+    reply->set_sync(sync);
+    reply->set_total_replicas(total);
+    reply->set_replicas_to_aggregate(needed);
+    reply->set_stale_pushes(stale);
+    reply->set_duplicate_pushes(duplicates);
+    reply->set_bytes_received(bytes_in);
+    reply->set_bytes_sent(bytes_out);
+    reply->set_failure(failure);
+    reply->set_shards(static_cast<uint32_t>(shards.size()));
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      rpc::ReplicaStatus* s = reply->add_replicas();
+      s->set_replica(static_cast<uint32_t>(r));
+      s->set_label(replicas[r].label);
+      s->set_registered(replicas[r].registered);
+      s->set_done(replicas[r].done);
+      s->set_seconds_since_heard(replicas[r].registered ? seconds_since(replicas[r].last_heard) : -1);
+      s->set_last_step_pushed(replicas[r].last_pushed);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Checkpoint(ServerContext*, const rpc::CheckpointRequest* req,
+                          grpc::ServerWriter<rpc::TensorChunk>* writer) override {
+    std::vector<std::pair<std::pair<uint32_t, std::string>, std::vector<uint8_t>>> tensors;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ended()) return ended_status();
+      if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint before Init");
+      if (req->replica() != 0) return grpc::Status(StatusCode::PERMISSION_DENIED, "Checkpoint: only the chief");
+      if (sync) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint: a sync ps holds no values (the chief checkpoints its own)");
+      heard(0);
+      for (size_t s = 0; s < shards.size(); ++s) {
+        auto copy = [](std::span<const float> f) {
+          const auto* b = reinterpret_cast<const uint8_t*>(f.data());
+          return std::vector<uint8_t>(b, b + f.size_bytes());
+        };
+        tensors.push_back({{static_cast<uint32_t>(s), ""}, copy(shards[s].values)});
+        for (auto& [name, span] : handler->slots(s)) tensors.push_back({{static_cast<uint32_t>(s), name}, copy(span)});
+      }
+    }
+    for (const auto& [key, bytes] : tensors) {
+      const bool ok = detail::for_each_chunk(bytes, [&](uint64_t off, std::span<const uint8_t> piece) {
+        rpc::TensorChunk t;
+        t.set_shard(key.first);
+        t.set_slot(key.second);
+        t.set_offset(off);
+        t.set_total_bytes(bytes.size());
+        t.set_data(piece.data(), piece.size());
+        return writer->Write(t);
+      });
+      if (!ok) return grpc::Status(StatusCode::CANCELLED, "Checkpoint: client went away");
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Shutdown(ServerContext*, const rpc::ShutdownRequest* req, rpc::ShutdownReply*) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (req->replica() != 0) return grpc::Status(StatusCode::PERMISSION_DENIED, "Shutdown: only the chief");
+    if (req->ok()) {
+      if (!ended()) {
+        phase = Phase::kFinished;
+        log("the chief finished the run at global step " + std::to_string(global_step));
+      }
+    } else {
+      fail_locked(replica_name(0) + " stopped the run: " + req->reason());
+    }
+    cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  // --- timeouts ---
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      cv.wait_for(lock, std::chrono::milliseconds(250));
+      if (ended()) continue;
+      const double age = seconds_since(started);
+      if (phase == Phase::kWaitingInit) {
+        if (age > opt.startup_timeout_s)
+          fail_locked(replica_name(0) + " (the chief) did not initialize this ps within " +
+                      std::to_string(static_cast<int>(opt.startup_timeout_s)) + " s");
+        continue;
+      }
+      const auto missing = unregistered();
+      if (!missing.empty()) {
+        if (age > opt.startup_timeout_s) {
+          std::string names;
+          for (uint32_t m : missing) names += (names.empty() ? "" : ", ") + replica_name(m);
+          fail_locked("never joined within " + std::to_string(static_cast<int>(opt.startup_timeout_s)) + " s: " + names);
+        }
+        continue;
+      }
+      int alive = 0;
+      for (size_t r = 0; r < replicas.size(); ++r) {
+        Replica& rep = replicas[r];
+        if (rep.done) continue;
+        if (!rep.gone && seconds_since(rep.last_heard) > opt.peer_timeout_s) {
+          rep.gone = true;
+          const std::string what = replica_name(static_cast<uint32_t>(r)) + " (" + rep.label + ") has been silent for " +
+                                   std::to_string(static_cast<int>(seconds_since(rep.last_heard))) + " s (last pushed step " +
+                                   std::to_string(rep.last_pushed) + ")";
+          rep.gone_reason = what;
+          if (r == 0) {
+            fail_locked(what + "; it is the chief, so the run cannot finish");
+            break;
+          }
+          log(what + ": counted as gone");
+        }
+        if (!rep.gone) ++alive;
+      }
+      if (ended() || !sync) continue;
+      int finished = 0;
+      for (const Replica& rep : replicas) finished += rep.done;
+      if (alive + finished < needed && alive > 0) {
+        std::string gone;
+        for (const Replica& rep : replicas)
+          if (rep.gone) gone += (gone.empty() ? "" : "; ") + rep.gone_reason;
+        fail_locked(gone + "; only " + std::to_string(alive) + " replicas left and a step needs " + std::to_string(needed));
+      }
+    }
+  }
+};
+
+ParameterServer::ParameterServer(const std::string& address, ServerOptions options, UpdateHandler* handler)
+    : impl_(std::make_unique<Impl>(address, std::move(options), handler)) {
+  grpc::ServerBuilder b;
+  b.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  b.SetMaxReceiveMessageSize(detail::kMaxMessageBytes);
+  b.SetMaxSendMessageSize(detail::kMaxMessageBytes);
+  b.RegisterService(impl_.get());
+  impl_->server = b.BuildAndStart();
+  if (!impl_->server || impl_->port == 0)
+    throw PeerError("ps " + std::to_string(impl_->opt.task_index) + ": cannot listen on " + address +
+                    " (address in use or not local?)");
+  impl_->monitor = std::thread([this] { impl_->watch(); });
+  impl_->log("listening on " + address.substr(0, address.rfind(':')) + ":" + std::to_string(impl_->port));
+}
+
+ParameterServer::~ParameterServer() {
+  impl_->stopping = true;
+  impl_->cv.notify_all();
+  if (impl_->monitor.joinable()) impl_->monitor.join();
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  impl_->server->Wait();
+}
+
+int ParameterServer::port() const { return impl_->port; }
+
+void ParameterServer::stop(bool ok, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (ok) {
+    if (!impl_->ended()) impl_->phase = Phase::kFinished;
+  } else {
+    impl_->fail_locked(reason);
+  }
+  impl_->cv.notify_all();
+}
+
+void ParameterServer::run() {
+  std::string failure;
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->cv.wait(lock, [&] { return impl_->ended(); });
+    failure = impl_->phase == Phase::kFailed ? impl_->failure : "";
+  }
+  // Let pollers and heartbeats hear how the run ended before the port closes.
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(3.0, std::max(0.5, 1.5 * impl_->opt.poll_s))));
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (!failure.empty()) throw PeerError("ps " + std::to_string(impl_->opt.task_index) + ": " + failure);
+}
+
+}  // namespace terngrad::comm

@@ -1,0 +1,568 @@
+// The replica side of the service (worker_client.h).
+#include "terngrad/comm/worker_client.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "chunks.h"
+#include "parameter_server.grpc.pb.h"
+#include "terngrad/comm/errors.h"
+
+namespace terngrad::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using grpc::StatusCode;
+
+bool retryable(StatusCode c) {
+  return c == StatusCode::UNAVAILABLE || c == StatusCode::DEADLINE_EXCEEDED || c == StatusCode::RESOURCE_EXHAUSTED;
+}
+
+// Runs f(p) for every ps p, in parallel when there are several; rethrows the
+// first exception.
+void for_each_ps(int num_ps, const std::function<void(int)>& f) {
+  if (num_ps == 1) {
+    f(0);
+    return;
+  }
+  std::vector<std::future<void>> jobs;
+  for (int p = 0; p < num_ps; ++p) jobs.push_back(std::async(std::launch::async, f, p));
+  std::exception_ptr first;
+  for (auto& j : jobs) {
+    try {
+      j.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
+struct WorkerClient::Impl {
+  std::vector<std::string> addresses;
+  Layout layout;
+  int replica;
+  bool sync;
+  int total, needed;
+  ClientOptions opt;
+  uint64_t fingerprint;
+  std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
+  std::vector<int64_t> async_steps;  // per ps: the step the last pulled values belong to
+
+  std::atomic<uint64_t> payload_sent{0}, payload_received{0}, message_sent{0}, message_received{0};
+
+  // Set by the heartbeat thread or any call: why the run is over for us.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string failure;
+  bool ended = false;
+  bool stop_beat = false;
+  int64_t step_for_beat = 0;
+  bool done = false;
+  std::vector<Clock::time_point> unreachable_since;  // per ps; epoch = reachable
+  std::thread beat;
+
+  std::string ps_name(int p) const { return "ps " + std::to_string(p) + " at " + addresses[p]; }
+
+  void check_state() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failure.empty()) throw PeerError(failure);
+    if (ended) throw RunEnded("the run finished (the chief shut the parameter servers down)");
+  }
+
+  void set_failure(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failure.empty()) failure = why;
+  }
+
+  void arm(grpc::ClientContext& ctx, bool wait_for_ready = true) const {
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                         std::chrono::duration<double>(opt.rpc_timeout_s)));
+    ctx.set_wait_for_ready(wait_for_ready);
+  }
+
+  // Calls attempt() until it returns OK; maps failures to exceptions. A ps
+  // unreachable for peer_timeout, or a refusal, ends the process's run.
+  void call(int p, const char* what, const std::function<grpc::Status()>& attempt) {
+    Clock::time_point first_failure{};
+    double backoff = 0.05;
+    for (;;) {
+      check_state();
+      const grpc::Status s = attempt();
+      if (s.ok()) return;
+      if (s.error_code() == StatusCode::ABORTED) {
+        set_failure(s.error_message());
+        throw PeerError(s.error_message());
+      }
+      if (s.error_code() == StatusCode::OUT_OF_RANGE) {
+        std::lock_guard<std::mutex> lock(mu);
+        ended = true;
+        throw RunEnded(s.error_message());
+      }
+      if (!retryable(s.error_code())) {
+        const std::string msg = ps_name(p) + " refused " + what + ": " + s.error_message();
+        set_failure(msg);
+        throw PeerError(msg);
+      }
+      if (first_failure == Clock::time_point{}) first_failure = Clock::now();
+      const double down = std::chrono::duration<double>(Clock::now() - first_failure).count();
+      if (down > opt.peer_timeout_s) {
+        const std::string msg = ps_name(p) + " unreachable for " + std::to_string(static_cast<int>(down)) + " s during " +
+                                what + " (" + s.error_message() + ")";
+        set_failure(msg);
+        throw PeerError(msg);
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff = std::min(1.0, backoff * 2);
+    }
+  }
+
+  void heartbeat_loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop_beat) {
+      cv.wait_for(lock, std::chrono::duration<double>(opt.heartbeat_s));
+      if (stop_beat) break;
+      const int64_t step = step_for_beat;
+      const bool is_done = done;
+      lock.unlock();
+      for (size_t p = 0; p < stubs.size(); ++p) {
+        rpc::HeartbeatRequest req;
+        req.set_replica(static_cast<uint32_t>(replica));
+        req.set_step(step);
+        req.set_done(is_done);
+        rpc::HeartbeatReply reply;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        const grpc::Status s = stubs[p]->Heartbeat(&ctx, req, &reply);
+        std::lock_guard<std::mutex> g(mu);
+        if (s.ok()) {
+          unreachable_since[p] = Clock::time_point{};
+          if (!reply.failure().empty() && failure.empty()) failure = reply.failure();
+          if (reply.finished()) ended = true;
+        } else if (retryable(s.error_code())) {
+          if (unreachable_since[p] == Clock::time_point{}) unreachable_since[p] = Clock::now();
+          const double down = std::chrono::duration<double>(Clock::now() - unreachable_since[p]).count();
+          if (down > opt.peer_timeout_s && failure.empty() && !ended)
+            failure = ps_name(static_cast<int>(p)) + " unreachable for " + std::to_string(static_cast<int>(down)) +
+                      " s (" + s.error_message() + ")";
+        }
+      }
+      lock.lock();
+    }
+  }
+
+  // Shard payload chunks of one ps, written to a Push stream.
+  bool write_payloads(grpc::ClientWriter<rpc::PushChunk>& w, int p,
+                      std::span<const std::span<const uint8_t>> payloads, uint64_t& bytes) {
+    const auto& mine = layout.shards_on[p];
+    for (size_t local = 0; local < mine.size(); ++local) {
+      const std::span<const uint8_t> buf = payloads[mine[local]];
+      bytes += buf.size();
+      const bool ok = detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
+        rpc::PushChunk c;
+        rpc::PayloadChunk* pc = c.mutable_payload();
+        pc->set_shard(static_cast<uint32_t>(local));
+        pc->set_offset(off);
+        pc->set_total_bytes(buf.size());
+        pc->set_data(piece.data(), piece.size());
+        message_sent += c.ByteSizeLong();
+        return w.Write(c);
+      });
+      if (!ok) return false;
+    }
+    return true;
+  }
+};
+
+WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout, int replica, bool sync,
+                           int total_replicas, int replicas_to_aggregate, ClientOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  if (static_cast<int>(ps_addresses.size()) != layout.num_ps)
+    throw std::invalid_argument("WorkerClient: " + std::to_string(ps_addresses.size()) + " ps addresses for a layout over " +
+                                std::to_string(layout.num_ps) + " ps tasks");
+  m.addresses = std::move(ps_addresses);
+  m.layout = std::move(layout);
+  m.replica = replica;
+  m.sync = sync;
+  m.total = total_replicas;
+  m.needed = replicas_to_aggregate;
+  m.opt = std::move(options);
+  if (m.opt.label.empty()) {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    m.opt.label = std::string(host) + ":" + std::to_string(getpid());
+  }
+  m.fingerprint = layout_fingerprint(m.layout, sync, total_replicas, replicas_to_aggregate);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(detail::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(detail::kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // retries are ours: idempotent by (replica, step)
+  for (const auto& a : m.addresses)
+    m.stubs.push_back(rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args)));
+  m.unreachable_since.assign(m.addresses.size(), Clock::time_point{});
+  m.async_steps.assign(m.addresses.size(), 0);
+  m.beat = std::thread([this] { impl_->heartbeat_loop(); });
+}
+
+WorkerClient::~WorkerClient() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop_beat = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->beat.joinable()) impl_->beat.join();
+}
+
+const Layout& WorkerClient::layout() const { return impl_->layout; }
+
+Traffic WorkerClient::traffic() const {
+  return {impl_->payload_sent.load(), impl_->payload_received.load(), impl_->message_sent.load(),
+          impl_->message_received.load()};
+}
+
+int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
+  Impl& m = *impl_;
+  const Layout& l = m.layout;
+  if (m.replica == 0) {
+    if (!m.sync && init == nullptr) throw std::invalid_argument("join: the chief of an async run must pass the initial tensors");
+    for_each_ps(l.num_ps, [&](int p) {
+      m.call(p, "Init", [&] {
+        grpc::ClientContext ctx;
+        m.arm(ctx);
+        rpc::InitReply reply;
+        auto w = m.stubs[p]->Init(&ctx, &reply);
+        rpc::InitChunk head;
+        rpc::InitHeader* h = head.mutable_header();
+        h->set_replica(0);
+        for (const auto& v : l.variables) {
+          rpc::Variable* pv = h->add_variables();
+          pv->set_name(v.name);
+          pv->set_size(v.size);
+          pv->set_codec(v.codec);
+        }
+        for (size_t s : l.shards_on[p]) {
+          rpc::Shard* ps = h->add_shards();
+          ps->set_variable(l.shards[s].variable);
+          ps->set_begin(l.shards[s].begin);
+          ps->set_count(l.shards[s].count);
+        }
+        h->set_fingerprint(m.fingerprint);
+        h->set_global_step(global_step);
+        h->set_sync(m.sync);
+        h->set_total_replicas(static_cast<uint32_t>(m.total));
+        h->set_replicas_to_aggregate(static_cast<uint32_t>(m.needed));
+        m.message_sent += head.ByteSizeLong();
+        bool ok = w->Write(head);
+        if (ok && !m.sync) {
+          auto send = [&](size_t local, const std::string& slot, std::span<const float> whole) {
+            const ShardSpec& sh = l.shards[l.shards_on[p][local]];
+            if (whole.size() != l.variables[sh.variable].size)
+              throw std::invalid_argument("join: tensor " + l.variables[sh.variable].name + (slot.empty() ? "" : "/" + slot) +
+                                          " has " + std::to_string(whole.size()) + " elements, the variable " +
+                                          std::to_string(l.variables[sh.variable].size));
+            const auto piece = whole.subspan(sh.begin, sh.count);
+            const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(piece.data()), piece.size_bytes());
+            return detail::for_each_chunk(bytes, [&](uint64_t off, std::span<const uint8_t> part) {
+              rpc::InitChunk c;
+              rpc::TensorChunk* t = c.mutable_tensor();
+              t->set_shard(static_cast<uint32_t>(local));
+              t->set_slot(slot);
+              t->set_offset(off);
+              t->set_total_bytes(bytes.size());
+              t->set_data(part.data(), part.size());
+              m.message_sent += c.ByteSizeLong();
+              return w->Write(c);
+            });
+          };
+          for (size_t local = 0; ok && local < l.shards_on[p].size(); ++local) {
+            const uint32_t v = l.shards[l.shards_on[p][local]].variable;
+            ok = send(local, "", init->values.at(v));
+            for (const auto& [slot, tensors] : init->slots)
+              if (ok) ok = send(local, slot, tensors.at(v));
+          }
+        }
+        w->WritesDone();
+        return w->Finish();
+      });
+    });
+  }
+  int64_t step = global_step;
+  for_each_ps(l.num_ps, [&](int p) {
+    for (;;) {
+      rpc::RegisterReply reply;
+      m.call(p, "Register", [&] {
+        grpc::ClientContext ctx;
+        m.arm(ctx);
+        rpc::RegisterRequest req;
+        req.set_replica(static_cast<uint32_t>(m.replica));
+        req.set_fingerprint(m.fingerprint);
+        req.set_label(m.opt.label);
+        m.message_sent += req.ByteSizeLong();
+        reply.Clear();
+        return m.stubs[p]->Register(&ctx, req, &reply);
+      });
+      m.message_received += reply.ByteSizeLong();
+      if (reply.ready()) {
+        if (p == 0) step = reply.global_step();
+        return;
+      }
+    }
+  });
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.step_for_beat = step;
+  }
+  return step;
+}
+
+std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const float> local_scales) {
+  Impl& m = *impl_;
+  for (;;) {
+    rpc::ScalesReply reply;
+    m.call(0, "ExchangeScales", [&] {
+      grpc::ClientContext ctx;
+      m.arm(ctx);
+      rpc::ScalesRequest req;
+      req.set_replica(static_cast<uint32_t>(m.replica));
+      req.set_step(step);
+      for (float s : local_scales) req.add_scales(s);
+      m.message_sent += req.ByteSizeLong();
+      reply.Clear();
+      return m.stubs[0]->ExchangeScales(&ctx, req, &reply);
+    });
+    m.message_received += reply.ByteSizeLong();
+    if (reply.ready()) return {reply.max_scales().begin(), reply.max_scales().end()};
+  }
+}
+
+WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
+                                             std::span<const std::span<const uint8_t>> shard_payloads) {
+  Impl& m = *impl_;
+  if (shard_payloads.size() != m.layout.shards.size())
+    throw std::invalid_argument("push: " + std::to_string(shard_payloads.size()) + " payloads for " +
+                                std::to_string(m.layout.shards.size()) + " shards");
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.step_for_beat = step;
+  }
+  std::vector<rpc::PushReply> replies(m.layout.num_ps);
+  for_each_ps(m.layout.num_ps, [&](int p) {
+    uint64_t bytes = 0;
+    m.call(p, "Push", [&] {
+      grpc::ClientContext ctx;
+      m.arm(ctx);
+      replies[p].Clear();
+      auto w = m.stubs[p]->Push(&ctx, &replies[p]);
+      rpc::PushChunk head;
+      head.mutable_header()->set_replica(static_cast<uint32_t>(m.replica));
+      head.mutable_header()->set_step(m.sync ? step : m.async_steps[p]);
+      head.mutable_header()->set_loss(loss);
+      m.message_sent += head.ByteSizeLong();
+      bytes = 0;
+      if (w->Write(head)) m.write_payloads(*w, p, shard_payloads, bytes);
+      w->WritesDone();
+      return w->Finish();
+    });
+    m.payload_sent += bytes;
+    m.message_received += replies[p].ByteSizeLong();
+  });
+  PushOutcome out;
+  for (const auto& r : replies) {
+    if (r.outcome() == rpc::PushReply::STALE) ++out.stale;
+    if (r.outcome() != rpc::PushReply::APPLIED) out.applied = false;
+  }
+  return out;
+}
+
+WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector<uint8_t>>& sums) {
+  Impl& m = *impl_;
+  if (!m.sync) throw std::logic_error("pull_sums in an async run");
+  sums.resize(m.layout.shards.size());
+  std::vector<rpc::PullHeader> heads(m.layout.num_ps);
+  for_each_ps(m.layout.num_ps, [&](int p) {
+    const auto& mine = m.layout.shards_on[p];
+    std::vector<detail::Reassembly> parts(mine.size());
+    for (size_t local = 0; local < mine.size(); ++local) parts[local].adopt(std::move(sums[mine[local]]));
+    for (;;) {
+      m.call(p, "Pull", [&] {
+        grpc::ClientContext ctx;
+        m.arm(ctx);
+        rpc::PullRequest req;
+        req.set_replica(static_cast<uint32_t>(m.replica));
+        req.set_step(step);
+        m.message_sent += req.ByteSizeLong();
+        auto r = m.stubs[p]->Pull(&ctx, req);
+        rpc::PullChunk c;
+        for (auto& part : parts) part.restart();
+        heads[p].Clear();
+        std::string err;
+        while (r->Read(&c)) {
+          m.message_received += c.ByteSizeLong();
+          if (c.has_header()) {
+            heads[p] = c.header();
+          } else if (c.has_payload() && err.empty()) {
+            const rpc::PayloadChunk& pc = c.payload();
+            if (pc.shard() >= parts.size()) err = "sum for unknown shard " + std::to_string(pc.shard());
+            else err = parts[pc.shard()].add(pc.offset(), pc.total_bytes(), pc.data(), UINT64_MAX);
+          }
+        }
+        grpc::Status s = r->Finish();
+        if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+        return s;
+      });
+      if (!heads[p].ready()) continue;
+      for (size_t local = 0; local < mine.size(); ++local) {
+        const bool complete = parts[local].complete();
+        sums[mine[local]] = std::move(parts[local].bytes());  // the buffer serves the next step again
+        if (!complete)
+          throw PeerError(m.ps_name(p) + " sent an incomplete sum for shard " + std::to_string(local) + " of step " +
+                          std::to_string(step));
+        m.payload_received += sums[mine[local]].size();
+      }
+      return;
+    }
+  });
+  return {heads[0].contributions(), heads[0].mean_loss()};
+}
+
+int64_t WorkerClient::pull_values(std::span<const std::span<float>> values) {
+  Impl& m = *impl_;
+  if (m.sync) throw std::logic_error("pull_values in a sync run");
+  const Layout& l = m.layout;
+  if (values.size() != l.variables.size())
+    throw std::invalid_argument("pull_values: " + std::to_string(values.size()) + " tensors for " +
+                                std::to_string(l.variables.size()) + " variables");
+  for_each_ps(l.num_ps, [&](int p) {
+    const auto& mine = l.shards_on[p];
+    std::vector<detail::Reassembly> parts;
+    int64_t step = 0;
+    m.call(p, "Pull", [&] {
+      grpc::ClientContext ctx;
+      m.arm(ctx);
+      rpc::PullRequest req;
+      req.set_replica(static_cast<uint32_t>(m.replica));
+      m.message_sent += req.ByteSizeLong();
+      auto r = m.stubs[p]->Pull(&ctx, req);
+      rpc::PullChunk c;
+      parts.assign(mine.size(), detail::Reassembly{});
+      std::string err;
+      while (r->Read(&c)) {
+        m.message_received += c.ByteSizeLong();
+        if (c.has_header()) {
+          step = c.header().step();
+        } else if (c.has_values() && err.empty()) {
+          const rpc::TensorChunk& t = c.values();
+          if (t.shard() >= parts.size()) err = "values for unknown shard " + std::to_string(t.shard());
+          else err = parts[t.shard()].add(t.offset(), t.total_bytes(), t.data(), 4 * l.shards[mine[t.shard()]].count);
+        }
+      }
+      grpc::Status s = r->Finish();
+      if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+      return s;
+    });
+    for (size_t local = 0; local < mine.size(); ++local) {
+      const ShardSpec& sh = l.shards[mine[local]];
+      if (!parts[local].complete() || parts[local].bytes().size() != 4 * sh.count)
+        throw PeerError(m.ps_name(p) + " sent incomplete values for " + l.variables[sh.variable].name);
+      if (values[sh.variable].size() != l.variables[sh.variable].size)
+        throw std::invalid_argument("pull_values: wrong size for " + l.variables[sh.variable].name);
+      std::memcpy(values[sh.variable].data() + sh.begin, parts[local].bytes().data(), 4 * sh.count);
+      m.payload_received += 4 * sh.count;
+    }
+    m.async_steps[p] = step;
+  });
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.step_for_beat = m.async_steps[0];
+  }
+  return m.async_steps[0];
+}
+
+std::map<std::string, std::vector<float>> WorkerClient::fetch_state() {
+  Impl& m = *impl_;
+  const Layout& l = m.layout;
+  std::map<std::string, std::vector<float>> out;
+  std::mutex out_mu;
+  for_each_ps(l.num_ps, [&](int p) {
+    const auto& mine = l.shards_on[p];
+    std::map<std::pair<uint32_t, std::string>, detail::Reassembly> parts;
+    m.call(p, "Checkpoint", [&] {
+      grpc::ClientContext ctx;
+      m.arm(ctx);
+      rpc::CheckpointRequest req;
+      req.set_replica(static_cast<uint32_t>(m.replica));
+      auto r = m.stubs[p]->Checkpoint(&ctx, req);
+      parts.clear();
+      rpc::TensorChunk t;
+      std::string err;
+      while (r->Read(&t)) {
+        m.message_received += t.ByteSizeLong();
+        if (t.shard() >= mine.size()) err = "state for unknown shard " + std::to_string(t.shard());
+        if (!err.empty()) continue;
+        err = parts[{t.shard(), t.slot()}].add(t.offset(), t.total_bytes(), t.data(), 4 * l.shards[mine[t.shard()]].count);
+      }
+      grpc::Status s = r->Finish();
+      if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+      return s;
+    });
+    std::lock_guard<std::mutex> lock(out_mu);
+    for (auto& [key, part] : parts) {
+      const ShardSpec& sh = l.shards[mine[key.first]];
+      const VariableSpec& v = l.variables[sh.variable];
+      if (!part.complete() || part.bytes().size() != 4 * sh.count)
+        throw PeerError(m.ps_name(p) + " sent an incomplete " + v.name + " " + key.second);
+      const std::string name = key.second.empty() ? v.name : v.name + "/" + key.second;
+      auto& dst = out[name];
+      dst.resize(v.size);
+      std::memcpy(dst.data() + sh.begin, part.bytes().data(), 4 * sh.count);
+    }
+  });
+  return out;
+}
+
+void WorkerClient::finish(bool ok, const std::string& reason) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.done = true;
+  }
+  if (m.replica != 0) {  // tell every ps at once rather than at the next beat
+    for (size_t p = 0; p < m.stubs.size(); ++p) {
+      rpc::HeartbeatRequest req;
+      req.set_replica(static_cast<uint32_t>(m.replica));
+      req.set_step(m.step_for_beat);
+      req.set_done(true);
+      rpc::HeartbeatReply reply;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      (void)m.stubs[p]->Heartbeat(&ctx, req, &reply);
+    }
+    return;
+  }
+  for (size_t p = 0; p < m.stubs.size(); ++p) {
+    rpc::ShutdownRequest req;
+    req.set_replica(0);
+    req.set_ok(ok);
+    req.set_reason(reason);
+    rpc::ShutdownReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    (void)m.stubs[p]->Shutdown(&ctx, req, &reply);  // a ps already gone needs no shutdown
+  }
+}
+
+}  // namespace terngrad::comm

@@ -1,0 +1,373 @@
+// tg-cluster: a whole distributed run on this machine from one command.
+//
+//   tg-cluster --num_ps=2 --num_workers=3 --evaluator=true --
+//       --net=lenet --grad_bits=2 --max_steps=2000 --train_dir=/tmp/run
+//
+// Starts the ps tasks, the chief, the workers and (optionally) an evaluator
+// as tg-train processes on free loopback ports, each with its TF_CONFIG, and
+// waits for them. The chief's progress is shown; every task's output goes to
+// <log_dir>/<task>.log. When a task fails, the launcher names it, shows the
+// end of its log, stops the others and exits 1. The replicas are the chief
+// and the workers (num_workers counts the workers besides the chief), so
+// --num_workers=1 trains with 2 replicas. Flags after "--" go to every task.
+//
+// Exit status: 0 every task succeeded, 1 a task failed, 2 bad flags.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_interrupted = 0;
+void on_signal(int) { g_interrupted = 1; }
+
+struct Options {
+  int num_ps = 1;
+  int num_workers = 1;
+  bool chief = true;
+  bool evaluator = false;
+  std::string host = "127.0.0.1";
+  std::string log_dir;
+  std::string tg_train;
+  double timeout_secs = 0;      // 0: none
+  std::string kill_task;        // fault injection: "worker:1"
+  double kill_after_secs = 0;
+  int replica_threads = 0;      // 0: cores / replicas
+  std::vector<std::string> train_flags;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "tg-cluster: %s\n(see tg-cluster --help)\n", msg.c_str());
+  std::exit(2);
+}
+
+const char* kHelp =
+    "usage: tg-cluster [launcher flags] -- [tg-train flags]\n"
+    "  --num_ps=N            parameter servers (default 1)\n"
+    "  --num_workers=N       workers besides the chief (default 1)\n"
+    "  --chief=BOOL          a separate chief task (default true; false: worker 0 is the chief)\n"
+    "  --evaluator=BOOL      an evaluator task watching --train_dir (default false)\n"
+    "  --host=ADDR           address every task listens on (default 127.0.0.1)\n"
+    "  --log_dir=DIR         task logs (default <train_dir>/logs, else a new temporary folder)\n"
+    "  --tg_train=PATH       the tg-train binary (default: next to tg-cluster)\n"
+    "  --replica_threads=N   OpenMP threads per replica (default cores / replicas, at least 1)\n"
+    "  --timeout_secs=S      stop everything and fail after S seconds (default: none)\n"
+    "  --kill_task=TYPE:I --kill_after_secs=S   fault injection: SIGKILL that task after S seconds\n";
+
+std::string value_of(const std::string& arg, const std::string& name) {
+  const std::string prefix = "--" + name + "=";
+  return arg.rfind(prefix, 0) == 0 ? arg.substr(prefix.size()) : std::string("\x01");
+}
+
+int to_int(const std::string& flag, const std::string& v, int lo) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo || x > 4096) usage_error("--" + flag + "=" + v + ": expected an integer >= " + std::to_string(lo));
+  return static_cast<int>(x);
+}
+
+double to_double(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= 0)) usage_error("--" + flag + "=" + v + ": expected a number >= 0");
+  return x;
+}
+
+bool to_bool(const std::string& flag, const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  usage_error("--" + flag + "=" + v + ": expected true or false");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kHelp);
+      std::exit(0);
+    }
+    std::string v;
+    if ((v = value_of(a, "num_ps")) != "\x01") o.num_ps = to_int("num_ps", v, 1);
+    else if ((v = value_of(a, "num_workers")) != "\x01") o.num_workers = to_int("num_workers", v, 0);
+    else if ((v = value_of(a, "chief")) != "\x01") o.chief = to_bool("chief", v);
+    else if ((v = value_of(a, "evaluator")) != "\x01") o.evaluator = to_bool("evaluator", v);
+    else if ((v = value_of(a, "host")) != "\x01") o.host = v;
+    else if ((v = value_of(a, "log_dir")) != "\x01") o.log_dir = v;
+    else if ((v = value_of(a, "tg_train")) != "\x01") o.tg_train = v;
+    else if ((v = value_of(a, "timeout_secs")) != "\x01") o.timeout_secs = to_double("timeout_secs", v);
+    else if ((v = value_of(a, "kill_task")) != "\x01") o.kill_task = v;
+    else if ((v = value_of(a, "kill_after_secs")) != "\x01") o.kill_after_secs = to_double("kill_after_secs", v);
+    else if ((v = value_of(a, "replica_threads")) != "\x01") o.replica_threads = to_int("replica_threads", v, 1);
+    else usage_error("unknown launcher flag " + a + " (tg-train flags go after \"--\")");
+  }
+  for (; i < argc; ++i) o.train_flags.emplace_back(argv[i]);
+  if (!o.chief && o.num_workers == 0) usage_error("no chief and no workers: nothing would train");
+  for (const auto& f : o.train_flags)
+    for (const char* owned : {"--job_name", "--task_id", "--ps_hosts", "--worker_hosts", "--chief_host", "--evaluator_host"})
+      if (f.rfind(owned, 0) == 0) usage_error(f + ": the launcher sets the cluster itself");
+  return o;
+}
+
+// A free TCP port on host (bound and released; the task binds it moments later).
+int free_port(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) usage_error("cannot create a socket to find a free port");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) usage_error("--host=" + host + ": not an IPv4 address");
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) usage_error("cannot bind " + host + ":0");
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Task {
+  Task(std::string t, int i) : type(std::move(t)), index(i) {}
+  std::string type;
+  int index = 0;
+  std::string name() const { return type + " " + std::to_string(index); }
+  std::string file() const { return type + "-" + std::to_string(index) + ".log"; }
+  std::string address;
+  pid_t pid = -1;
+  int status = -1;  // exit status once reaped
+  bool running = false;
+  Clock::time_point started;
+  double seconds = 0;
+};
+
+std::string json_list(const std::vector<Task>& tasks, const std::string& type) {
+  std::string s = "[";
+  for (const Task& t : tasks)
+    if (t.type == type) s += (s.size() > 1 ? ", \"" : "\"") + t.address + "\"";
+  return s + "]";
+}
+
+std::string tail_of(const fs::path& file, int lines) {
+  std::ifstream in(file);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  std::string out;
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "    " + all[i] + "\n";
+  return out;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "ended oddly";
+}
+
+void stop_all(std::vector<Task>& tasks) {
+  for (Task& t : tasks)
+    if (t.running) ::kill(t.pid, SIGTERM);
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  for (Task& t : tasks) {
+    while (t.running && Clock::now() < until) {
+      int st = 0;
+      if (::waitpid(t.pid, &st, WNOHANG) == t.pid) {
+        t.running = false;
+        t.status = st;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    if (t.running) {
+      ::kill(t.pid, SIGKILL);
+      ::waitpid(t.pid, &t.status, 0);
+      t.running = false;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  if (o.tg_train.empty()) o.tg_train = (fs::canonical("/proc/self/exe").parent_path() / "tg-train").string();
+  if (!fs::exists(o.tg_train)) usage_error("tg-train not found at " + o.tg_train + " (use --tg_train=PATH)");
+  std::string train_dir;
+  for (const auto& f : o.train_flags)
+    if (f.rfind("--train_dir=", 0) == 0) train_dir = f.substr(12);
+  if (o.evaluator && train_dir.empty()) usage_error("--evaluator=true needs --train_dir among the tg-train flags");
+  if (o.log_dir.empty()) {
+    if (!train_dir.empty()) {
+      o.log_dir = train_dir + "/logs";
+    } else {
+      char tmpl[] = "/tmp/tg-cluster-XXXXXX";
+      if (!mkdtemp(tmpl)) usage_error("cannot create a log folder in /tmp");
+      o.log_dir = tmpl;
+    }
+  }
+  fs::create_directories(o.log_dir);
+
+  std::vector<Task> tasks;
+  for (int i = 0; i < o.num_ps; ++i) tasks.emplace_back("ps", i);
+  if (o.chief) tasks.emplace_back("chief", 0);
+  for (int i = 0; i < o.num_workers; ++i) tasks.emplace_back("worker", i);
+  if (o.evaluator) tasks.emplace_back("evaluator", 0);
+  for (Task& t : tasks) t.address = o.host + ":" + std::to_string(free_port(o.host));
+  const int replicas = (o.chief ? 1 : 0) + o.num_workers;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.replica_threads > 0 ? o.replica_threads : std::max(1, cores / replicas);
+  bool user_threads = false;
+  for (const auto& f : o.train_flags) user_threads |= f.rfind("--threads=", 0) == 0;
+
+  std::string cluster = "{\"ps\": " + json_list(tasks, "ps") + ", \"worker\": " + json_list(tasks, "worker");
+  if (o.chief) cluster += ", \"chief\": " + json_list(tasks, "chief");
+  if (o.evaluator) cluster += ", \"evaluator\": " + json_list(tasks, "evaluator");
+  cluster += "}";
+  std::fprintf(stderr, "tg-cluster: %d ps, %d replicas (%s), %s; logs in %s\n", o.num_ps, replicas,
+               o.chief ? "chief + workers" : "worker 0 is the chief", o.evaluator ? "an evaluator" : "no evaluator",
+               o.log_dir.c_str());
+
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  for (Task& t : tasks) {
+    const std::string tf_config = "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" + t.type +
+                                  "\", \"index\": " + std::to_string(t.index) + "}}";
+    std::vector<std::string> args = {o.tg_train};
+    args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
+    if (!user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : threads));
+    const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
+    if (!shows_progress) args.push_back("--quiet=true");
+    const fs::path log = fs::path(o.log_dir) / t.file();
+    const pid_t pid = fork();
+    if (pid < 0) usage_error("fork failed");
+    if (pid == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        ::close(fd);
+      }
+      setenv("TF_CONFIG", tf_config.c_str(), 1);
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      execv(cargs[0], cargs.data());
+      std::fprintf(stderr, "exec %s failed: %s\n", cargs[0], std::strerror(errno));
+      _exit(127);
+    }
+    t.pid = pid;
+    t.running = true;
+    t.started = Clock::now();
+  }
+
+  // Wait; show the chief's log as it grows.
+  const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
+  std::ifstream chief_log;
+  std::string pending;
+  const auto start = Clock::now();
+  bool killed_one = false;
+  std::string failure;
+  while (true) {
+    if (!chief_log.is_open()) chief_log.open(fs::path(o.log_dir) / shown);
+    if (chief_log.is_open()) {
+      chief_log.clear();
+      std::string chunk((std::istreambuf_iterator<char>(chief_log)), std::istreambuf_iterator<char>());
+      if (!chunk.empty()) {
+        std::fwrite(chunk.data(), 1, chunk.size(), stderr);
+        std::fflush(stderr);
+      }
+    }
+    bool any_running = false;
+    for (Task& t : tasks) {
+      if (!t.running) continue;
+      int st = 0;
+      if (::waitpid(t.pid, &st, WNOHANG) == t.pid) {
+        t.running = false;
+        t.status = st;
+        t.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure.empty())
+          failure = t.name() + " (" + t.address + ") " + describe_status(st) + "; the end of " + t.file() + ":\n" +
+                    tail_of(fs::path(o.log_dir) / t.file(), 6);
+      } else {
+        any_running = true;
+      }
+    }
+    if (!failure.empty() || !any_running) break;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!o.kill_task.empty() && !killed_one && elapsed >= o.kill_after_secs) {
+      for (Task& t : tasks)
+        if (t.running && t.type + ":" + std::to_string(t.index) == o.kill_task) {
+          std::fprintf(stderr, "tg-cluster: fault injection: killing %s (pid %d)\n", t.name().c_str(), t.pid);
+          ::kill(t.pid, SIGKILL);
+        }
+      killed_one = true;
+      // The killed task is expected to fail: keep waiting for how the others react.
+      for (Task& t : tasks)
+        if (t.type + ":" + std::to_string(t.index) == o.kill_task) {
+          int st = 0;
+          ::waitpid(t.pid, &st, 0);
+          t.running = false;
+          t.status = st;
+        }
+    }
+    if (g_interrupted) {
+      failure = "interrupted";
+      break;
+    }
+    if (o.timeout_secs > 0 && elapsed > o.timeout_secs) {
+      failure = "timed out after " + std::to_string(static_cast<int>(o.timeout_secs)) + " s";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // A failure: give the others a moment to notice on their own (their
+  // messages name the dead peer), then stop whoever is left.
+  if (!failure.empty() && failure != "interrupted") {
+    const auto until = Clock::now() + std::chrono::seconds(6);
+    for (bool any = true; any && Clock::now() < until;) {
+      any = false;
+      for (Task& t : tasks) {
+        if (!t.running) continue;
+        if (::waitpid(t.pid, &t.status, WNOHANG) == t.pid) t.running = false;
+        else any = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  stop_all(tasks);
+  std::fprintf(stderr, "\ntg-cluster: tasks\n");
+  for (const Task& t : tasks)
+    std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(), describe_status(t.status).c_str());
+  if (!failure.empty()) {
+    std::fprintf(stderr, "tg-cluster: FAILED: %s", failure.c_str());
+    if (failure.back() != '\n') std::fprintf(stderr, "\n");
+    return 1;
+  }
+  // The chief's summary (its stdout went to its log).
+  std::ifstream in(fs::path(o.log_dir) / shown);
+  std::string last, line;
+  while (std::getline(in, line))
+    if (line.find(" steps, grad_bits ") != std::string::npos) last = line;
+  if (!last.empty()) std::printf("%s\n", last.c_str());
+  return 0;
+}

@@ -1,0 +1,213 @@
+"""The gradient codec on NumPy arrays and PyTorch CPU tensors, zero-copy.
+
+Gradients must be float32 and contiguous; payloads are uint8 (NumPy arrays,
+torch tensors, bytes, bytearray). Nothing is converted or copied behind the
+caller's back: a float64 array or a strided view is refused with an error that
+says what to pass instead.
+"""
+import ctypes
+
+from . import _native
+from ._native import check, lib
+
+
+def _is_tensor(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _is_ndarray(x):
+    return type(x).__module__ == "numpy" and hasattr(x, "__array_interface__")
+
+
+def _describe(x):
+    if _is_tensor(x):
+        return "torch.Tensor(dtype=%s, device=%s)" % (x.dtype, x.device)
+    if _is_ndarray(x):
+        return "numpy.ndarray(dtype=%s)" % x.dtype
+    return type(x).__name__
+
+
+# NumPy's dtype.str for the two element types (little-endian float32, bytes).
+_NUMPY_CODES = {"float32": "<f4", "uint8": "|u1"}
+
+
+def _array_view(x, name, dtype, writable):
+    """(address, element count) of a contiguous CPU tensor or NumPy array of
+    dtype ("float32" or "uint8"); None if x is neither kind."""
+    if _is_tensor(x):
+        if x.device.type != "cpu":
+            raise ValueError("%s is on %s; terngrad's Python binding takes CPU tensors "
+                             "(the C API has *_device functions for CUDA)" % (name, x.device))
+        if str(x.dtype) != "torch." + dtype:
+            raise TypeError("%s must be %s, got %s (use .to(torch.%s))" % (name, dtype, x.dtype, dtype))
+        if not x.is_contiguous():
+            raise ValueError("%s is not contiguous (use .contiguous())" % name)
+        return x.data_ptr(), x.numel()
+    if _is_ndarray(x):
+        if x.dtype.str != _NUMPY_CODES[dtype]:
+            raise TypeError("%s must be %s, got %s (use .astype(numpy.%s))" % (name, dtype, x.dtype, dtype))
+        if not x.flags.c_contiguous:
+            raise ValueError("%s is not C-contiguous (use numpy.ascontiguousarray)" % name)
+        if writable and not x.flags.writeable:
+            raise ValueError("%s is read-only" % name)
+        return x.ctypes.data, x.size
+    return None
+
+
+def _float_view(x, name, writable):
+    """(address, element count) of a float32 contiguous CPU array or tensor."""
+    view = _array_view(x, name, "float32", writable)
+    if view is None:
+        raise TypeError("%s must be a numpy.ndarray or torch.Tensor of float32, got %s" %
+                        (name, _describe(x)))
+    return view
+
+
+def _byte_view(p, name, writable):
+    """(address, byte count, keepalive) of a uint8 buffer."""
+    view = _array_view(p, name, "uint8", writable)
+    if view is not None:
+        return view + (p,)
+    if isinstance(p, bytes):
+        if writable:
+            raise ValueError("%s is bytes, which is read-only (pass a bytearray or a uint8 array)" % name)
+        return ctypes.cast(ctypes.c_char_p(p), ctypes.c_void_p).value, len(p), p
+    if isinstance(p, (bytearray, memoryview)):
+        view = memoryview(p).cast("B")
+        if not view.c_contiguous:
+            raise ValueError("%s is not contiguous" % name)
+        if view.readonly:
+            if writable:
+                raise ValueError("%s is read-only" % name)
+            return _byte_view(bytes(view), name, writable)  # a read-only view: copy to pin it
+        if len(view) == 0:
+            return 0, 0, view
+        buf = (ctypes.c_uint8 * len(view)).from_buffer(view)
+        return ctypes.addressof(buf), len(view), (view, buf)
+    raise TypeError("%s must be a uint8 numpy.ndarray or torch.Tensor, bytes or bytearray, got %s" %
+                    (name, _describe(p)))
+
+
+class Codec:
+    """A gradient codec from a spec: "terngrad" (clip=2.5, scale sharing on),
+    "terngrad:clip=0", "terngrad:clip=2.5,share_scale=0", "fp16", "fp32".
+
+    Not thread-safe (terngrad keeps the statistics of local_scale() for the
+    next encode() of the same buffer): use one Codec per thread.
+    """
+
+    def __init__(self, spec="terngrad"):
+        if not isinstance(spec, str):
+            raise TypeError("spec must be a str, got %s" % type(spec).__name__)
+        handle = ctypes.c_void_p()
+        check(lib.tg_codec_create(spec.encode(), ctypes.byref(handle)))
+        self._handle = handle
+
+    def close(self):
+        """Releases the codec (also done when it is garbage collected)."""
+        if getattr(self, "_handle", None):
+            lib.tg_codec_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn down the module already
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _h(self):
+        if not self._handle:
+            raise ValueError("this Codec is closed")
+        return self._handle
+
+    @property
+    def spec(self):
+        """The canonical spec, e.g. "terngrad:clip=2.5,share_scale=1"."""
+        length = ctypes.c_size_t()
+        lib.tg_codec_spec(self._h(), None, 0, ctypes.byref(length))  # asks for the length
+        buf = ctypes.create_string_buffer(length.value + 1)
+        check(lib.tg_codec_spec(self._h(), buf, len(buf), None))
+        return buf.value.decode()
+
+    def __repr__(self):
+        return "terngrad.Codec(%r)" % (self.spec if self._handle else "<closed>")
+
+    @property
+    def wants_shared_scale(self):
+        """True if workers should max-reduce local_scale() and pass it to encode()."""
+        out = ctypes.c_int()
+        check(lib.tg_codec_wants_shared_scale(self._h(), ctypes.byref(out)))
+        return bool(out.value)
+
+    def payload_bytes(self, n):
+        """Exact size of the payload for n elements."""
+        if n < 0:
+            raise ValueError("n must be >= 0, got %d" % n)
+        out = ctypes.c_size_t()
+        check(lib.tg_codec_payload_bytes(self._h(), n, ctypes.byref(out)))
+        return out.value
+
+    def local_scale(self, grad):
+        """This worker's scale for grad (0.0 for fp32/fp16)."""
+        ptr, n = _float_view(grad, "grad", writable=False)
+        out = ctypes.c_float()
+        check(lib.tg_codec_local_scale(self._h(), ptr, n, ctypes.byref(out)))
+        return out.value
+
+    def encode(self, grad, *, tensor_id=0, step=0, seed=0, shared_scale=None, out=None):
+        """Encodes grad into out (a new uint8 array or tensor, like grad, if
+        None) and returns out. The random stream is a pure function of
+        (seed, step, tensor_id, element index): give each worker its own seed.
+        shared_scale: the max over workers of local_scale(), or None."""
+        ptr, n = _float_view(grad, "grad", writable=False)
+        size = self.payload_bytes(n)
+        if out is None:
+            out = _new_bytes(size, like=grad)
+        optr, cap, _keep = _byte_view(out, "out", writable=True)
+        scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
+        check(lib.tg_codec_encode(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap, None))
+        return out
+
+    def decode(self, payload, out=None, *, n=None):
+        """out = decoded payload; out is a float32 array/tensor, or None with
+        n given (a new NumPy array, or tensor if payload is one). Returns out."""
+        if out is None:
+            if n is None:
+                raise ValueError("decode: pass out (a float32 array) or n (the element count)")
+            out = _new_floats(n, like=payload)
+        return self._decode(lib.tg_codec_decode, payload, out)
+
+    def decode_accumulate(self, payload, out):
+        """out += decoded payload (the all-gather reduction). Returns out."""
+        return self._decode(lib.tg_codec_decode_accumulate, payload, out)
+
+    def _decode(self, fn, payload, out):
+        pptr, nbytes, _keep = _byte_view(payload, "payload", writable=False)
+        optr, n = _float_view(out, "out", writable=True)
+        check(fn(self._h(), pptr, nbytes, optr, n))
+        return out
+
+
+def _new_bytes(size, like):
+    if _is_tensor(like):
+        import torch
+        return torch.empty(size, dtype=torch.uint8)
+    import numpy
+    return numpy.empty(size, dtype=numpy.uint8)
+
+
+def _new_floats(n, like):
+    if _is_tensor(like):
+        import torch
+        return torch.empty(n, dtype=torch.float32)
+    import numpy
+    return numpy.empty(n, dtype=numpy.float32)
+
+
+__all__ = ["Codec"]

@@ -1,0 +1,64 @@
+// The aggregated update of TernGrad with scale sharing: the sum of R payloads
+// that share one scale is an integer count in [-R, R] per element times that
+// scale, so the server-to-worker direction travels in bit_width(2R) bits per
+// element instead of 32 (3 bits for 2 workers, 4 for 4, 5 for 8).
+//
+// Format (quantize/FORMAT.md, "Ternary sum payload"): the 40-byte TGRD header
+// with codec id 2, whose seed field holds the number of summed payloads and
+// the bits per element, then the counts offset by +R as unsigned b-bit fields
+// in a little-endian bit stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "terngrad/quantize/error.h"
+#include "terngrad/quantize/format.h"
+
+namespace terngrad::quantize {
+
+inline constexpr uint8_t kCodecTernarySum = 2;
+// int16 counts: at most this many payloads in one sum.
+inline constexpr uint32_t kMaxSumContributions = 32767;
+
+struct SumHeader {
+  uint64_t count = 0;          // elements
+  float scale = 0.0f;          // element value = scale * count_i
+  uint32_t contributions = 0;  // R: payloads summed, counts lie in [-R, R]
+  uint32_t bits = 0;           // bits per element, bit_width(2R)
+  uint32_t tensor_id = 0;
+  uint32_t step = 0;
+};
+
+// Bits per element for R contributions: the smallest b with 2^b > 2R.
+// Throws kInvalidArgument for R = 0 or R > kMaxSumContributions.
+uint32_t sum_bits(uint32_t contributions);
+
+// Exact payload size for n elements summed from R payloads.
+size_t sum_payload_bytes(uint64_t n, uint32_t contributions);
+
+// Packs counts (each in [-R, R], else kInvalidArgument naming the element)
+// into out (at least sum_payload_bytes(n, R) bytes); returns the bytes written.
+size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions,
+                  uint32_t tensor_id, uint32_t step, std::span<uint8_t> out);
+
+// The sum of R payloads that share one scale and element count, straight
+// from their 2-bit codes to the packed sum (no per-element integer counts):
+// the same bytes as sum_shared() followed by encode_sum(). Payloads are
+// checked (headers, codes, padding) and refused like sum_shared() refuses
+// them; tensor id and step come from the first. Returns the bytes written
+// to out, which must hold sum_payload_bytes(n, R).
+size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out);
+
+// Validates header, length, every field (<= 2R) and the padding bits; returns the header.
+SumHeader inspect_sum(std::span<const uint8_t> payload);
+
+// out = scale * count per element (one float32 rounding each). out.size()
+// must equal the payload's count. Nothing is written if the payload is bad.
+void decode_sum(std::span<const uint8_t> payload, std::span<float> out);
+
+// True if the payload's header says codec id 2 (a sum), without validating it.
+bool is_sum_payload(std::span<const uint8_t> payload);
+
+}  // namespace terngrad::quantize

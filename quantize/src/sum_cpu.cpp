@@ -1,0 +1,327 @@
+// The ternary sum payload: packing, validation and decoding of b-bit counts.
+//
+// Groups of 8 elements take exactly b bytes, so each group starts on a byte
+// boundary and large payloads split into independent blocks of groups.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels.h"
+#include "messages.h"
+#include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/ternary_math.h"
+#include "terngrad/quantize/ternary_sum.h"
+
+namespace terngrad::quantize {
+
+namespace {
+
+constexpr uint64_t kGroupsPerBlock = 8192;  // 64 Ki elements per parallel block
+
+uint64_t sum_body_bytes(uint64_t n, uint32_t bits) { return (n * bits + 7) / 8; }
+
+void check_contributions(uint32_t contributions) {
+  if (contributions == 0 || contributions > kMaxSumContributions) {
+    throw CodecError(Errc::kInvalidArgument, "a ternary sum needs 1 to " +
+                                                 std::to_string(kMaxSumContributions) +
+                                                 " contributions, got " + std::to_string(contributions));
+  }
+}
+
+// Writes elements [e0, e1) (whole groups, except possibly the last) to body.
+void pack_range(const int16_t* counts, uint64_t n, uint64_t e0, uint64_t e1, uint32_t bits,
+                uint32_t offset, uint8_t* body) {
+  uint8_t* out = body + e0 / 8 * bits;
+  uint32_t acc = 0, held = 0;
+  for (uint64_t i = e0; i < e1; ++i) {
+    acc |= static_cast<uint32_t>(counts[i] + static_cast<int32_t>(offset)) << held;
+    held += bits;
+    while (held >= 8) {
+      *out++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      held -= 8;
+    }
+  }
+  if (e1 == n && held > 0) *out = static_cast<uint8_t>(acc);  // last byte, zero padding
+}
+
+// Calls f(i, field) for elements [e0, e1); returns false at the first field
+// above max_field (its index in *bad).
+template <class F>
+bool unpack_range(const uint8_t* body, uint64_t e0, uint64_t e1, uint32_t bits, uint32_t max_field,
+                  uint64_t* bad, F&& f) {
+  const uint8_t* in = body + e0 / 8 * bits;
+  const uint32_t mask = (1u << bits) - 1;
+  uint32_t acc = 0, held = 0;
+  for (uint64_t i = e0; i < e1; ++i) {
+    while (held < bits) {
+      acc |= static_cast<uint32_t>(*in++) << held;
+      held += 8;
+    }
+    const uint32_t field = acc & mask;
+    acc >>= bits;
+    held -= bits;
+    if (field > max_field) {
+      *bad = i;
+      return false;
+    }
+    f(i, field);
+  }
+  return true;
+}
+
+void write_sum_header(uint8_t* p, uint64_t n, float scale, uint32_t contributions, uint32_t bits, uint32_t tensor_id,
+                      uint32_t step) {
+  store_le32(p, kMagicLe32);
+  p[4] = kFormatVersion;
+  p[5] = kCodecTernarySum;
+  p[6] = kFlagSharedScale;
+  p[7] = static_cast<uint8_t>(kHeaderBytes);
+  store_le64(p + 8, n);
+  store_le32(p + 16, float_bits(scale));
+  store_le32(p + 20, tensor_id);
+  store_le32(p + 24, contributions);
+  p[28] = static_cast<uint8_t>(bits);
+  p[29] = p[30] = p[31] = 0;
+  store_le32(p + 32, step);
+  store_le32(p + kHeaderCrcOffset, crc32_ieee(p, kHeaderCrcOffset));
+}
+
+SumHeader parse_sum_header(std::span<const uint8_t> payload) {
+  auto fail = [&](const std::string& what) {
+    throw CodecError(Errc::kMalformedPayload,
+                     "malformed ternary sum payload (" + std::to_string(payload.size()) + " bytes): " + what);
+  };
+  const uint8_t* p = payload.data();
+  if (payload.size() < kHeaderBytes) fail(header_fault_name(HeaderFault::kTooShort));
+  if (load_le32(p) != kMagicLe32) fail(header_fault_name(HeaderFault::kBadMagic));
+  if (p[4] != kFormatVersion) fail(header_fault_name(HeaderFault::kBadVersion));
+  if (p[5] != kCodecTernarySum) fail("codec id " + std::to_string(p[5]) + " is not 2 (ternary sum)");
+  if (p[6] != kFlagSharedScale) fail("flags must be 0x01 (one shared scale), got " + std::to_string(p[6]));
+  if (p[7] != kHeaderBytes) fail(header_fault_name(HeaderFault::kBadHeaderSize));
+  if (load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset)) fail(header_fault_name(HeaderFault::kBadCrc));
+  SumHeader h;
+  h.count = load_le64(p + 8);
+  const uint32_t scale_bits = load_le32(p + 16);
+  if ((scale_bits >> 31) != 0 || (scale_bits & kExpAllOnes) == kExpAllOnes) fail(header_fault_name(HeaderFault::kBadScale));
+  h.scale = bits_float(scale_bits);
+  h.tensor_id = load_le32(p + 20);
+  h.contributions = load_le32(p + 24);
+  h.bits = p[28];
+  h.step = load_le32(p + 32);
+  if (h.contributions == 0 || h.contributions > kMaxSumContributions)
+    fail("contributions " + std::to_string(h.contributions) + " outside [1, " + std::to_string(kMaxSumContributions) + "]");
+  if (h.bits != static_cast<uint32_t>(std::bit_width(2 * h.contributions)))
+    fail(std::to_string(h.bits) + " bits per element, " + std::to_string(h.contributions) + " contributions need " +
+         std::to_string(std::bit_width(2 * h.contributions)));
+  if (p[29] != 0 || p[30] != 0 || p[31] != 0) fail("reserved bytes 29-31 are not zero");
+  if (h.count > (uint64_t{1} << 58) || payload.size() - kHeaderBytes != sum_body_bytes(h.count, h.bits))
+    fail("payload length disagrees with " + std::to_string(h.count) + " elements of " + std::to_string(h.bits) + " bits");
+  return h;
+}
+
+// Checks every field and the padding bits before anything is written.
+void check_sum_body(std::span<const uint8_t> payload, const SumHeader& h) {
+  const uint8_t* body = payload.data() + kHeaderBytes;
+  const uint64_t groups = (h.count + 7) / 8;
+  const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
+  uint64_t first_bad = UINT64_MAX;
+  detail::for_each_block(h.count, blocks, [&](uint64_t b) {
+    const uint64_t e0 = b * kGroupsPerBlock * 8, e1 = std::min(h.count, e0 + kGroupsPerBlock * 8);
+    uint64_t bad = 0;
+    if (!unpack_range(body, e0, e1, h.bits, 2 * h.contributions, &bad, [](uint64_t, uint32_t) {})) {
+#pragma omp critical(tg_sum_bad)
+      first_bad = std::min(first_bad, bad);
+    }
+  });
+  if (first_bad != UINT64_MAX) {
+    throw CodecError(Errc::kInvalidCode, "ternary sum payload: element " + std::to_string(first_bad) +
+                                             " holds a field above 2R = " + std::to_string(2 * h.contributions));
+  }
+  const uint64_t used_bits = h.count * h.bits;
+  if (used_bits % 8 != 0) {
+    const uint8_t last = body[used_bits / 8];
+    if ((last >> (used_bits % 8)) != 0)
+      throw CodecError(Errc::kInvalidCode, "ternary sum payload: nonzero padding bits in the last byte");
+  }
+}
+
+}  // namespace
+
+uint32_t sum_bits(uint32_t contributions) {
+  check_contributions(contributions);
+  return static_cast<uint32_t>(std::bit_width(2 * contributions));
+}
+
+size_t sum_payload_bytes(uint64_t n, uint32_t contributions) {
+  return kHeaderBytes + sum_body_bytes(n, sum_bits(contributions));
+}
+
+size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions,
+                  uint32_t tensor_id, uint32_t step, std::span<uint8_t> out) {
+  const uint64_t n = counts.size();
+  const uint32_t bits = sum_bits(contributions);
+  const size_t bytes = kHeaderBytes + sum_body_bytes(n, bits);
+  if (out.size() < bytes)
+    throw CodecError(Errc::kBufferTooSmall, "output buffer has " + std::to_string(out.size()) +
+                                                " bytes, the sum of " + std::to_string(n) + " elements needs " +
+                                                std::to_string(bytes));
+  if (!(scale >= 0.0f) || std::isinf(scale) || std::signbit(scale))
+    throw CodecError(Errc::kInvalidArgument, "sum scale must be finite and >= 0 (not -0), got " + detail::fmt_num(scale));
+  const int32_t r = static_cast<int32_t>(contributions);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (counts[i] < -r || counts[i] > r)
+      throw CodecError(Errc::kInvalidArgument, "count " + std::to_string(counts[i]) + " at element " +
+                                                   std::to_string(i) + " is outside [-" + std::to_string(r) +
+                                                   ", " + std::to_string(r) + "]");
+  }
+  write_sum_header(out.data(), n, scale, contributions, bits, tensor_id, step);
+  uint8_t* body = out.data() + kHeaderBytes;
+  const uint64_t groups = (n + 7) / 8;
+  const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
+  detail::for_each_block(n, blocks, [&](uint64_t b) {
+    const uint64_t e0 = b * kGroupsPerBlock * 8;
+    pack_range(counts.data(), n, e0, std::min(n, e0 + kGroupsPerBlock * 8), bits, contributions, body);
+  });
+  return bytes;
+}
+
+SumHeader inspect_sum(std::span<const uint8_t> payload) {
+  const SumHeader h = parse_sum_header(payload);
+  check_sum_body(payload, h);
+  return h;
+}
+
+void decode_sum(std::span<const uint8_t> payload, std::span<float> out) {
+  const SumHeader h = inspect_sum(payload);
+  if (out.size() != h.count)
+    throw CodecError(Errc::kInvalidArgument, "ternary sum payload holds " + std::to_string(h.count) +
+                                                 " elements, the output has " + std::to_string(out.size()));
+  const uint8_t* body = payload.data() + kHeaderBytes;
+  const uint64_t groups = (h.count + 7) / 8;
+  const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
+  const int32_t r = static_cast<int32_t>(h.contributions);
+  const float scale = h.scale;
+  float* o = out.data();
+  detail::for_each_block(h.count, blocks, [&](uint64_t b) {
+    const uint64_t e0 = b * kGroupsPerBlock * 8, e1 = std::min(h.count, e0 + kGroupsPerBlock * 8);
+    uint64_t unused = 0;
+    unpack_range(body, e0, e1, h.bits, UINT32_MAX, &unused, [&](uint64_t i, uint32_t field) {
+      o[i] = scale * static_cast<float>(static_cast<int32_t>(field) - r);
+    });
+  });
+}
+
+namespace {
+
+// Lane j (bits 8j..8j+7) of kCodePlusOne[b] is code j of byte b plus one:
+// 0 for -1, 1 for 0, 2 for +1 (and 0 for the invalid code, caught apart).
+// Summing R of them gives count + R per element, the sum payload's field.
+struct PlusOneTable {
+  uint32_t v[256];
+  constexpr PlusOneTable() : v() {
+    for (uint32_t b = 0; b < 256; ++b)
+      for (uint32_t j = 0; j < 4; ++j) {
+        const uint32_t code = (b >> (2 * j)) & 3u;
+        const uint32_t plus_one = code == kCodeZero ? 1u : code == kCodePlus ? 2u : 0u;
+        v[b] |= plus_one << (8 * j);
+      }
+  }
+};
+constexpr PlusOneTable kCodePlusOne;
+
+// Fields fit 8-bit lanes while 2R <= 255.
+constexpr uint32_t kMaxLaneContributions = 127;
+
+// Header of a codec-1 payload without validating its body; fails like sum_shared.
+PayloadHeader header_only(std::span<const uint8_t> p, size_t index) {
+  const HeaderFault f = check_header(p.data(), p.size());
+  if (f != HeaderFault::kNone)
+    throw CodecError(Errc::kMalformedPayload, "payload " + std::to_string(index) + " (" + std::to_string(p.size()) +
+                                                  " bytes): " + header_fault_name(f));
+  PayloadHeader h;
+  h.flags = p[6];
+  h.count = load_le64(p.data() + 8);
+  h.scale = bits_float(load_le32(p.data() + 16));
+  h.tensor_id = load_le32(p.data() + 20);
+  h.step = load_le32(p.data() + 32);
+  return h;
+}
+
+}  // namespace
+
+size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out) {
+  if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_payloads needs at least one payload");
+  const uint32_t r = static_cast<uint32_t>(std::min<size_t>(payloads.size(), UINT32_MAX));
+  const PayloadHeader first = header_only(payloads[0], 0);
+  for (size_t p = 1; p < payloads.size(); ++p) {
+    const PayloadHeader h = header_only(payloads[p], p);
+    if (h.count != first.count || float_bits(h.scale) != float_bits(first.scale))
+      throw CodecError(Errc::kScaleMismatch, "payload " + std::to_string(p) + " has " + std::to_string(h.count) +
+                                                 " elements and scale " + detail::fmt_num(h.scale) + ", payload 0 has " +
+                                                 std::to_string(first.count) + " and " + detail::fmt_num(first.scale) +
+                                                 ": a sum needs one shared scale (encode with shared_scale)");
+  }
+  if (r > kMaxLaneContributions) {  // wide counts: the int16 route
+    std::vector<int16_t> counts(first.count);
+    const float scale = sum_shared(payloads, counts);
+    return encode_sum(counts, scale, r, first.tensor_id, first.step, out);
+  }
+  const uint64_t n = first.count;
+  const uint32_t bits = sum_bits(r);
+  const size_t bytes = kHeaderBytes + sum_body_bytes(n, bits);
+  if (out.size() < bytes)
+    throw CodecError(Errc::kBufferTooSmall, "output buffer has " + std::to_string(out.size()) +
+                                                " bytes, the sum of " + std::to_string(n) + " elements needs " +
+                                                std::to_string(bytes));
+  // Padding codes after element n-1 must be zero in every payload.
+  const uint32_t pad = padding_mask(n);
+  const uint64_t in_bytes = body_bytes(n);
+  for (size_t p = 0; p < payloads.size(); ++p)
+    if (pad != 0 && (payloads[p][kHeaderBytes + in_bytes - 1] & pad) != 0)
+      throw CodecError(Errc::kInvalidCode, "payload " + std::to_string(p) + ": nonzero padding bits in the last byte");
+
+  uint8_t* body = out.data() + kHeaderBytes;
+  const uint64_t groups = (n + 7) / 8;  // 8 elements: 2 input bytes per payload, `bits` output bytes
+  const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
+  std::atomic<bool> invalid{false};
+  detail::for_each_block(n, blocks, [&](uint64_t blk) {
+    const uint64_t g0 = blk * kGroupsPerBlock, g1 = std::min(groups, g0 + kGroupsPerBlock);
+    uint32_t bad = 0;
+    for (uint64_t g = g0; g < g1; ++g) {
+      const uint64_t k = 2 * g;
+      const bool two = k + 1 < in_bytes;  // the last group may hold only 4 or fewer elements
+      uint32_t lo = 0, hi = 0;
+      for (const auto& p : payloads) {
+        const uint8_t* in = p.data() + kHeaderBytes;
+        const uint32_t b0 = in[k], b1 = two ? in[k + 1] : 0u;
+        bad |= invalid_code_mask(b0) | invalid_code_mask(b1);
+        lo += kCodePlusOne.v[b0];
+        hi += kCodePlusOne.v[b1];
+      }
+      uint64_t word = 0;
+      const uint64_t present = std::min<uint64_t>(8, n - 8 * g);
+      for (uint32_t j = 0; j < present; ++j) {
+        const uint64_t field = j < 4 ? (lo >> (8 * j)) & 0xFFu : (hi >> (8 * (j - 4))) & 0xFFu;
+        word |= field << (bits * j);
+      }
+      const uint64_t out_bytes = (present * bits + 7) / 8;  // whole groups: exactly `bits`
+      for (uint64_t i = 0; i < out_bytes; ++i) body[g * bits + i] = static_cast<uint8_t>(word >> (8 * i));
+    }
+    if (bad != 0) invalid.store(true, std::memory_order_relaxed);
+  });
+  if (invalid.load())
+    throw CodecError(Errc::kInvalidCode, "a payload holds the reserved code 0b11 (corrupt body)");
+  write_sum_header(out.data(), n, first.scale, r, bits, first.tensor_id, first.step);
+  return bytes;
+}
+
+bool is_sum_payload(std::span<const uint8_t> payload) {
+  return payload.size() >= kHeaderBytes && load_le32(payload.data()) == kMagicLe32 &&
+         payload[5] == kCodecTernarySum;
+}
+
+}  // namespace terngrad::quantize

@@ -1,0 +1,260 @@
+/* The C API from C11, as a user's trainer sees it: terngrad.h and
+ * libterngrad.so only. Checks are against FORMAT.md's worked example, float64
+ * references computed here from the payload bytes, and the error contract
+ * (status, message naming the problem, outputs untouched). Exits 1 on any
+ * failed check. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "terngrad.h"
+
+/* Status equals want and the thread's message contains `part`. */
+#define CHECK_ERROR(call, want, part)                                                    \
+  do {                                                                                   \
+    const tg_status st_ = (call);                                                        \
+    CHECK(st_ == (want));                                                                \
+    if (strstr(tg_last_error_message(), (part)) == NULL) {                               \
+      ++g_failed;                                                                        \
+      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\" (status %s)\n", __FILE__, __LINE__, \
+              tg_last_error_message(), (part), tg_status_name(st_));                     \
+    }                                                                                    \
+    ++g_checks;                                                                          \
+  } while (0)
+
+#define CHECK_OK(call) CHECK_ERROR(call, TG_OK, "")
+
+static tg_codec_t* make(const char* spec) {
+  tg_codec_t* c = NULL;
+  CHECK_OK(tg_codec_create(spec, &c));
+  return c;
+}
+
+static void test_library(void) {
+  CHECK(strcmp(tg_version(), TG_EXPECTED_VERSION) == 0);
+  CHECK(tg_api_version() == TG_API_VERSION);
+  CHECK(strcmp(tg_status_name(TG_ERR_NON_FINITE), "TG_ERR_NON_FINITE") == 0);
+  CHECK(strcmp(tg_status_name((tg_status)99), "unknown status") == 0);
+  CHECK(tg_cuda_built() == 0 || tg_cuda_built() == 1);
+}
+
+static void test_create(void) {
+  tg_codec_t* c = (tg_codec_t*)0x1;
+  CHECK_ERROR(tg_codec_create("tern", &c), TG_ERR_INVALID_ARGUMENT, "unknown codec \"tern\"");
+  CHECK(c == (tg_codec_t*)0x1); /* untouched on failure */
+  CHECK_ERROR(tg_codec_create("terngrad:clip=-1", &c), TG_ERR_INVALID_ARGUMENT, "clip");
+  CHECK_ERROR(tg_codec_create("terngrad:clips=2", &c), TG_ERR_INVALID_ARGUMENT, "clips");
+  CHECK_ERROR(tg_codec_create(NULL, &c), TG_ERR_INVALID_ARGUMENT, "tg_codec_create: spec is NULL");
+  CHECK_ERROR(tg_codec_create("fp32", NULL), TG_ERR_INVALID_ARGUMENT, "out_codec is NULL");
+
+  tg_codec_t* t = make("terngrad");
+  char buf[64];
+  size_t len = 0;
+  CHECK_ERROR(tg_codec_spec(t, NULL, 0, &len), TG_ERR_BUFFER_TOO_SMALL, "cannot hold");
+  CHECK(len == strlen("terngrad:clip=2.5,share_scale=1"));
+  CHECK_OK(tg_codec_spec(t, buf, sizeof buf, &len));
+  CHECK(strcmp(buf, "terngrad:clip=2.5,share_scale=1") == 0);
+  int wants = -1;
+  CHECK_OK(tg_codec_wants_shared_scale(t, &wants));
+  CHECK(wants == 1);
+  size_t bytes = 0;
+  CHECK_OK(tg_codec_payload_bytes(t, 1000, &bytes));
+  CHECK(bytes == 40 + 250);
+  CHECK_ERROR(tg_codec_payload_bytes(NULL, 1, &bytes), TG_ERR_INVALID_ARGUMENT, "codec is NULL");
+  tg_codec_destroy(t);
+  tg_codec_destroy(NULL);
+
+  tg_codec_t* f = make("fp16");
+  CHECK_OK(tg_codec_wants_shared_scale(f, &wants));
+  CHECK(wants == 0);
+  CHECK_OK(tg_codec_payload_bytes(f, 1000, &bytes));
+  CHECK(bytes == 16 + 2000);
+  tg_codec_destroy(f);
+}
+
+/* FORMAT.md's worked example, byte for byte. */
+static void test_format_example(void) {
+  const float g[6] = {0.5f, -1.0f, 0.25f, 0.0f, -0.125f, 2.0f};
+  tg_codec_t* c = make("terngrad:clip=0");
+  uint8_t payload[42];
+  size_t written = 0;
+  CHECK_OK(tg_codec_encode(c, g, 6, 3, 7, 42, NULL, payload, sizeof payload, &written));
+  CHECK(written == 42);
+  CHECK(memcmp(payload, "TGRD", 4) == 0);
+  CHECK(payload[40] == 0x01 && payload[41] == 0x04);
+  float out[6];
+  CHECK_OK(tg_codec_decode(c, payload, sizeof payload, out, 6));
+  const float want[6] = {2.0f, 0.0f, 0.0f, 0.0f, 0.0f, 2.0f};
+  CHECK(memcmp(out, want, sizeof want) == 0);
+  tg_codec_destroy(c);
+}
+
+/* Element i of a terngrad payload in float64 from FORMAT.md: scale at byte
+ * 16, 2-bit code i in body byte i/4 (01 = +s, 10 = -s). */
+static double reference_value(const uint8_t* payload, uint64_t i) {
+  float scale;
+  memcpy(&scale, payload + 16, 4); /* little-endian host */
+  const unsigned code = (payload[40 + i / 4] >> (2 * (i % 4))) & 3u;
+  return code == 1 ? (double)scale : code == 2 ? -(double)scale : 0.0;
+}
+
+/* Two workers with scale sharing: local scales, max, encode, then
+ * decode-accumulate of both payloads against a float64 sum. */
+static void test_scale_sharing(void) {
+  enum { N = 1003 };
+  static float g0[N], g1[N], sum[N];
+  for (int i = 0; i < N; ++i) {
+    g0[i] = (float)sin(0.1 * i) * 0.01f;
+    g1[i] = (float)cos(0.37 * i) * 0.02f;
+  }
+  tg_codec_t* w0 = make("terngrad");
+  tg_codec_t* w1 = make("terngrad");
+  float s0 = 0, s1 = 0;
+  CHECK_OK(tg_codec_local_scale(w0, g0, N, &s0));
+  CHECK_OK(tg_codec_local_scale(w1, g1, N, &s1));
+  CHECK(s0 > 0 && s1 > s0); /* g1 has the larger amplitude */
+  const float shared = s0 > s1 ? s0 : s1;
+  size_t bytes = 0;
+  CHECK_OK(tg_codec_payload_bytes(w0, N, &bytes));
+  uint8_t* p0 = malloc(bytes);
+  uint8_t* p1 = malloc(bytes);
+  CHECK_OK(tg_codec_encode(w0, g0, N, 5, 11, 1001, &shared, p0, bytes, NULL));
+  CHECK_OK(tg_codec_encode(w1, g1, N, 5, 11, 1002, &shared, p1, bytes, NULL));
+  CHECK(memcmp(p0 + 16, &shared, 4) == 0 && memcmp(p1 + 16, &shared, 4) == 0);
+  CHECK((p0[6] & 1) && (p1[6] & 1)); /* the shared-scale flag */
+
+  memset(sum, 0, sizeof sum);
+  CHECK_OK(tg_codec_decode_accumulate(w0, p0, bytes, sum, N));
+  CHECK_OK(tg_codec_decode_accumulate(w1, p1, bytes, sum, N));
+  int exact = 1, signs = 1;
+  double kept = 0;
+  for (uint64_t i = 0; i < N; ++i) {
+    const double v0 = reference_value(p0, i), v1 = reference_value(p1, i);
+    if ((double)sum[i] != v0 + v1) exact = 0; /* k*s, |k| <= 2: exact in float */
+    if (v0 * g0[i] < 0 || v1 * g1[i] < 0) signs = 0; /* a kept element keeps its sign */
+    kept += (v0 != 0) + (v1 != 0);
+  }
+  CHECK(exact);
+  CHECK(signs);
+  CHECK(kept > 0.2 * N && kept < 1.8 * N); /* stochastic, far from all or nothing */
+
+  /* The same inputs, seeds, step and tensor id give the same bytes. */
+  uint8_t* again = malloc(bytes);
+  CHECK_OK(tg_codec_local_scale(w0, g0, N, &s0));
+  CHECK_OK(tg_codec_encode(w0, g0, N, 5, 11, 1001, &shared, again, bytes, NULL));
+  CHECK(memcmp(again, p0, bytes) == 0);
+  /* A shared scale below the tensor's own is refused. */
+  const float low = s1 / 2;
+  CHECK_ERROR(tg_codec_encode(w1, g1, N, 5, 11, 1002, &low, again, bytes, NULL),
+              TG_ERR_INVALID_ARGUMENT, "shared");
+  free(again);
+  free(p0);
+  free(p1);
+  tg_codec_destroy(w0);
+  tg_codec_destroy(w1);
+}
+
+static void test_dense(void) {
+  const float g[5] = {1.0f, -2.5f, 3.0e-8f, 65519.0f, 70000.0f};
+  tg_codec_t* f32 = make("fp32");
+  tg_codec_t* f16 = make("fp16");
+  uint8_t p32[16 + 20], p16[16 + 10];
+  CHECK_OK(tg_codec_encode(f32, g, 5, 0, 0, 0, NULL, p32, sizeof p32, NULL));
+  CHECK_OK(tg_codec_encode(f16, g, 5, 0, 0, 0, NULL, p16, sizeof p16, NULL));
+  float out[5], acc[5] = {1, 1, 1, 1, 1};
+  CHECK_OK(tg_codec_decode(f32, p32, sizeof p32, out, 5));
+  CHECK(memcmp(out, g, sizeof g) == 0);
+  CHECK_OK(tg_codec_decode(f16, p16, sizeof p16, out, 5));
+  /* 3e-8 rounds to the smallest subnormal half 2^-24; beyond 65504 saturates. */
+  const float want16[5] = {1.0f, -2.5f, 0x1p-24f, 65504.0f, 65504.0f};
+  CHECK(memcmp(out, want16, sizeof want16) == 0);
+  CHECK_OK(tg_codec_decode_accumulate(f16, p16, sizeof p16, acc, 5));
+  CHECK(acc[0] == 2.0f && acc[1] == -1.5f && acc[3] == 65505.0f);
+  /* A payload of the other codec is refused. */
+  CHECK_ERROR(tg_codec_decode(f32, p16, sizeof p16, out, 5), TG_ERR_MALFORMED_PAYLOAD, "element type 16");
+  tg_codec_destroy(f32);
+  tg_codec_destroy(f16);
+}
+
+static void test_errors(void) {
+  tg_codec_t* c = make("terngrad");
+  float g[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  uint8_t payload[42];
+  g[5] = NAN;
+  CHECK_ERROR(tg_codec_encode(c, g, 8, 0, 0, 0, NULL, payload, sizeof payload, NULL),
+              TG_ERR_NON_FINITE, "element 5");
+  g[5] = 6;
+  CHECK_ERROR(tg_codec_encode(c, g, 8, 0, 0, 0, NULL, payload, 41, NULL), TG_ERR_BUFFER_TOO_SMALL,
+              "capacity is 41 bytes, 8 elements of terngrad:clip=2.5,share_scale=1 need 42");
+  CHECK_ERROR(tg_codec_encode(c, NULL, 8, 0, 0, 0, NULL, payload, sizeof payload, NULL),
+              TG_ERR_INVALID_ARGUMENT, "grad is NULL with 8 elements");
+  CHECK_OK(tg_codec_encode(c, g, 8, 0, 0, 0, NULL, payload, sizeof payload, NULL));
+
+  float out[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+  uint8_t bad[42];
+  memcpy(bad, payload, sizeof bad);
+  bad[0] ^= 0xFF;
+  CHECK_ERROR(tg_codec_decode_accumulate(c, bad, sizeof bad, out, 8), TG_ERR_MALFORMED_PAYLOAD, "magic");
+  memcpy(bad, payload, sizeof bad);
+  bad[40] |= 0x03; /* the reserved code 0b11 for element 0 */
+  CHECK_ERROR(tg_codec_decode_accumulate(c, bad, sizeof bad, out, 8), TG_ERR_INVALID_CODE, "body byte 0");
+  CHECK_ERROR(tg_codec_decode_accumulate(c, payload, 41, out, 8), TG_ERR_MALFORMED_PAYLOAD, "");
+  CHECK_ERROR(tg_codec_decode(c, payload, sizeof payload, out, 7), TG_ERR_INVALID_ARGUMENT, "");
+  int untouched = 1;
+  for (int i = 0; i < 8; ++i) untouched &= out[i] == 7.0f;
+  CHECK(untouched);
+  /* A success clears the message. */
+  CHECK_OK(tg_codec_decode(c, payload, sizeof payload, out, 8));
+  CHECK(tg_last_error_message()[0] == '\0');
+  tg_codec_destroy(c);
+}
+
+/* The message is per thread: another thread's failure does not show here. */
+static void* fail_in_thread(void* arg) {
+  tg_codec_t* c = NULL;
+  *(tg_status*)arg = tg_codec_create("nope", &c);
+  return NULL;
+}
+
+static void test_thread_local_message(void) {
+  tg_codec_t* c = NULL;
+  CHECK(tg_codec_create("bogus1", &c) == TG_ERR_INVALID_ARGUMENT);
+  pthread_t t;
+  tg_status other = TG_OK;
+  CHECK(pthread_create(&t, NULL, fail_in_thread, &other) == 0);
+  pthread_join(t, NULL);
+  CHECK(other == TG_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tg_last_error_message(), "bogus1") != NULL);
+}
+
+/* Without a device (or without CUDA) the device functions refuse cleanly. */
+static void test_device_refusal(void) {
+  if (tg_cuda_available()) return; /* capi_cuda_test covers the device path */
+  tg_codec_t* c = make("fp32");
+  uint8_t out[16];
+  if (tg_cuda_built())
+    CHECK_ERROR(tg_codec_encode_device(c, NULL, 0, 0, 0, 0, NULL, out, sizeof out, NULL, NULL),
+                TG_ERR_CUDA, "failed");
+  else
+    CHECK_ERROR(tg_codec_encode_device(c, NULL, 0, 0, 0, 0, NULL, out, sizeof out, NULL, NULL),
+                TG_ERR_UNSUPPORTED, "built without CUDA");
+  tg_codec_destroy(c);
+}
+
+int main(void) {
+  test_library();
+  test_create();
+  test_format_example();
+  test_scale_sharing();
+  test_dense();
+  test_errors();
+  test_thread_local_message();
+  test_device_refusal();
+  printf("capi_test: %d checks, %d failed (libterngrad %s, CUDA built %d)\n", g_checks, g_failed,
+         tg_version(), tg_cuda_built());
+  return g_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,443 @@
+// The parameter-server service on loopback, replicas as threads: sync sums
+// equal the codec's own aggregate in replica order, sharding over two ps
+// gives the same sums, backup workers, duplicates, payloads over gRPC's 4 MB
+// default, async updates, and every failure reported by name instead of
+// hanging (dead replica, never joined, other layout, malformed payload,
+// unreachable ps).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "terngrad/comm/errors.h"
+#include "terngrad/comm/gradient_codec.h"
+#include "terngrad/comm/placement.h"
+#include "terngrad/comm/ps_server.h"
+#include "terngrad/comm/worker_client.h"
+
+namespace tc = terngrad::comm;
+
+namespace {
+
+std::vector<float> gradient(uint64_t n, int replica, int64_t step) {
+  std::mt19937 gen(static_cast<uint32_t>(1000 * replica + step + 7));
+  std::normal_distribution<float> d(0.0f, 1e-3f);
+  std::vector<float> g(n);
+  for (float& x : g) x = d(gen);
+  return g;
+}
+
+// One ps task serving in a thread.
+struct PsTask {
+  std::unique_ptr<tc::ParameterServer> server;
+  std::thread thread;
+  std::string error;  // what run() threw
+  PsTask(int index, int replicas, tc::UpdateHandler* handler = nullptr, double peer_timeout = 20,
+         double startup_timeout = 20, double poll = 0.5) {
+    tc::ServerOptions o;
+    o.task_index = index;
+    o.peer_timeout_s = peer_timeout;
+    o.startup_timeout_s = startup_timeout;
+    o.poll_s = poll;
+    o.verbose = false;
+    for (int r = 0; r < replicas; ++r) o.replica_names.push_back("worker " + std::to_string(r));
+    server = std::make_unique<tc::ParameterServer>("127.0.0.1:0", o, handler);
+    thread = std::thread([this] {
+      try {
+        server->run();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
+  ~PsTask() {
+    server->stop(false, "test over");
+    thread.join();
+  }
+};
+
+tc::ClientOptions fast_client(double peer_timeout = 20) {
+  tc::ClientOptions o;
+  o.rpc_timeout_s = 5;
+  o.peer_timeout_s = peer_timeout;
+  o.heartbeat_s = 0.2;
+  return o;
+}
+
+std::vector<std::string> addresses(const std::vector<std::unique_ptr<PsTask>>& ps) {
+  std::vector<std::string> a;
+  for (const auto& p : ps) a.push_back(p->address());
+  return a;
+}
+
+// A replica's whole sync step against a layout: scales, slices, push, pull;
+// returns the decoded sum per variable.
+std::vector<std::vector<float>> sync_step(tc::WorkerClient& c, int replica, int64_t step,
+                                          std::vector<std::unique_ptr<tc::GradientCodec>>& codecs,
+                                          uint32_t* contributions = nullptr) {
+  const tc::Layout& l = c.layout();
+  std::vector<std::vector<float>> grads;
+  std::vector<float> scales;
+  for (size_t v = 0; v < l.variables.size(); ++v) {
+    grads.push_back(gradient(l.variables[v].size, replica, step));
+    scales.push_back(codecs[v]->wants_shared_scale() ? codecs[v]->local_scale(grads[v]) : 0.0f);
+  }
+  const std::vector<float> shared = c.exchange_scales(step, scales);
+  std::vector<std::vector<uint8_t>> payloads(l.shards.size());
+  for (size_t v = 0; v < l.variables.size(); ++v) {
+    std::vector<tc::ElementRange> slices;
+    std::vector<std::span<uint8_t>> outs;
+    for (size_t s : l.shards_of[v]) {
+      slices.push_back({l.shards[s].begin, l.shards[s].count});
+      payloads[s].resize(codecs[v]->payload_bytes(l.shards[s].count));
+    }
+    for (size_t s : l.shards_of[v]) outs.emplace_back(payloads[s]);
+    tc::EncodeContext ctx;
+    ctx.tensor_id = static_cast<uint32_t>(v);
+    ctx.step = static_cast<uint32_t>(step);
+    ctx.seed = 100 + replica;
+    if (codecs[v]->wants_shared_scale()) ctx.shared_scale = shared[v];
+    codecs[v]->encode_slices(grads[v], ctx, slices, outs);
+  }
+  std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
+  c.push(step, 0.5f * replica, views);
+  std::vector<std::vector<uint8_t>> sums;
+  const auto got = c.pull_sums(step, sums);
+  if (contributions) *contributions = got.contributions;
+  std::vector<std::vector<float>> out;
+  for (size_t v = 0; v < l.variables.size(); ++v) {
+    out.emplace_back(l.variables[v].size);
+    for (size_t s : l.shards_of[v])
+      codecs[v]->decode_aggregate(sums[s], std::span<float>(out[v]).subspan(l.shards[s].begin, l.shards[s].count));
+  }
+  return out;
+}
+
+std::vector<tc::VariableSpec> variables() {
+  return {{"small", 1000, "fp32"}, {"large", 300000, "terngrad:clip=2.5,share_scale=1"}, {"half", 70000, "fp16"}};
+}
+
+// Runs `replicas` threads for `steps` sync steps; returns replica 0's sums.
+std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, int steps) {
+  std::vector<std::unique_ptr<PsTask>> ps;
+  for (int p = 0; p < num_ps; ++p) ps.push_back(std::make_unique<PsTask>(p, replicas));
+  tc::PlacementOptions po;
+  po.min_shard_bytes = 64 * 1024;
+  const tc::Layout layout = tc::place_variables(variables(), num_ps, po);
+  std::vector<std::vector<std::vector<std::vector<float>>>> results(replicas);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(replicas);
+  for (int r = 0; r < replicas; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        tc::WorkerClient c(addresses(ps), layout, r, true, replicas, replicas, fast_client());
+        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+        for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
+        EXPECT_EQ(c.join(0), 0);
+        for (int s = 0; s < steps; ++s) results[r].push_back(sync_step(c, r, s, codecs));
+        c.finish(true);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < replicas; ++r) EXPECT_EQ(errors[r], "") << "replica " << r;
+  for (int r = 1; r < replicas; ++r) EXPECT_EQ(results[r], results[0]) << "replicas pulled different sums";
+  for (auto& p : ps) {
+    p->thread.join();  // the chief's finish ends run() normally
+    EXPECT_EQ(p->error, "");
+    p->thread = std::thread([] {});
+  }
+  return results[0];
+}
+
+TEST(PsService, SyncSumsEqualTheCodecAggregateInReplicaOrder) {
+  const int replicas = 3, steps = 2;
+  const auto sums = run_sync(1, replicas, steps);
+  ASSERT_EQ(sums.size(), static_cast<size_t>(steps));
+  // The same payloads summed locally by the codecs, in replica order.
+  const auto vars = variables();
+  for (int s = 0; s < steps; ++s) {
+    for (size_t v = 0; v < vars.size(); ++v) {
+      std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+      std::vector<std::vector<float>> grads;
+      float shared = 0;
+      for (int r = 0; r < replicas; ++r) {
+        codecs.push_back(tc::make_codec(vars[v].codec));
+        grads.push_back(gradient(vars[v].size, r, s));
+        if (codecs[r]->wants_shared_scale()) shared = std::max(shared, codecs[r]->local_scale(grads[r]));
+      }
+      std::vector<std::vector<uint8_t>> payloads;
+      for (int r = 0; r < replicas; ++r) {
+        tc::EncodeContext ctx;
+        ctx.tensor_id = static_cast<uint32_t>(v);
+        ctx.step = static_cast<uint32_t>(s);
+        ctx.seed = 100 + r;
+        if (codecs[r]->wants_shared_scale()) ctx.shared_scale = shared;
+        payloads.emplace_back(codecs[r]->payload_bytes(vars[v].size));
+        codecs[r]->encode(grads[r], ctx, payloads.back());
+      }
+      std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
+      std::vector<uint8_t> agg;
+      codecs[0]->aggregate(views, vars[v].size, agg);
+      std::vector<float> want(vars[v].size);
+      codecs[0]->decode_aggregate(agg, want);
+      EXPECT_EQ(sums[s][v], want) << "step " << s << " variable " << vars[v].name;
+    }
+  }
+}
+
+TEST(PsService, TwoPsWithShardedVariablesGiveTheSameSumsAsOne) {
+  const auto one = run_sync(1, 2, 2);
+  const auto two = run_sync(2, 2, 2);
+  EXPECT_EQ(one, two);
+}
+
+TEST(PsService, PayloadsOverFourMegabytesGoThrough) {
+  PsTask ps(0, 1);
+  // 3M floats = 12 MB fp32 in one shard (no split: one ps, one shard).
+  const tc::Layout l = tc::place_variables({{"big", 3000000, "fp32"}}, 1);
+  ASSERT_EQ(l.shards.size(), 1u);
+  tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+  c.join(0);
+  std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+  codecs.push_back(tc::make_codec("fp32"));
+  const auto sums = sync_step(c, 0, 0, codecs);
+  EXPECT_EQ(sums[0], gradient(3000000, 0, 0));
+  EXPECT_GT(c.traffic().payload_sent, 12000000u);
+  EXPECT_GT(c.traffic().message_sent, c.traffic().payload_sent);  // protobuf framing on top
+  c.finish(true);
+}
+
+TEST(PsService, BackupWorkersStalePushesAreDroppedAndCounted) {
+  const int replicas = 3;
+  PsTask ps(0, replicas);
+  const tc::Layout l = tc::place_variables({{"w", 4096, "fp32"}}, 1);
+  std::vector<std::unique_ptr<tc::WorkerClient>> c;
+  for (int r = 0; r < replicas; ++r)
+    c.push_back(std::make_unique<tc::WorkerClient>(std::vector<std::string>{ps.address()}, l, r, true, replicas, 2,
+                                                   fast_client()));
+  std::vector<std::thread> joins;
+  for (int r = 0; r < replicas; ++r) joins.emplace_back([&, r] { c[r]->join(0); });
+  for (auto& t : joins) t.join();
+  const std::vector<uint8_t> payload = [] {
+    auto codec = tc::make_codec("fp32");
+    std::vector<float> g(4096, 1.0f);
+    std::vector<uint8_t> out(codec->payload_bytes(4096));
+    codec->encode(g, {}, out);
+    return out;
+  }();
+  const std::span<const uint8_t> views[1] = {payload};
+  EXPECT_TRUE(c[0]->push(0, 1.0f, views).applied);
+  EXPECT_TRUE(c[1]->push(0, 3.0f, views).applied);  // the second of R = 2: step 0 is summed
+  const auto late = c[2]->push(0, 5.0f, views);
+  EXPECT_FALSE(late.applied);
+  EXPECT_EQ(late.stale, 1);
+  const auto dup = c[0]->push(0, 1.0f, views);  // a retried push
+  EXPECT_FALSE(dup.applied);
+  EXPECT_EQ(dup.stale, 0);
+  std::vector<std::vector<uint8_t>> sums;
+  const auto got = c[2]->pull_sums(0, sums);  // the late worker still gets step 0's update
+  EXPECT_EQ(got.contributions, 2u);
+  EXPECT_FLOAT_EQ(got.mean_loss, 2.0f);
+  std::vector<float> sum(4096);
+  tc::make_codec("fp32")->decode_aggregate(sums[0], sum);
+  EXPECT_EQ(sum, std::vector<float>(4096, 2.0f));
+  for (auto& x : c) x->finish(true);
+}
+
+TEST(PsService, PullsThatTimeOutWhileAStepIsBeingSummedAreSafe) {
+  // Long-poll answers every 10 ms while the ps sums two 64 MB fp32 payloads.
+  PsTask ps(0, 2, nullptr, 20, 20, /*poll=*/0.01);
+  const uint64_t n = 16u << 20;
+  const tc::Layout l = tc::place_variables({{"big", n, "fp32"}}, 1);
+  auto codec = tc::make_codec("fp32");
+  std::vector<uint8_t> payload(codec->payload_bytes(n));
+  codec->encode(std::vector<float>(n, 0.5f), {}, payload);
+  std::vector<float> sum(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      tc::WorkerClient c({ps.address()}, l, r, true, 2, 2, fast_client());
+      c.join(0);
+      const std::span<const uint8_t> views[1] = {payload};
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // replica 0 waits in pull
+      c.push(0, 0.0f, views);
+      std::vector<std::vector<uint8_t>> sums;
+      c.pull_sums(0, sums);
+      if (r == 0) codec->decode_aggregate(sums[0], sum);
+      c.finish(true);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sum[0], 1.0f);
+  EXPECT_EQ(sum[n - 1], 1.0f);
+}
+
+// Async SGD: values -= 0.5 * grad, with a "Velocity" slot counting updates.
+class HalfStepSgd : public tc::UpdateHandler {
+ public:
+  void init_shard(size_t shard, const tc::ShardView& view) override {
+    if (velocity_.size() <= shard) velocity_.resize(shard + 1);
+    velocity_[shard].assign(view.count, 0.0f);
+  }
+  void apply(size_t shard, int64_t, std::span<float> values, std::span<const float> grad) override {
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] -= 0.5f * grad[i];
+      velocity_[shard][i] += 1.0f;
+    }
+  }
+  std::vector<std::pair<std::string, std::span<float>>> slots(size_t shard) override {
+    return {{"Velocity", velocity_[shard]}};
+  }
+
+ private:
+  std::vector<std::vector<float>> velocity_;
+};
+
+TEST(PsService, AsyncPushesAreAppliedOnArrival) {
+  HalfStepSgd h0, h1;
+  std::vector<std::unique_ptr<PsTask>> ps;
+  ps.push_back(std::make_unique<PsTask>(0, 2, &h0));
+  ps.push_back(std::make_unique<PsTask>(1, 2, &h1));
+  tc::PlacementOptions po;
+  po.min_shard_bytes = 4096;
+  const tc::Layout l = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
+  ASSERT_EQ(l.shards_of[0].size(), 2u);
+  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f), zeros_a(5000, 0.0f), zeros_b(100, 0.0f);
+  tc::WorkerClient::InitTensors init;
+  init.values = {a0, b0};
+  init.slots["Velocity"] = {zeros_a, zeros_b};
+  tc::WorkerClient chief(addresses(ps), l, 0, false, 2, 1, fast_client());
+  tc::WorkerClient other(addresses(ps), l, 1, false, 2, 1, fast_client());
+  std::thread t([&] { other.join(0); });
+  EXPECT_EQ(chief.join(7, &init), 7);
+  t.join();
+  auto fp32 = tc::make_codec("fp32");
+  auto push_ones = [&](tc::WorkerClient& c) {
+    std::vector<float> a(5000), b(100);
+    const std::span<float> vals[2] = {a, b};
+    c.pull_values(vals);
+    std::vector<std::vector<uint8_t>> payloads;
+    for (const auto& s : l.shards) {
+      std::vector<float> g(s.count, 1.0f);
+      payloads.emplace_back(fp32->payload_bytes(s.count));
+      fp32->encode(g, {}, payloads.back());
+    }
+    std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
+    return c.push(0, 0.0f, views);
+  };
+  EXPECT_TRUE(push_ones(chief).applied);
+  EXPECT_TRUE(push_ones(other).applied);
+  EXPECT_TRUE(push_ones(chief).applied);
+  std::vector<float> a(5000), b(100);
+  const std::span<float> vals[2] = {a, b};
+  EXPECT_EQ(chief.pull_values(vals), 10);  // 7 + three applied pushes
+  EXPECT_EQ(a, std::vector<float>(5000, 1.0f - 1.5f));
+  EXPECT_EQ(b, std::vector<float>(100, 2.0f - 1.5f));
+  const auto state = chief.fetch_state();
+  EXPECT_EQ(state.at("a"), a);
+  EXPECT_EQ(state.at("a/Velocity"), std::vector<float>(5000, 3.0f));
+  EXPECT_EQ(state.at("b/Velocity"), std::vector<float>(100, 3.0f));
+  other.finish(true);
+  chief.finish(true);
+}
+
+TEST(PsService, ADeadReplicaIsReportedByNameAndNobodyHangs) {
+  PsTask ps(0, 2, nullptr, /*peer_timeout=*/1.5);
+  const tc::Layout l = tc::place_variables({{"w", 64, "fp32"}}, 1);
+  tc::WorkerClient alive({ps.address()}, l, 0, true, 2, 2, fast_client());
+  auto doomed = std::make_unique<tc::WorkerClient>(std::vector<std::string>{ps.address()}, l, 1, true, 2, 2, fast_client());
+  std::thread t([&] { doomed->join(0); });
+  alive.join(0);
+  t.join();
+  doomed.reset();  // the process "dies": no more heartbeats, no push
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    std::vector<std::vector<uint8_t>> sums;
+    std::vector<float> g(64, 1.0f);
+    std::vector<uint8_t> p(tc::make_codec("fp32")->payload_bytes(64));
+    tc::make_codec("fp32")->encode(g, {}, p);
+    const std::span<const uint8_t> views[1] = {p};
+    alive.push(0, 0.0f, views);
+    alive.pull_sums(0, sums);
+    FAIL() << "pull_sums returned without the dead replica's push";
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("worker 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("silent"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  ps.thread.join();
+  EXPECT_NE(ps.error.find("worker 1"), std::string::npos) << ps.error;
+  ps.thread = std::thread([] {});
+}
+
+TEST(PsService, AReplicaThatNeverJoinsIsNamed) {
+  PsTask ps(0, 3, nullptr, 20, /*startup_timeout=*/1.5);
+  const tc::Layout l = tc::place_variables({{"w", 64, "fp32"}}, 1);
+  tc::WorkerClient chief({ps.address()}, l, 0, true, 3, 3, fast_client());
+  tc::WorkerClient one({ps.address()}, l, 1, true, 3, 3, fast_client());
+  std::thread t([&] { EXPECT_THROW(one.join(0), tc::PeerError); });
+  try {
+    chief.join(0);
+    FAIL() << "join returned with a replica missing";
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("never joined"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("worker 2"), std::string::npos) << e.what();
+  }
+  t.join();
+}
+
+TEST(PsService, AReplicaWithAnotherLayoutIsRefused) {
+  PsTask ps(0, 2);
+  tc::WorkerClient chief({ps.address()}, tc::place_variables({{"w", 64, "fp32"}}, 1), 0, true, 2, 2, fast_client());
+  tc::WorkerClient other({ps.address()}, tc::place_variables({{"w", 64, "fp16"}}, 1), 1, true, 2, 2, fast_client());
+  std::thread t([&] { EXPECT_THROW(chief.join(0), tc::PeerError); });
+  try {
+    other.join(0);
+    FAIL();
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
+  }
+  ps.server->stop(false, "test over");
+  t.join();
+}
+
+TEST(PsService, AMalformedPayloadIsRefusedAndNamed) {
+  PsTask ps(0, 1);
+  const tc::Layout l = tc::place_variables({{"w", 1000, "terngrad"}}, 1);
+  tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+  c.join(0);
+  auto codec = tc::make_codec("terngrad");
+  std::vector<float> g = gradient(1000, 0, 0);
+  std::vector<uint8_t> p(codec->payload_bytes(1000));
+  codec->encode(g, {}, p);
+  p[50] = 0xFF;  // reserved codes
+  const std::span<const uint8_t> views[1] = {p};
+  try {
+    c.push(0, 0.0f, views);
+    FAIL();
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed payload"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(w)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PsService, AnUnreachablePsIsNamedAfterThePeerTimeout) {
+  const tc::Layout l = tc::place_variables({{"w", 64, "fp32"}}, 1);
+  auto o = fast_client(/*peer_timeout=*/1.0);
+  o.rpc_timeout_s = 0.5;
+  tc::WorkerClient c({"127.0.0.1:1"}, l, 1, true, 2, 2, o);  // port 1: nothing listens
+  try {
+    c.join(0);
+    FAIL();
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("ps 0 at 127.0.0.1:1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unreachable"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

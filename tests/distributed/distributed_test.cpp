@@ -1,0 +1,187 @@
+// Multi-process runs on loopback through the real binaries (tg-train,
+// tg-cluster): a sync run with 1 ps and 2 workers trains exactly the weights
+// of the in-process trainer with 2 virtual workers; two ps tasks with sharded
+// variables give the same weights as one; a distributed run resumes from the
+// chief's checkpoint bit for bit; async training converges; a killed worker
+// is reported by name and nobody hangs; bad TF_CONFIG values are refused.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include "terngrad/train/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Proc {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+  double seconds = 0;
+};
+
+Proc run(const std::string& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Proc r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+class Distributed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tg_distributed_test_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Small LeNet runs on synthetic data; one thread per process so the gradient
+  // math is the same as inside the in-process trainer's worker loop.
+  static std::string model_flags(int steps, const std::string& extra = "") {
+    return "--net=lenet --dataset_name=synthetic --synthetic_examples=512 --batch_size=8 --max_steps=" +
+           std::to_string(steps) + " --moving_average_decay=0.99 --quiet=true --threads=1 " + extra;
+  }
+
+  Proc in_process(const std::string& name, int workers, const std::string& flags) {
+    return run(std::string(TG_TRAIN_BIN) + " " + flags + " --num_nodes=" + std::to_string(workers) +
+               " --train_dir=" + (dir_ / name).string());
+  }
+
+  Proc cluster(const std::string& name, const std::string& launcher, const std::string& flags) {
+    return run(std::string(TG_CLUSTER_BIN) + " --replica_threads=1 " + launcher + " -- " + flags +
+               " --peer_timeout_secs=10 --startup_timeout_secs=30 --train_dir=" + (dir_ / name).string());
+  }
+
+  std::map<std::string, terngrad::train::Tensor> weights(const std::string& name) {
+    return terngrad::train::read_safetensors((dir_ / name / "model.safetensors").string()).tensors;
+  }
+
+  void expect_same_weights(const std::string& a, const std::string& b) {
+    const auto wa = weights(a), wb = weights(b);
+    ASSERT_EQ(wa.size(), 8u);
+    ASSERT_EQ(wb.size(), wa.size());
+    for (const auto& [name, t] : wa) EXPECT_EQ(t.data, wb.at(name).data) << a << " vs " << b << ": " << name;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Distributed, SyncOnePsTwoWorkersTrainTheInProcessWeightsBitForBit) {
+  for (const std::string codec : {"--grad_bits=2", "--grad_bits=32"}) {
+    SCOPED_TRACE(codec);
+    const std::string flags = model_flags(12, codec);
+    const std::string tag = codec.substr(12);
+    const Proc a = in_process("inproc" + tag, 2, flags);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    // Worker 0 is the chief: replicas 0 and 1, as virtual workers 0 and 1.
+    const Proc b = cluster("cluster" + tag, "--num_ps=1 --chief=false --num_workers=2", flags);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    expect_same_weights("inproc" + tag, "cluster" + tag);
+  }
+}
+
+TEST_F(Distributed, TwoPsTasksWithShardedVariablesEqualOne) {
+  const std::string flags = model_flags(10, "--grad_bits=2 --min_shard_bytes=65536");
+  const Proc one = cluster("one", "--num_ps=1 --num_workers=1", flags);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const Proc two = cluster("two", "--num_ps=2 --num_workers=1", flags);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  // Both tasks hold shards (fc3/weights, 4.9 MB, is split over them).
+  for (const char* ps : {"ps-0.log", "ps-1.log"}) {
+    std::ifstream log(dir_ / "two" / "logs" / ps);
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("initialized: "), std::string::npos) << text;
+    EXPECT_EQ(text.find("initialized: 0 shards"), std::string::npos) << text;
+  }
+  expect_same_weights("one", "two");
+}
+
+TEST_F(Distributed, ResumesFromTheChiefsCheckpointBitForBit) {
+  const std::string base = "--grad_bits=2 --optimizer=adam --initial_learning_rate=0.001";
+  const Proc straight = in_process("straight", 2, model_flags(12, base));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const Proc first = cluster("resumed", "--num_ps=1 --num_workers=1", model_flags(5, base));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const Proc second = cluster("resumed", "--num_ps=1 --num_workers=1 --evaluator=true", model_flags(12, base));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  expect_same_weights("straight", "resumed");
+  std::ifstream eval(dir_ / "resumed" / "eval.jsonl");
+  const std::string text((std::istreambuf_iterator<char>(eval)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"step\":12"), std::string::npos) << "the evaluator saw the final checkpoint: " << text;
+}
+
+TEST_F(Distributed, AsyncTrainingConverges) {
+  const Proc r = cluster("async", "--num_ps=2 --num_workers=1",
+                        model_flags(60, "--grad_bits=2 --sync_replicas=false --min_shard_bytes=65536"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(dir_ / "async" / "result.json");
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t at = json.find("\"top1\": ");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_GT(std::stod(json.substr(at + 8)), 0.5) << "10 classes: chance is 0.1; " << json;
+}
+
+TEST_F(Distributed, AKilledWorkerIsReportedAndNobodyHangs) {
+  const Proc r = run(std::string(TG_CLUSTER_BIN) +
+                    " --replica_threads=1 --num_ps=1 --num_workers=2 --kill_task=worker:1 --kill_after_secs=4 -- " +
+                    model_flags(1000000, "--grad_bits=2") + " --peer_timeout_secs=3 --train_dir=" +
+                    (dir_ / "killed").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("worker 1 at 127.0.0.1:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("silent"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 45) << "the others must give up after the peer timeout";
+  // The surviving worker names the problem in its own log too.
+  std::ifstream log(dir_ / "killed" / "logs" / "worker-0.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("worker 1"), std::string::npos) << text;
+}
+
+TEST_F(Distributed, BadTfConfigIsRefusedWithAClearMessage) {
+  struct Case {
+    std::string tf_config, fragment;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})", "no ps task"},
+           {R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 5}})",
+            "task index 5 is out of range"},
+           {R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}})",
+            "used by both"},
+           {R"({"cluster": {"worker": ["localhost"], "ps": ["127.0.0.1:2"]}, "task": {"type": "worker"}})",
+            "is not a host:port address"},
+           {R"({"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "task": {"type": "trainer"}})",
+            "unknown role \"trainer\""},
+           {R"({"cluster": )", "not valid JSON"}}) {
+    std::string quoted = "'";
+    for (char ch : c.tf_config) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    quoted += "'";
+    const Proc r = run("TF_CONFIG=" + quoted + " " + TG_TRAIN_BIN + " " + model_flags(1));
+    EXPECT_EQ(r.exit_code, 2) << c.tf_config << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.fragment), std::string::npos) << c.tf_config << "\n" << r.output;
+  }
+  // Flags: an unparsable address.
+  const Proc r = run(std::string(TG_TRAIN_BIN) + " --job_name=worker --ps_hosts=127.0.0.1:x --worker_hosts=127.0.0.1:1 " +
+                    model_flags(1));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--ps_hosts entry 0"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,134 @@
+"""The Python binding (terngrad.Codec) on NumPy arrays and torch CPU tensors:
+float64 references for the scale and the decoded values, zero-copy in-place
+outputs, and clear errors for what it refuses. Exits 77 (ctest SKIP) without
+numpy."""
+import sys
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIPPED: numpy is not installed (Debian: python3-numpy)")
+    sys.exit(77)
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import terngrad
+from reference import reference_decode, reference_scale
+
+
+class CodecTest(unittest.TestCase):
+    def setUp(self):
+        rng = np.random.default_rng(7)
+        self.g = (rng.standard_normal(10001) * 0.01).astype(np.float32)
+        self.g[17] = 0.2  # an outlier the clip cuts
+
+    def test_format_example(self):
+        c = terngrad.Codec("terngrad:clip=0")
+        g = np.array([0.5, -1.0, 0.25, 0.0, -0.125, 2.0], np.float32)
+        p = c.encode(g, seed=42, step=7, tensor_id=3)
+        self.assertEqual(bytes(p[40:]), b"\x01\x04")
+        np.testing.assert_array_equal(c.decode(p, n=6), [2, 0, 0, 0, 0, 2])
+
+    def test_scale_and_decode_against_float64(self):
+        for clip in (0.0, 2.5):
+            c = terngrad.Codec("terngrad:clip=%g" % clip)
+            s = c.local_scale(self.g)
+            self.assertAlmostEqual(s, reference_scale(self.g, clip), delta=1e-6 * s)
+            p = c.encode(self.g, seed=3, step=1, tensor_id=2)
+            want, scale = reference_decode(p)
+            self.assertEqual(scale, s)
+            out = np.full(self.g.size, 0.5, np.float32)
+            self.assertIs(c.decode_accumulate(p, out), out)  # in place
+            np.testing.assert_array_equal(out, (want + 0.5).astype(np.float32))
+            kept = want != 0
+            self.assertTrue(np.all(np.sign(want[kept]) == np.sign(self.g[kept])))
+            self.assertTrue(np.all(kept[np.abs(self.g) >= s]))  # clipped elements are always kept
+
+    def test_shared_scale_and_determinism(self):
+        c = terngrad.Codec("terngrad")
+        s = c.local_scale(self.g)
+        a = c.encode(self.g, seed=1, step=2, tensor_id=3, shared_scale=2 * s)
+        b = c.encode(self.g, seed=1, step=2, tensor_id=3, shared_scale=2 * s)
+        self.assertEqual(bytes(a), bytes(b))
+        self.assertEqual(reference_decode(a)[1], np.float32(2 * s))
+        self.assertNotEqual(bytes(a), bytes(c.encode(self.g, seed=2, step=2, tensor_id=3, shared_scale=2 * s)))
+        with self.assertRaisesRegex(terngrad.TernGradError, "TG_ERR_INVALID_ARGUMENT.*shared"):
+            c.encode(self.g, shared_scale=s / 2)
+
+    def test_dense_codecs(self):
+        fp32, fp16 = terngrad.Codec("fp32"), terngrad.Codec("fp16")
+        self.assertEqual(fp32.payload_bytes(10), 16 + 40)
+        self.assertFalse(fp16.wants_shared_scale)
+        self.assertEqual(fp16.local_scale(self.g), 0.0)
+        np.testing.assert_array_equal(fp32.decode(fp32.encode(self.g), n=self.g.size), self.g)
+        np.testing.assert_array_equal(fp16.decode(fp16.encode(self.g), n=self.g.size),
+                                      self.g.astype(np.float16).astype(np.float32))
+
+    def test_payload_types(self):
+        c = terngrad.Codec("terngrad")
+        p = c.encode(self.g)
+        want = c.decode(p, n=self.g.size)
+        for form in (bytes(p), bytearray(p), memoryview(bytearray(p))):
+            np.testing.assert_array_equal(c.decode(form, n=self.g.size), want)
+        out = np.empty(c.payload_bytes(self.g.size), np.uint8)
+        self.assertIs(c.encode(self.g, out=out), out)
+        buf = bytearray(len(out))
+        c.encode(self.g, out=buf)
+        self.assertEqual(bytes(buf), bytes(p))
+
+    def test_refusals_name_the_problem(self):
+        c = terngrad.Codec("terngrad")
+        with self.assertRaisesRegex(TypeError, "grad must be float32, got float64"):
+            c.encode(self.g.astype(np.float64))
+        with self.assertRaisesRegex(ValueError, "not C-contiguous"):
+            c.encode(self.g[::2])
+        with self.assertRaisesRegex(TypeError, "numpy.ndarray or torch.Tensor of float32, got list"):
+            c.encode([1.0, 2.0])
+        p = c.encode(self.g)
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            c.encode(self.g, out=bytes(len(p)))
+        ro = np.zeros(self.g.size, np.float32)
+        ro.flags.writeable = False
+        with self.assertRaisesRegex(ValueError, "out is read-only"):
+            c.decode_accumulate(p, ro)
+        bad = bytearray(p)
+        bad[0] ^= 1
+        out = np.ones(self.g.size, np.float32)
+        with self.assertRaisesRegex(terngrad.TernGradError, "TG_ERR_MALFORMED_PAYLOAD.*magic"):
+            c.decode_accumulate(bad, out)
+        np.testing.assert_array_equal(out, 1.0)  # untouched
+        g = self.g.copy()
+        g[9] = np.inf
+        with self.assertRaisesRegex(terngrad.TernGradError, "TG_ERR_NON_FINITE.*element 9"):
+            c.encode(g)
+        with self.assertRaisesRegex(terngrad.TernGradError, "unknown codec \"tern\""):
+            terngrad.Codec("tern")
+        c.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            c.payload_bytes(1)
+
+    @unittest.skipIf(torch is None, "torch is not installed (Debian: python3-torch)")
+    def test_torch_tensors_zero_copy(self):
+        c = terngrad.Codec("terngrad")
+        t = torch.from_numpy(self.g.copy())
+        p = c.encode(t, seed=5)
+        self.assertIsInstance(p, torch.Tensor)
+        self.assertEqual(p.dtype, torch.uint8)
+        self.assertEqual(bytes(p.numpy()), bytes(c.encode(self.g, seed=5)))
+        acc = torch.zeros(t.numel())
+        ptr = acc.data_ptr()
+        c.decode_accumulate(p, acc)
+        self.assertEqual(acc.data_ptr(), ptr)
+        np.testing.assert_array_equal(acc.numpy(), reference_decode(p.numpy())[0].astype(np.float32))
+        with self.assertRaisesRegex(TypeError, "must be float32, got torch.float64"):
+            c.encode(t.double())
+        with self.assertRaisesRegex(ValueError, "not contiguous"):
+            c.encode(t.view(1, -1).expand(2, -1).t())
+
+
+if __name__ == "__main__":
+    print("libterngrad:", terngrad.library_path(), terngrad.version())
+    unittest.main()

@@ -1,0 +1,122 @@
+// Slices: a tensor split into pieces (a variable sharded across parameter
+// servers) and encoded piece by piece with the whole tensor's statistics gives
+// exactly the bytes of the whole tensor's payload, on both CPU kernels.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "reference_codec.h"
+#include "terngrad/quantize/codec.h"
+
+namespace tq = terngrad::quantize;
+
+namespace {
+
+std::vector<uint8_t> encode_whole(const std::vector<float>& x, const tq::EncodeParams& p) {
+  std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
+  tq::encode(x, p, out);
+  return out;
+}
+
+// Concatenated bodies of the slices [cuts[i], cuts[i+1]).
+std::vector<uint8_t> encode_slices(const std::vector<float>& x, const std::vector<uint64_t>& cuts,
+                                   tq::EncodeParams p, std::vector<tq::PayloadHeader>* headers = nullptr) {
+  const tq::TensorStats st = tq::compute_stats(x);
+  std::vector<uint8_t> body;
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    const std::span<const float> slice(x.data() + cuts[s], cuts[s + 1] - cuts[s]);
+    std::vector<uint8_t> out(tq::max_encoded_bytes(slice.size()));
+    p.element_offset = cuts[s];
+    tq::encode_with_stats(slice, st, p, out);
+    if (headers) headers->push_back(tq::inspect(out));
+    body.insert(body.end(), out.begin() + tq::kHeaderBytes, out.end());
+  }
+  return body;
+}
+
+void expect_slices_match(const std::vector<float>& x, const std::vector<uint64_t>& cuts, tq::EncodeParams p) {
+  const auto whole = encode_whole(x, p);
+  std::vector<tq::PayloadHeader> headers;
+  const auto body = encode_slices(x, cuts, p, &headers);
+  ASSERT_EQ(body.size(), whole.size() - tq::kHeaderBytes);
+  for (size_t k = 0; k < body.size(); ++k)
+    ASSERT_EQ(body[k], whole[tq::kHeaderBytes + k]) << "body byte " << k;
+  const float scale = tq::inspect(whole).scale;
+  for (size_t s = 0; s < headers.size(); ++s) {
+    EXPECT_EQ(headers[s].count, cuts[s + 1] - cuts[s]);
+    EXPECT_EQ(headers[s].scale, scale) << "slice " << s << " must carry the whole tensor's scale";
+    EXPECT_EQ(headers[s].tensor_id, p.tensor_id);
+  }
+}
+
+TEST(SliceEncode, ConcatenatedSlicesEqualTheWholePayload) {
+  const auto x = tg_test::gradient_like(300001, 11);
+  tq::EncodeParams p;
+  p.seed = 99;
+  p.step = 5;
+  p.tensor_id = 3;
+  // Slice edges inside SIMD groups, at block edges (64 Ki elements) and a tiny slice.
+  expect_slices_match(x, {0, 4, 1000, 65536, 65540, 200000, 300001}, p);
+  p.clip_factor = 0.0f;
+  expect_slices_match(x, {0, 150000, 300001}, p);
+}
+
+TEST(SliceEncode, SharedScaleSlices) {
+  const auto x = tg_test::gradient_like(10000, 12);
+  tq::EncodeParams p;
+  p.seed = 7;
+  p.shared_scale = 0.5f;
+  expect_slices_match(x, {0, 2048, 4096, 10000}, p);
+}
+
+TEST(SliceEncode, PortableKernelAgrees) {
+  const auto x = tg_test::gradient_like(70001, 13);
+  tq::EncodeParams p;
+  p.seed = 1;
+  p.step = 2;
+  const auto simd = encode_slices(x, {0, 33332, 70001}, p);
+  setenv("TG_CPU_SIMD", "0", 1);
+  const auto portable = encode_slices(x, {0, 33332, 70001}, p);
+  unsetenv("TG_CPU_SIMD");
+  EXPECT_EQ(simd, portable);
+}
+
+TEST(SliceEncode, RandomWordsComeFromTheWholeTensorPositions) {
+  // One slice at offset 4096: element j of it draws the word of element 4096 + j.
+  std::vector<float> x(8192, 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 7 == 0) ? 0.5f : 0.25f;
+  tq::EncodeParams p;
+  p.clip_factor = 0.0f;
+  p.seed = 42;
+  p.step = 9;
+  p.tensor_id = 1;
+  p.element_offset = 4096;
+  const tq::TensorStats st = tq::compute_stats(x);
+  std::vector<uint8_t> out(tq::max_encoded_bytes(4096));
+  tq::encode_with_stats(std::span<const float>(x.data() + 4096, 4096), st, p, out);
+  for (size_t j = 0; j < 4096; ++j) {
+    const double t = tg_test::ref_keep_probability(x[4096 + j], 0.5) * 16777216.0;
+    const double u = tg_test::ref_random_word(p.seed, p.step, p.tensor_id, 4096 + j) >> 8;
+    const uint32_t code = (out[tq::kHeaderBytes + j / 4] >> (2 * (j % 4))) & 3u;
+    ASSERT_EQ(code, u < t ? tq::kCodePlus : tq::kCodeZero) << "slice element " << j;
+  }
+}
+
+TEST(SliceEncode, BadOffsetsAreRefused) {
+  const auto x = tg_test::gradient_like(100, 14);
+  const tq::TensorStats st = tq::compute_stats(x);
+  std::vector<uint8_t> out(tq::max_encoded_bytes(50));
+  tq::EncodeParams p;
+  p.element_offset = 2;  // not on a body byte
+  EXPECT_THROW(tq::encode_with_stats(std::span<const float>(x.data(), 50), st, p, out), tq::CodecError);
+  p.element_offset = 52;  // 52 + 50 > 100
+  try {
+    tq::encode_with_stats(std::span<const float>(x.data(), 50), st, p, out);
+    FAIL() << "slice beyond the tensor accepted";
+  } catch (const tq::CodecError& e) {
+    EXPECT_NE(std::string(e.what()).find("element_offset 52"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,294 @@
+#include "session.h"
+
+#include "optimizer_handler.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/train/loss.h"
+#include "terngrad/train/models.h"
+
+namespace terngrad::train::detail {
+
+namespace {
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::string codec_blob_name(int worker, size_t variable) {
+  return "codec/" + std::to_string(worker) + "/" + std::to_string(variable);
+}
+
+}  // namespace
+
+uint64_t stream_seed(uint64_t seed, int64_t step, int worker, Purpose purpose) {
+  return mix(mix(mix(seed, static_cast<uint64_t>(purpose)), static_cast<uint64_t>(step)),
+             static_cast<uint64_t>(worker));
+}
+
+DataSetup load_data(const TrainConfig& cfg, bool need_train) {
+  DataSetup d;
+  d.dataset = cfg.dataset;
+  if (d.dataset.empty()) d.dataset = cfg.net == "lenet" ? "mnist" : cfg.net == "cifarnet" ? "cifar10" : "synthetic";
+  if (d.dataset == "mnist") {
+    if (cfg.net != "lenet") throw std::invalid_argument("--dataset_name=mnist (28x28x1) fits only --net=lenet");
+    if (need_train) d.train = load_idx_dir(cfg.data_dir, true);
+    d.test = load_idx_dir(cfg.data_dir, false);
+    d.train_pre = d.eval_pre = Preprocess::kLeNet;
+  } else if (d.dataset == "cifar10") {
+    if (cfg.net != "cifarnet")
+      throw std::invalid_argument("--dataset_name=cifar10 (32x32x3 cropped to 24x24) fits only --net=cifarnet");
+    if (need_train) d.train = load_cifar10(cfg.data_dir, true);
+    d.test = load_cifar10(cfg.data_dir, false);
+    d.train_pre = Preprocess::kCifarTrain;
+    d.eval_pre = Preprocess::kCifarEval;
+  } else {  // synthetic: the net's input size, learnable class structure
+    const int64_t side = cfg.net == "lenet" ? 28 : cfg.net == "cifarnet" ? 24 : 224;
+    const int64_t ch = cfg.net == "lenet" ? 1 : 3;
+    const int classes = cfg.num_classes > 0 ? cfg.num_classes : (cfg.net == "alexnet" ? 1000 : 10);
+    d.train = make_synthetic(cfg.synthetic_examples, side, side, ch, classes, cfg.seed);
+    d.test = make_synthetic(std::max<int64_t>(cfg.synthetic_examples / 4, 1), side, side, ch, classes, cfg.seed + 1);
+    d.train_pre = d.eval_pre = Preprocess::kStandardize;
+  }
+  return d;
+}
+
+std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& params) {
+  std::string compressed = cfg.codec;
+  if (compressed.empty()) {
+    if (cfg.grad_bits == 32) {
+      compressed = "fp32";
+    } else {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "terngrad:clip=%g,share_scale=%d", cfg.clip_factor, cfg.share_scale ? 1 : 0);
+      compressed = buf;
+    }
+  }
+  std::vector<std::string> plan;
+  for (const Param& p : params.params) {
+    const bool small = p.value.size() < cfg.size_to_binarize;
+    const bool logits_kept = p.is_logits && !cfg.quantize_logits;
+    plan.push_back(small || logits_kept ? "fp32" : compressed);
+  }
+  return plan;
+}
+
+std::string codec_summary(const std::vector<std::string>& plan) {
+  std::map<std::string, int> count;
+  for (const auto& p : plan) ++count[p];
+  std::string s;
+  for (const auto& [spec, k] : count)
+    s += (s.empty() ? "" : ", ") + spec + " on " + std::to_string(k) + " of " + std::to_string(plan.size()) +
+         " variables";
+  return s;
+}
+
+EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg) {
+  const int64_t total = cfg.max_eval_examples > 0 ? std::min(cfg.max_eval_examples, test.count) : test.count;
+  const int64_t batches = (total + cfg.eval_batch_size - 1) / cfg.eval_batch_size;
+  int64_t top1 = 0, top5 = 0;
+#pragma omp parallel reduction(+ : top1, top5)
+  {
+    Model::Workspace ws = model.make_workspace();
+    Tensor x;
+    std::vector<int32_t> labels;
+    std::vector<int64_t> idx;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < batches; ++b) {
+      const int64_t first = b * cfg.eval_batch_size, n = std::min(cfg.eval_batch_size, total - first);
+      idx.resize(n);
+      for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
+      fill_batch(test, idx, pre, 0, x, labels);
+      int64_t c1 = 0, c5 = 0;
+      topk_correct(model.predict(ws, x), labels, c1, c5);
+      top1 += c1;
+      top5 += c5;
+    }
+  }
+  EvalResult r;
+  r.examples = total;
+  r.top1 = total ? static_cast<double>(top1) / total : 0;
+  r.top5 = total ? static_cast<double>(top5) / total : 0;
+  return r;
+}
+
+TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::vector<int> workers,
+                                 bool need_train_data)
+    : cfg_(cfg), num_workers_(num_workers), workers_(std::move(workers)) {
+  data_ = load_data(cfg_, need_train_data);
+  ModelOptions mo;
+  mo.num_classes = cfg_.num_classes > 0 ? cfg_.num_classes : data_.test.num_classes;
+  mo.weight_decay = cfg_.weight_decay;
+  mo.keep_prob = cfg_.keep_prob;
+  model_ = make_model(cfg_.net, mo, cfg_.seed);
+  plan_ = codec_plan(cfg_, params());
+
+  optimizer_ = make_run_optimizer(cfg_);
+  optimizer_->init(params());
+  schedule_ = make_run_schedule(cfg_);
+  if (cfg_.moving_average_decay > 0)
+    ema_ = std::make_unique<ExponentialMovingAverage>(params(), cfg_.moving_average_decay);
+
+  if (!need_train_data && !workers_.empty())
+    throw std::invalid_argument("a training session without training data runs no workers");
+  for (int w : workers_) {
+    if (w < 0 || w >= num_workers_)
+      throw std::invalid_argument("worker " + std::to_string(w) + " is outside [0, " + std::to_string(num_workers_) + ")");
+    WorkerState st{w,
+                   ShardedSampler(data_.train.count, num_workers_, w,
+                                  stream_seed(cfg_.seed, 0, w, Purpose::kSampler)),
+                   model_->make_workspace(),
+                   model_->make_grads(),
+                   {},
+                   std::vector<float>(num_variables(), 0.0f),
+                   {},
+                   {},
+                   {}};
+    for (size_t v = 0; v < num_variables(); ++v) st.codecs.push_back(comm::make_codec(plan_[v]));
+    worker_.push_back(std::move(st));
+  }
+}
+
+std::vector<TrainingSession::VariableInfo> TrainingSession::variables() const {
+  std::vector<VariableInfo> out;
+  const ParamSet& ps = model_->params();
+  for (size_t v = 0; v < ps.size(); ++v)
+    out.push_back({ps.params[v].name, static_cast<uint64_t>(ps.params[v].value.size()), plan_[v]});
+  return out;
+}
+
+std::map<std::string, Tensor> TrainingSession::state_tensors() {
+  std::map<std::string, Tensor> tensors;
+  for (const Param& p : params().params) tensors[p.name] = p.value;
+  for (auto& [name, slot] : optimizer_->slots()) tensors[name] = *slot;
+  if (ema_)
+    for (auto& [name, shadow] : ema_->shadows()) tensors[name] = *shadow;
+  return tensors;
+}
+
+BlobMap TrainingSession::codec_states() const {
+  BlobMap blobs;
+  for (const WorkerState& w : worker_)
+    for (size_t v = 0; v < w.codecs.size(); ++v) {
+      auto state = w.codecs[v]->save_state();
+      if (!state.empty()) blobs[codec_blob_name(w.global, v)] = std::move(state);
+    }
+  return blobs;
+}
+
+int64_t TrainingSession::restore() {
+  if (cfg_.train_dir.empty()) return 0;
+  std::filesystem::create_directories(cfg_.train_dir);
+  auto ck = load_latest_checkpoint(cfg_.train_dir);
+  if (!ck) return 0;
+  load_weights(*ck);
+  for (auto& [name, slot] : optimizer_->slots()) {
+    auto it = ck->tensors.find(name);
+    if (it == ck->tensors.end()) throw std::runtime_error(ck->path + ": optimizer slot " + name + " missing");
+    *slot = it->second;
+  }
+  auto opt = ck->blobs.find("optimizer_state");
+  if (opt == ck->blobs.end()) throw std::runtime_error(ck->path + ": optimizer_state missing");
+  optimizer_->load_state(opt->second);
+  for (WorkerState& w : worker_) {
+    w.sampler.restore_after(ck->step * cfg_.batch_size);
+    for (size_t v = 0; v < w.codecs.size(); ++v) {
+      auto it = ck->blobs.find(codec_blob_name(w.global, v));
+      if (it != ck->blobs.end()) w.codecs[v]->load_state(it->second);
+    }
+  }
+  if (!cfg_.quiet)
+    std::fprintf(stderr, "resuming from %s at step %lld\n", ck->path.c_str(), static_cast<long long>(ck->step));
+  return ck->step;
+}
+
+void TrainingSession::load_weights(const Checkpoint& ck) {
+  restore_params(params(), ck.tensors);
+  if (ema_) {
+    for (auto& [name, shadow] : ema_->shadows()) {
+      auto it = ck.tensors.find(name);
+      if (it != ck.tensors.end()) *shadow = it->second;
+    }
+  }
+}
+
+void TrainingSession::save(int64_t step) {
+  if (cfg_.train_dir.empty()) return;
+  BlobMap blobs = codec_states();
+  blobs["optimizer_state"] = optimizer_->save_state();
+  save_checkpoint(cfg_.train_dir, step, state_tensors(), blobs, 3);
+}
+
+float TrainingSession::compute_gradient(size_t local, int64_t step) {
+  WorkerState& w = worker_[local];
+  w.sampler.next_batch(cfg_.batch_size, w.idx);
+  fill_batch(data_.train, w.idx, data_.train_pre, stream_seed(cfg_.seed, step, w.global, Purpose::kAugment), w.x,
+             w.labels);
+  ForwardContext ctx;
+  ctx.training = true;
+  ctx.dropout_seed = stream_seed(cfg_.seed, step, w.global, Purpose::kDropout);
+  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx);
+  const ParamSet& ps = model_->params();
+  for (size_t v = 0; v < ps.size(); ++v) {
+    const Param& p = ps.params[v];
+    if (p.weight_decay != 0.0f) {
+      float* g = w.grads[v].ptr();
+      const float* x = p.value.ptr();
+      const float wd = p.weight_decay;
+      for (int64_t i = 0; i < p.value.size(); ++i) g[i] += wd * x[i];
+    }
+    w.scales[v] = w.codecs[v]->wants_shared_scale() ? w.codecs[v]->local_scale(w.grads[v].data) : 0.0f;
+  }
+  return loss;
+}
+
+void TrainingSession::encode(size_t local, int64_t step, const std::vector<float>& shared,
+                             const std::vector<std::vector<comm::ElementRange>>& slices,
+                             const std::vector<std::vector<std::span<uint8_t>>>& outs) {
+  WorkerState& w = worker_[local];
+  for (size_t v = 0; v < w.codecs.size(); ++v) {
+    comm::EncodeContext ec;
+    ec.tensor_id = static_cast<uint32_t>(v);
+    ec.step = static_cast<uint32_t>(step);
+    ec.seed = stream_seed(cfg_.seed, 0, w.global, Purpose::kCodec);
+    // A late backup worker may find the shared scale below its own: it then
+    // encodes with its own, and the server sums that slice in float32.
+    if (w.codecs[v]->wants_shared_scale()) ec.shared_scale = std::max(shared[v], w.scales[v]);
+    w.codecs[v]->encode_slices(w.grads[v].data, ec, slices[v], outs[v]);
+  }
+}
+
+void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {
+  const float inv_r = 1.0f / static_cast<float>(replicas);
+  for (Tensor& t : update_sum)
+    for (float& g : t.data) g *= inv_r;
+  optimizer_->apply(params(), update_sum, static_cast<float>(schedule_->lr(step)));
+  if (ema_) ema_->update(params(), step);
+}
+
+void TrainingSession::evaluate_into(TrainResult& r) {
+  const EvalResult raw = evaluate(*model_, data_.test, data_.eval_pre, cfg_);
+  r.top1 = raw.top1;
+  r.top5 = raw.top5;
+  r.eval_examples = raw.examples;
+  if (ema_) {
+    ema_->swap(params());
+    const EvalResult e = evaluate(*model_, data_.test, data_.eval_pre, cfg_);
+    ema_->swap(params());
+    r.ema_top1 = e.top1;
+    r.ema_top5 = e.top5;
+  }
+}
+
+}  // namespace terngrad::train::detail

@@ -1,0 +1,149 @@
+// Private to the trainer: everything one training process holds, and the
+// pieces of a step, shared by the in-process virtual-worker loop
+// (trainer.cpp) and the distributed worker (distributed_worker.cpp), so the
+// two run the same arithmetic and give the same bits.
+//
+// A step of worker w (its global index among all workers of the run):
+//   compute_gradient(w)        batch, forward/backward, weight decay, local scales
+//   encode(w, shared scales)   one payload per slice of each variable
+//   ...the payloads are summed per slice (codec aggregate(), here or on a ps)...
+//   apply(sums, 1/R)           decode_aggregate, average, optimizer, EMA
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "terngrad/comm/gradient_codec.h"
+#include "terngrad/train/checkpoint.h"
+#include "terngrad/train/datasets.h"
+#include "terngrad/train/input_pipeline.h"
+#include "terngrad/train/lr_schedule.h"
+#include "terngrad/train/metrics.h"
+#include "terngrad/train/model.h"
+#include "terngrad/train/moving_average.h"
+#include "terngrad/train/optimizer.h"
+#include "terngrad/train/train_config.h"
+#include "terngrad/train/trainer.h"
+
+namespace terngrad::train::detail {
+
+// Counter-based seeds: every random stream of the run (augmentation, dropout,
+// codec) is a pure function of (run seed, step, worker, purpose), so a resumed
+// run draws exactly what the uninterrupted run would have drawn, and a
+// distributed worker draws what the same virtual worker would have.
+enum class Purpose : uint64_t { kAugment = 1, kDropout = 2, kCodec = 3, kSampler = 4 };
+uint64_t stream_seed(uint64_t seed, int64_t step, int worker, Purpose purpose);
+
+struct DataSetup {
+  Dataset train, test;
+  Preprocess train_pre, eval_pre;
+  std::string dataset;  // resolved name: mnist | cifar10 | synthetic
+};
+DataSetup load_data(const TrainConfig& cfg, bool need_train = true);
+
+// Which codec spec each variable travels with: the run's codec for large
+// enough variables (and the logits only with quantize_logits), fp32 otherwise.
+std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& params);
+// "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2 of 8 variables".
+std::string codec_summary(const std::vector<std::string>& plan);
+
+struct EvalResult {
+  double top1 = 0, top5 = 0;
+  int64_t examples = 0;
+};
+EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg);
+
+// Model, optimizer, schedule, EMA, and the state of the workers this process runs.
+class TrainingSession {
+ public:
+  // workers: the global indices of the workers this process runs (all of
+  // [0, num_workers) in-process; one in a distributed worker).
+  // need_train_data: false for processes that only evaluate or aggregate.
+  TrainingSession(const TrainConfig& cfg, int num_workers, std::vector<int> workers,
+                  bool need_train_data = true);
+
+  const TrainConfig& cfg() const { return cfg_; }
+  Model& model() { return *model_; }
+  ParamSet& params() { return model_->params(); }
+  size_t num_variables() const { return model_->params().size(); }
+  const DataSetup& data() const { return data_; }
+  const std::vector<std::string>& plan() const { return plan_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  ExponentialMovingAverage* ema() { return ema_.get(); }
+  double lr(int64_t step) const { return schedule_->lr(step); }
+  int num_workers() const { return num_workers_; }
+  const std::vector<int>& workers() const { return workers_; }
+
+  // Variables as (name, elements, codec spec), in model order.
+  struct VariableInfo {
+    std::string name;
+    uint64_t size;
+    std::string codec;
+  };
+  std::vector<VariableInfo> variables() const;
+
+  // Loads train_dir's latest checkpoint (weights, optimizer slots, EMA
+  // shadows; sampler positions when it holds them for this process's
+  // workers, else derived from the step) and returns its step; 0 without one.
+  int64_t restore();
+  // Weights and EMA shadows of a checkpoint (what an evaluator needs).
+  void load_weights(const Checkpoint& ck);
+  // Writes a checkpoint of this process's state at `step` (atomic, keeps 3).
+  void save(int64_t step);
+  // The checkpoint's tensors: weights, optimizer slots, EMA shadows.
+  std::map<std::string, Tensor> state_tensors();
+
+  // --- one step; `local` indexes workers() ---
+  // Batch, forward/backward, weight decay added to the gradient, local scales
+  // of the codecs that share them. Returns the mean cross-entropy.
+  float compute_gradient(size_t local, int64_t step);
+  // Local scale of each variable (0 for codecs without scale sharing).
+  const std::vector<float>& local_scales(size_t local) const { return worker_[local].scales; }
+  // Encodes worker `local`'s gradient: slices[v] cut variable v, outs[v][i]
+  // receives slice i. shared[v]: the max of every worker's local scale.
+  void encode(size_t local, int64_t step, const std::vector<float>& shared,
+              const std::vector<std::vector<comm::ElementRange>>& slices,
+              const std::vector<std::vector<std::span<uint8_t>>>& outs);
+  const comm::GradientCodec& codec(size_t local, size_t v) const { return *worker_[local].codecs[v]; }
+  // update_sum[v] = the decoded sum of R workers' gradients; applies
+  // optimizer(update_sum / R) at `step`, then the EMA.
+  void apply(int64_t step, GradSet& update_sum, int replicas);
+  // A zero gradient set shaped like the variables.
+  GradSet make_grads() const { return model_->make_grads(); }
+
+  // Raw and (if enabled) EMA test accuracy of the current weights.
+  void evaluate_into(TrainResult& r);
+
+  // Codec state blobs of this process's workers (for checkpoints).
+  BlobMap codec_states() const;
+
+ private:
+  struct WorkerState {
+    int global = 0;
+    ShardedSampler sampler;
+    Model::Workspace ws;
+    GradSet grads;
+    std::vector<std::unique_ptr<comm::GradientCodec>> codecs;
+    std::vector<float> scales;
+    Tensor x;
+    std::vector<int32_t> labels;
+    std::vector<int64_t> idx;
+  };
+
+  TrainConfig cfg_;
+  int num_workers_;
+  std::vector<int> workers_;
+  DataSetup data_;
+  std::unique_ptr<Model> model_;
+  std::vector<std::string> plan_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<ExponentialMovingAverage> ema_;
+  std::vector<WorkerState> worker_;
+};
+
+}  // namespace terngrad::train::detail
