@@ -109,6 +109,10 @@ def worker(rank, init_file):
         print("ddp hook: %d buckets over %d steps match the float64 reference; %d parameters, "
               "%.0f vs %.0f bytes/step (%.2fx)" % (len(record), STEPS, n, baseline.bytes_per_step(),
                                                    state.bytes_per_step(), ratio))
+    # A DDP module outliving its process group can hang in its destructor
+    # (torch 1.13, gloo): release it while the group is alive, then part together.
+    del model
+    dist.barrier()
     dist.destroy_process_group()
 
 
