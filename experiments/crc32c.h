@@ -1,0 +1,17 @@
+// CRC-32C (Castagnoli), the checksum TFRecord framing uses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace terngrad::experiments {
+
+// CRC-32C of n bytes (reflected polynomial 0x82F63B78, initial value and
+// final xor 0xFFFFFFFF). crc32c("123456789") == 0xE3069283.
+uint32_t crc32c(const void* data, std::size_t n);
+
+// TFRecord stores CRCs "masked" so that a CRC of data that itself contains
+// CRCs does not degenerate: rotate right by 15 and add a constant.
+uint32_t mask_crc32c(uint32_t crc);
+
+}  // namespace terngrad::experiments
