@@ -19,11 +19,19 @@ std::string result_summary(const train::TrainConfig& cfg, const train::TrainResu
   return buf;
 }
 
-void write_result_json(const std::string& path, const train::TrainConfig& cfg, const train::TrainResult& r) {
+void write_text_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) throw std::runtime_error(tmp + ": cannot write");
-  std::fprintf(f,
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  std::fclose(f);
+  if (!ok) throw std::runtime_error(tmp + ": write failed");
+  std::filesystem::rename(tmp, path);
+}
+
+void write_result_json(const std::string& path, const train::TrainConfig& cfg, const train::TrainResult& r) {
+  char buf[4096];
+  const int n = std::snprintf(buf, sizeof buf,
                "{\"net\": \"%s\", \"num_nodes\": %d, \"batch_size\": %lld, \"grad_bits\": %d, \"clip_factor\": %g, "
                "\"seed\": %llu, \"steps\": %lld, \"top1\": %.6f, \"top5\": %.6f, \"ema_top1\": %.6f, "
                "\"ema_top5\": %.6f, \"eval_examples\": %lld, \"final_loss\": %.6f, "
@@ -36,10 +44,8 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
                (long long)r.eval_examples, r.final_loss, r.bytes_sent_per_worker_step, r.bytes_recv_per_worker_step,
                r.fp32_bytes_per_worker_step, r.wire_bytes_sent_per_worker_step, r.wire_bytes_recv_per_worker_step,
                (long long)r.stale_pushes, r.examples_per_sec, r.wall_seconds, r.codec_summary.c_str());
-  const bool ok = std::fflush(f) == 0 && std::ferror(f) == 0;
-  std::fclose(f);
-  if (!ok) throw std::runtime_error(tmp + ": write failed");
-  std::filesystem::rename(tmp, path);
+  if (n < 0 || n >= static_cast<int>(sizeof buf)) throw std::runtime_error(path + ": result too long to format");
+  write_text_atomic(path, buf);
 }
 
 }  // namespace terngrad::experiments

@@ -7,7 +7,7 @@ packages=(
   libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   dataset-fashion-mnist
-  python3-numpy python3-torch
+  python3-numpy python3-torch python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -61,6 +61,14 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
     d.test = make_synthetic(std::max<int64_t>(cfg.synthetic_examples / 4, 1), side, side, ch, classes, cfg.seed + 1);
     d.train_pre = d.eval_pre = Preprocess::kStandardize;
   }
+  if (cfg.preprocessing == "lenet") {
+    d.train_pre = d.eval_pre = Preprocess::kLeNet;
+  } else if (cfg.preprocessing == "cifar") {
+    d.train_pre = Preprocess::kCifarTrain;
+    d.eval_pre = Preprocess::kCifarEval;
+  } else if (cfg.preprocessing == "standardize") {
+    d.train_pre = d.eval_pre = Preprocess::kStandardize;
+  }
   return d;
 }
 

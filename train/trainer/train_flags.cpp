@@ -69,6 +69,10 @@ const std::vector<Flag>& flags() {
          c.dataset = one_of("dataset_name", v, {"mnist", "cifar10", "synthetic"});
        }},
       {"data_dir", "dataset directory", TG_STR(data_dir)},
+      {"preprocessing", "lenet ([-1,1]) | cifar (24x24 distorted crops, centre crop to test) | standardize; default per dataset",
+       [](TrainConfig& c, const std::string& v) {
+         c.preprocessing = one_of("preprocessing", v, {"lenet", "cifar", "standardize"});
+       }},
       {"num_classes", "logits width (alexnet: 1000 or 1001); 0 = dataset's", TG_INT(num_classes)},
       {"synthetic_examples", "training examples of the synthetic dataset", TG_INT(synthetic_examples)},
       {"num_nodes", "virtual workers", [](TrainConfig& c, const std::string& v) {

@@ -16,6 +16,7 @@ struct TrainConfig {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int num_classes = 0;                  // 0 = the dataset's; alexnet: 1000 or 1001
   int64_t synthetic_examples = 2048;    // size of the synthetic training set
+  std::string preprocessing = "";       // lenet | cifar | standardize ("" = the dataset's)
 
   // Workers and batch: each of num_nodes virtual workers takes batch_size examples per step.
   int num_nodes = 1;

@@ -1,0 +1,180 @@
+// ExperimentConfig: every shipped config parses, validates and turns into
+// tg-train flags the trainer accepts at each of its grid points; syntax
+// errors, unknown fields and invalid values are refused naming the file,
+// line or field; the config -> flags mapping (batch split, epochs, learning
+// rate per worker count, codec) is what the proto documents.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "experiment_config.h"
+#include "terngrad/train/train_config.h"
+
+namespace tx = terngrad::experiments;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char kValid[] = R"(
+name: "t"
+model { net: LENET }
+dataset { format: SYNTHETIC }
+training { total_batch: 64 steps: 100 }
+optimizer { type: MOMENTUM learning_rate: 0.01 }
+codec { name: "terngrad" }
+)";
+
+std::string error_of(const std::string& text) {
+  try {
+    tx::parse_experiment_config(text, "cfg.pbtxt");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has_flag(const std::vector<std::string>& flags, const std::string& f) {
+  return std::find(flags.begin(), flags.end(), f) != flags.end();
+}
+
+}  // namespace
+
+TEST(ExperimentConfig, EveryShippedConfigRunsAtItsGridPoints) {
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(TG_PAPER_CONFIGS)) {
+    if (entry.path().extension() != ".pbtxt") continue;
+    ++files;
+    SCOPED_TRACE(entry.path().string());
+    const tx::ExperimentConfig cfg = tx::load_experiment_config(entry.path().string());
+    ASSERT_FALSE(cfg.name().empty());
+    // The paper's worker counts, and the Fashion-MNIST grids'.
+    for (int workers : {2, 4, 8, 16}) {
+      if (cfg.training().has_total_batch() && cfg.training().total_batch() % workers != 0) continue;
+      const tx::ExperimentConfig point = tx::at_grid_point(cfg, workers, 7, 0, entry.path().string());
+      // Epoch arithmetic without the data: these configs state their epoch size.
+      const int64_t examples = cfg.training().has_steps() && !cfg.optimizer().decay().has_decay_epochs()
+                                   ? 0
+                                   : tx::training_set_size(cfg);
+      const auto flags = tx::train_flags(point, examples);
+      terngrad::train::TrainConfig tc;
+      ASSERT_NO_THROW(terngrad::train::parse_train_flags(flags, tc));
+      ASSERT_NO_THROW(terngrad::train::validate(tc));
+      EXPECT_EQ(tc.num_nodes, workers);
+      EXPECT_EQ(tc.seed, 7u);
+      for (const auto& p : cfg.paper()) EXPECT_GT(p.top1(), 0.5) << p.table();
+    }
+  }
+  EXPECT_GE(files, 10);
+}
+
+TEST(ExperimentConfig, TheAuthorsHyperparametersReachTheTrainer) {
+  // AlexNet at 4 workers: lr 0.02, 74 epochs of ImageNet at total batch 512,
+  // lr x0.1 every 20 epochs, dropout 0.2 with TernGrad, small variables fp32.
+  const auto cfg = tx::load_experiment_config(std::string(TG_PAPER_CONFIGS) + "/paper/alexnet_imagenet_terngrad.pbtxt");
+  const auto point = tx::at_grid_point(cfg, 4, 1, 0, "alexnet");
+  const auto flags = tx::train_flags(point, tx::training_set_size(cfg));
+  EXPECT_TRUE(has_flag(flags, "--initial_learning_rate=0.02"));
+  EXPECT_TRUE(has_flag(flags, "--max_steps=185169"));   // ceil(74 * 1281167 / 512)
+  EXPECT_TRUE(has_flag(flags, "--decay_steps=50046"));  // ceil(20 * 1281167 / 512)
+  EXPECT_TRUE(has_flag(flags, "--keep_prob=0.8"));
+  EXPECT_TRUE(has_flag(flags, "--size_to_binarize=9217"));
+  EXPECT_TRUE(has_flag(flags, "--quantize_logits=false"));
+  EXPECT_TRUE(has_flag(flags, "--grad_bits=2"));
+  EXPECT_TRUE(has_flag(flags, "--batch_size=128"));
+
+  // LeNet: the total batch of 64 is split among the workers.
+  const auto lenet = tx::load_experiment_config(std::string(TG_PAPER_CONFIGS) + "/paper/lenet_mnist_fp32.pbtxt");
+  const auto flags8 = tx::train_flags(tx::at_grid_point(lenet, 8, 2, 0, "lenet"), 0);
+  EXPECT_TRUE(has_flag(flags8, "--batch_size=8"));
+  EXPECT_TRUE(has_flag(flags8, "--grad_bits=32"));
+  EXPECT_TRUE(has_flag(flags8, "--learning_rate_decay_type=polynomial"));
+  EXPECT_TRUE(has_flag(flags8, "--learning_rate_power=0.5"));
+  EXPECT_TRUE(has_flag(flags8, "--seed=2"));
+  // --steps replaces the config's length.
+  EXPECT_TRUE(has_flag(tx::train_flags(tx::at_grid_point(lenet, 2, 1, 300, "lenet"), 0), "--max_steps=300"));
+}
+
+TEST(ExperimentConfig, RegistryCodecsPassTheirSpec) {
+  std::string text = kValid;
+  text.replace(text.find("codec { name: \"terngrad\" }"), 26, "codec { name: \"fp16\" }");
+  const auto cfg = tx::parse_experiment_config(text, "t");
+  EXPECT_EQ(tx::codec_label(cfg), "fp16");
+  EXPECT_TRUE(has_flag(tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 0), "--codec=fp16"));
+}
+
+TEST(ExperimentConfig, SyntaxErrorsAndUnknownFieldsNameFileLineAndField) {
+  std::string e = error_of(std::string(kValid) + "modle { net: LENET }\n");
+  EXPECT_NE(e.find("cfg.pbtxt:8:"), std::string::npos) << e;
+  EXPECT_NE(e.find("modle"), std::string::npos) << e;
+  e = error_of(std::string(kValid) + "evaluation { interval: 5 }\n");
+  EXPECT_NE(e.find("interval"), std::string::npos) << e;
+  e = error_of("name: \"t\" model { net: VGG }");
+  EXPECT_NE(e.find("VGG"), std::string::npos) << e;
+  e = error_of("name: \"t\" model { net: LENET ");
+  EXPECT_NE(e.find("cfg.pbtxt:1:"), std::string::npos) << e;
+}
+
+// kValid with the line that starts like `line` replaced by it (or added).
+std::string with_line(const std::string& line) {
+  std::string text = kValid;
+  const std::string head = line.substr(0, line.find_first_of(" {:") + 1);
+  const size_t at = text.find("\n" + head);
+  if (at == std::string::npos) return text + line + "\n";
+  const size_t end = text.find('\n', at + 1);
+  return text.replace(at + 1, end - at - 1, line);
+}
+
+TEST(ExperimentConfig, InvalidValuesNameTheField) {
+  struct Case {
+    std::string line, field;
+  } cases[] = {
+      {"optimizer { type: MOMENTUM learning_rate: -1 }", "optimizer.learning_rate"},
+      {"optimizer { type: MOMENTUM learning_rate: 0.1 momentum: 1.5 }", "optimizer.momentum"},
+      {"optimizer { type: SGD learning_rate: 0.1 decay { type: EXPONENTIAL } }", "optimizer.decay"},
+      {"cluster { sync: false }", "cluster.sync"},
+      {"cluster { evaluator: true }", "cluster.evaluator"},
+      {"cluster { num_workers: 0 }", "cluster.num_workers"},
+      {"model { net: LENET keep_prob: 0 }", "model.keep_prob"},
+      {"codec { name: \"terngrad\" clip: 0 }", "codec.clip"},
+      {"codec { name: \"terngrad\" spec: \"fp16\" }", "codec.spec"},
+      {"evaluation { batch_size: 0 }", "evaluation.batch_size"},
+      {"dataset { format: IDX }", "dataset.path"},
+      {"model { net: CIFARNET }\ndataset { format: IDX path: \"/x\" }", "dataset.format"},
+      {"seeds: [3, 3]", "seeds"},
+      {"name: \"a/b\"", "name"},
+      {"paper { workers: 2 top1: 99.2 }", "paper[0].top1"},
+  };
+  for (const auto& c : cases) {
+    std::string text = with_line(c.line.substr(0, c.line.find('\n')));
+    if (c.line.find('\n') != std::string::npos) {
+      text = kValid;
+      text.replace(text.find("model { net: LENET }"), 20, "model { net: CIFARNET }");
+      text.replace(text.find("dataset { format: SYNTHETIC }"), 29, "dataset { format: IDX path: \"/x\" }");
+    }
+    const std::string e = error_of(text);
+    EXPECT_NE(e.find("cfg.pbtxt: " + c.field + ":"), std::string::npos) << c.line << " -> " << e;
+  }
+  EXPECT_NE(error_of("model { net: LENET }").find("name"), std::string::npos);
+  std::string no_batch = kValid;
+  no_batch.replace(no_batch.find("total_batch: 64 "), 16, "");
+  EXPECT_NE(error_of(no_batch).find("training: needs batch_per_worker or total_batch"), std::string::npos);
+}
+
+TEST(ExperimentConfig, GridPointsThatCannotSplitTheBatchAreRefused) {
+  const auto cfg = tx::parse_experiment_config(kValid, "cfg.pbtxt");
+  try {
+    tx::at_grid_point(cfg, 3, 1, 0, "cfg.pbtxt");
+    FAIL() << "64 examples do not split among 3 workers";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("training.total_batch"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExperimentConfig, TextRoundTrips) {
+  const auto cfg = tx::parse_experiment_config(kValid, "cfg.pbtxt");
+  const auto again = tx::parse_experiment_config(tx::to_text(cfg), "again");
+  EXPECT_EQ(tx::to_text(again), tx::to_text(cfg));
+}
