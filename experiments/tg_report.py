@@ -108,6 +108,8 @@ class Run:
         steps = field(result, result_path, "steps", required=False)
         self.steps = int(steps) if steps is not None else None
 
+        paper = meta.get("paper_top1")  # what the paper reports for this config, if it says
+        self.paper_top1 = number(paper, f"{run_path}: \"paper_top1\"") if paper is not None else None
         self.net = str(meta.get("net", result.get("net", "?")))
         self.dataset = str(meta.get("dataset", "n/a"))
         if "codec" in meta:
@@ -260,6 +262,7 @@ def table_rows(groups):
             "top5_std_pct": pct(g.std("top5")),
             "ema_top1_mean_pct": pct(g.mean("ema_top1")),
             "ema_top1_std_pct": pct(g.std("ema_top1")),
+            "paper_top1_pct": pct(next((r.paper_top1 for r in g.runs if r.paper_top1 is not None), None)),
             "delta_top1_vs_fp32_points": delta,
             "delta_top1_std_points": pct(g.std("top1")) if delta is not None else None,
             "bytes_sent_per_worker_step": g.mean("bytes_sent"),
@@ -373,7 +376,8 @@ def summary_figure(plt, groups, title):
 
 CSV_COLUMNS = ["experiment", "dataset", "workers", "codec", "steps", "num_seeds", "seeds",
                "top1_mean_pct", "top1_std_pct", "top5_mean_pct", "top5_std_pct",
-               "ema_top1_mean_pct", "ema_top1_std_pct", "delta_top1_vs_fp32_points", "delta_top1_std_points",
+               "ema_top1_mean_pct", "ema_top1_std_pct", "paper_top1_pct",
+               "delta_top1_vs_fp32_points", "delta_top1_std_points",
                "bytes_sent_per_worker_step", "compression_ratio", "wall_seconds_mean", "examples_per_sec_mean"]
 
 
@@ -420,9 +424,9 @@ def markdown_text(title, rows, run_dirs, curve_pngs, summary_png):
               "Δ top-1 is the group's mean minus the fp32 group's mean with the same experiment, dataset, "
               "workers and steps, in points, ± the group's own std. Compression = fp32 bytes / bytes sent "
               "per worker per step.", "",
-              "| experiment | dataset | workers | codec | steps | seeds | top-1 | top-5 | EMA top-1 | Δ top-1 vs fp32 "
-              "| bytes sent/worker/step | compression | wall s | examples/s |",
-              "|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| experiment | dataset | workers | codec | steps | seeds | top-1 | top-5 | EMA top-1 | paper top-1 "
+              "| Δ top-1 vs fp32 | bytes sent/worker/step | compression | wall s | examples/s |",
+              "|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         delta = ("—" if r["codec"] == "fp32" else "n/a (no fp32 group)") if r["delta_top1_vs_fp32_points"] is None \
             else f"{r['delta_top1_vs_fp32_points']:+.2f} ± {fmt(r['delta_top1_std_points'])}"
@@ -433,6 +437,7 @@ def markdown_text(title, rows, run_dirs, curve_pngs, summary_png):
             mean_std(r["top1_mean_pct"], r["top1_std_pct"]),
             mean_std(r["top5_mean_pct"], r["top5_std_pct"]),
             mean_std(r["ema_top1_mean_pct"], r["ema_top1_std_pct"]),
+            fmt(r["paper_top1_pct"]),
             delta,
             "n/a" if r["bytes_sent_per_worker_step"] is None else f"{r['bytes_sent_per_worker_step']:,.0f}",
             "n/a" if r["compression_ratio"] is None else f"{r['compression_ratio']:.2f}x",
