@@ -18,29 +18,14 @@
 
 #include "terngrad/train/safetensors.h"
 
+#include "run_command.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Proc {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-  double seconds = 0;
-};
-
-Proc run(const std::string& cmd) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Proc r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+using terngrad::testing::Proc;
+Proc run(const std::string& cmd) { return terngrad::testing::run_command(cmd); }
 
 class Distributed : public ::testing::Test {
  protected:

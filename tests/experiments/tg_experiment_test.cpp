@@ -14,26 +14,14 @@
 #include <sstream>
 #include <string>
 
+#include "run_command.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Proc {
-  int exit_code = -1;
-  std::string output;
-};
-
-Proc run(const std::string& cmd) {
-  Proc r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using terngrad::testing::Proc;
+Proc run(const std::string& cmd) { return terngrad::testing::run_command(cmd); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
