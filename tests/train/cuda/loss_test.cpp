@@ -45,7 +45,9 @@ TEST(GpuAvailability, AnswersWithoutThrowing) {
   // Runs everywhere: the question "is there a GPU" must never throw, and
   // without one the reason must be a readable sentence.
   const bool available = gpu_available();
-  if (!available) EXPECT_FALSE(gpu_unavailable_reason().empty());
+  if (!available) {
+    EXPECT_FALSE(gpu_unavailable_reason().empty());
+  }
   std::cout << "[ gpu      ] " << (available ? "device present" : gpu_unavailable_reason()) << "\n";
 }
 
