@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
+#include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/cuda/gpu_optimizer.h"
 #include "terngrad/train/optimizer.h"
 
