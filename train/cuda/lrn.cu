@@ -4,8 +4,8 @@
 // the channel window of an NHWC pixel is contiguous, so one thread per
 // element reads 2r+1 neighbours from the same cache lines. The sums run in
 // the CPU's order (channel c-r up to c+r; the CPU's zero padding adds exactly
-// nothing) and the kernels are compiled without FMA contraction, like the
-// CPU code, so results match to the last few ulps of pow/sqrt.
+// nothing), so results differ from the CPU only by rounding (FMA contraction
+// on either side, pow/sqrt ulps).
 #include <algorithm>
 #include <stdexcept>
 

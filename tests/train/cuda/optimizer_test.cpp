@@ -1,7 +1,8 @@
 // GPU optimizer kernels against the CPU optimizers (train/optim), three
-// updates from the same weights and gradients. sgd and momentum: the same
-// float expressions without FMA on both sides, bound 0 (bit-identical).
-// adam: sqrt and division are correctly rounded on both, bound 1e-6.
+// updates from the same weights and gradients, the same float expressions on
+// both sides; they differ only where one compiler contracts a*b+c into an
+// FMA and the other does not (GCC does under -march=native): bound 1e-6
+// relative to the largest weight for all three.
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
@@ -38,17 +39,17 @@ void check(const std::string& name, double bound) {
     EXPECT_LE(testing::relative_error(to_host(dparams[v]), params.params[v].value), bound) << name << " param " << v;
 }
 
-TEST(GpuOptimizer, SgdBitIdentical) {
+TEST(GpuOptimizer, Sgd) {
   TG_REQUIRE_GPU();
-  check("sgd", 0.0);
+  check("sgd", 1e-6);
 }
 
-TEST(GpuOptimizer, MomentumBitIdentical) {
+TEST(GpuOptimizer, Momentum) {
   TG_REQUIRE_GPU();
-  check("momentum", 0.0);
+  check("momentum", 1e-6);
 }
 
-TEST(GpuOptimizer, AdamWithinOneUlpish) {
+TEST(GpuOptimizer, Adam) {
   TG_REQUIRE_GPU();
   check("adam", 1e-6);
 }

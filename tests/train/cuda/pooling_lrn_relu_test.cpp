@@ -1,8 +1,8 @@
 // GPU MaxPool, LocalResponseNorm and ReLU against their CPU layers.
 // MaxPool and ReLU select and route values without arithmetic beyond the
 // CPU's own additions in the same order: bound 0 (bit-identical), ties
-// included. LRN: 1e-5 (same sums in the same order without FMA; sqrt is
-// correctly rounded on both, the reciprocal and pow may differ by an ulp).
+// included. LRN: 1e-5 (same sums in the same order; FMA contraction and
+// pow may differ by an ulp per operation).
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"

@@ -1,8 +1,8 @@
 // Optimizer updates on the device, the CPU optimizers (train/optim/*.cpp,
 // TensorFlow 1.x rules) their reference: the same per-element expressions,
-// compiled without FMA contraction like the CPU code, so one update of the
-// same inputs agrees to the rounding of sqrt/division (bit-identical for
-// sgd and momentum). Slots are device tensors in the CPU's slot order.
+// so one update of the same inputs agrees to an ulp or so (FMA contraction
+// differs between GCC -march=native and nvcc). Slots are device tensors in
+// the CPU's slot order.
 #pragma once
 
 #include <cstdint>
