@@ -343,6 +343,12 @@ std::optional<comm::ClusterSpec> cluster_of(const TrainConfig& cfg) {
 
 TrainResult run_task(const TrainConfig& cfg_in, const comm::ClusterSpec& c) {
   const TrainConfig cfg = task_config(cfg_in, c);
+  // The GPU worker of a cluster (device gradients, CUDA-encoded payloads
+  // copied to the host as packed bytes for the push) is not wired yet; say
+  // so rather than silently training on the CPU.
+  if (cfg.device == "gpu")
+    throw std::invalid_argument("--device=gpu is implemented for in-process runs (num_nodes virtual workers on one "
+                                "GPU), not yet for ps/worker clusters; run the cluster with --device=cpu");
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   switch (c.task_type) {
     case comm::TaskType::kPs: return run_ps(cfg, c);

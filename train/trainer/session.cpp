@@ -238,11 +238,15 @@ void TrainingSession::save(int64_t step) {
   save_checkpoint(cfg_.train_dir, step, state_tensors(), blobs, 3);
 }
 
-float TrainingSession::compute_gradient(size_t local, int64_t step) {
+void TrainingSession::next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels) {
   WorkerState& w = worker_[local];
   w.sampler.next_batch(cfg_.batch_size, w.idx);
-  fill_batch(data_.train, w.idx, data_.train_pre, stream_seed(cfg_.seed, step, w.global, Purpose::kAugment), w.x,
-             w.labels);
+  fill_batch(data_.train, w.idx, data_.train_pre, stream_seed(cfg_.seed, step, w.global, Purpose::kAugment), x, labels);
+}
+
+float TrainingSession::compute_gradient(size_t local, int64_t step) {
+  WorkerState& w = worker_[local];
+  next_batch(local, step, w.x, w.labels);
   ForwardContext ctx;
   ctx.training = true;
   ctx.dropout_seed = stream_seed(cfg_.seed, step, w.global, Purpose::kDropout);

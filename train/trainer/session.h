@@ -55,6 +55,10 @@ struct EvalResult {
   double top1 = 0, top5 = 0;
   int64_t examples = 0;
 };
+// --device=gpu: the whole in-process run on the CUDA backend (gpu_trainer.cpp;
+// without CUDA, gpu_trainer_stub.cpp throws saying so).
+TrainResult run_training_gpu(const TrainConfig& cfg);
+
 EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg);
 
 // Model, optimizer, schedule, EMA, and the state of the workers this process runs.
@@ -101,6 +105,9 @@ class TrainingSession {
   // Batch, forward/backward, weight decay added to the gradient, local scales
   // of the codecs that share them. Returns the mean cross-entropy.
   float compute_gradient(size_t local, int64_t step);
+  // The batch compute_gradient draws at `step` (advancing the sampler), for a
+  // backend that computes the gradient elsewhere (--device=gpu).
+  void next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels);
   // Local scale of each variable (0 for codecs without scale sharing).
   const std::vector<float>& local_scales(size_t local) const { return worker_[local].scales; }
   // Encodes worker `local`'s gradient: slices[v] cut variable v, outs[v][i]

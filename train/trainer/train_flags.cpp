@@ -64,6 +64,8 @@ const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"net", "lenet | cifarnet | alexnet",
        [](TrainConfig& c, const std::string& v) { c.net = one_of("net", v, {"lenet", "cifarnet", "alexnet"}); }},
+      {"device", "cpu | gpu (CUDA backend: cuDNN/cuBLAS layers, CUDA codec on the device; sgd, momentum, adam)",
+       [](TrainConfig& c, const std::string& v) { c.device = one_of("device", v, {"cpu", "gpu"}); }},
       {"dataset_name", "mnist (IDX, also Fashion-MNIST) | cifar10 (binary) | synthetic; default per net",
        [](TrainConfig& c, const std::string& v) {
          c.dataset = one_of("dataset_name", v, {"mnist", "cifar10", "synthetic"});

@@ -48,6 +48,7 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   using Clock = std::chrono::steady_clock;
   TrainConfig cfg = cfg_in;
   validate(cfg);
+  if (cfg.device == "gpu") return detail::run_training_gpu(cfg);
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const auto t_start = Clock::now();
 

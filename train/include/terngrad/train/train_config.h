@@ -71,6 +71,10 @@ struct TrainConfig {
   int64_t save_interval_steps = 0;  // 0 = only at the end
   int64_t log_every_n_steps = 10;
   int threads = 0;                  // 0 = all cores
+  // cpu: the Eigen/OpenMP layers. gpu: the CUDA backend (cuDNN/cuBLAS layers,
+  // the CUDA codec in the loop, num_nodes virtual workers on one GPU); needs
+  // a CUDA build and a device, and fails with a message saying which is missing.
+  std::string device = "cpu";
   bool quiet = false;               // no console progress
 };
 

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""PyTorch references for the GPU benchmarks (issue 6), on the same GPU:
+
+1. Codec encode: a straightforward TernGrad encode in PyTorch (stats, clip,
+   Bernoulli draw, 2-bit packing 4 codes per byte), vs a device-to-device copy
+   of the same tensor, in GB/s of float32 input.
+2. Training step, eager: N virtual workers (sequential replicas on one
+   stream), each forward/backward at batch B, per-variable TernGrad
+   ternarization of the gradient, the average, SGD momentum, for LeNet and
+   CifarNet as the C++ models define them (TF SAME pooling, TF LRN).
+
+Prints JSON lines. Compare with codec_cuda_bench and gpu_train_step_bench.
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def timed(fn, reps=50):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def terngrad_encode(g, clip=2.5):
+    """The obvious PyTorch encode: codes in {0: zero, 1: +s, 2: -s} packed 4 per byte."""
+    sigma = g.std(unbiased=False)
+    s = torch.minimum(g.abs().max(), clip * sigma)
+    p = (g.abs().clamp(max=s) / s)
+    keep = torch.rand_like(g) < p
+    codes = torch.where(keep, torch.where(g > 0, 1, 2), 0).to(torch.uint8)
+    pad = (-codes.numel()) % 4
+    if pad:
+        codes = torch.cat([codes, codes.new_zeros(pad)])
+    c = codes.view(-1, 4)
+    packed = c[:, 0] | (c[:, 1] << 2) | (c[:, 2] << 4) | (c[:, 3] << 6)
+    return s, packed
+
+
+def ternarize(g, clip=2.5):
+    sigma = g.std(unbiased=False)
+    s = torch.minimum(g.abs().max(), clip * sigma)
+    if s == 0:
+        return torch.zeros_like(g)
+    keep = torch.rand_like(g) < g.abs().clamp(max=s) / s
+    return torch.where(keep, s * torch.sign(g), torch.zeros_like(g))
+
+
+class LeNet(nn.Module):
+    shape = (1, 28, 28)
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 20, 5, padding=2)
+        self.conv2 = nn.Conv2d(20, 50, 5, padding=2)
+        self.fc1 = nn.Linear(7 * 7 * 50, 500)
+        self.fc2 = nn.Linear(500, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class CifarNet(nn.Module):
+    shape = (3, 24, 24)
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 5, padding=2)
+        self.conv2 = nn.Conv2d(64, 64, 5, padding=2)
+        self.fc1 = nn.Linear(6 * 6 * 64, 384)
+        self.fc2 = nn.Linear(384, 192)
+        self.fc3 = nn.Linear(192, 10)
+        # TF LRN alpha is not divided by the window; torch's is (size 9).
+        self.lrn = nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=float("-inf")), 3, 2)
+        x = self.lrn(x)
+        x = self.lrn(F.relu(self.conv2(x)))
+        x = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=float("-inf")), 3, 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc3(F.relu(self.fc2(x)))
+
+
+def train_step_examples_per_sec(cls, workers, batch, codec):
+    dev = "cuda"
+    model = cls().to(dev)
+    params = list(model.parameters())
+    bufs = [torch.zeros_like(p) for p in params]
+    xs = [torch.randn(batch, *cls.shape, device=dev) for _ in range(workers)]
+    ys = [torch.randint(0, 10, (batch,), device=dev) for _ in range(workers)]
+
+    def step():
+        total = [torch.zeros_like(p) for p in params]
+        for w in range(workers):
+            for p in params:
+                p.grad = None
+            F.cross_entropy(model(xs[w]), ys[w]).backward()
+            with torch.no_grad():
+                for t, p in zip(total, params):
+                    g = p.grad + 5e-4 * p
+                    t += ternarize(g) if codec == "terngrad" else g
+        with torch.no_grad():
+            for p, b, t in zip(params, bufs, total):
+                b.mul_(0.9).add_(t / workers)
+                p.sub_(0.01 * b)
+
+    sec = timed(step, reps=20)
+    return workers * batch / sec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--codec_elements", type=int, default=1 << 26)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print(json.dumps({"error": "no CUDA device visible to torch"}))
+        return
+    torch.backends.cudnn.benchmark = True
+    n = a.codec_elements
+    g = torch.randn(n, device="cuda")
+    out = torch.empty_like(g)
+    copy_s = timed(lambda: out.copy_(g))
+    enc_s = timed(lambda: terngrad_encode(g), reps=20)
+    print(json.dumps({"what": "codec", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                      "elements": n, "d2d_copy_GBps_read_plus_write": 8 * n / copy_s / 1e9,
+                      "torch_encode_GBps_input": 4 * n / enc_s / 1e9, "torch_encode_ms": 1e3 * enc_s}))
+    for cls in (LeNet, CifarNet):
+        for codec in ("terngrad", "fp32"):
+            eps = train_step_examples_per_sec(cls, a.workers, a.batch, codec)
+            print(json.dumps({"what": "train_step", "net": cls.__name__.lower(), "codec": codec,
+                              "workers": a.workers, "batch": a.batch, "examples_per_sec": eps}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+#include <algorithm>
+#include <stdexcept>
+
+#include "terngrad/quantize/format.h"
+#include "terngrad/quantize/ternary_sum.h"
+#include "terngrad/train/cuda/errors.h"
+#include "terngrad/train/cuda/gpu_codec_step.h"
+
+namespace terngrad::train::cuda {
+
+namespace tqc = terngrad::quantize::cuda;
+
+namespace {
+
+unsigned blocks_for(uint64_t n) { return static_cast<unsigned>(std::clamp<uint64_t>((n + 255) / 256, 1, 65535 * 8)); }
+
+// out[i] = scale * float(count[i]), the scale read from the first payload's
+// header on the device (bytes 16..19, little-endian float32: FORMAT.md), so
+// the scale never travels to the host.
+__global__ void counts_to_sum(const int16_t* counts, const uint8_t* header, float* out, uint64_t n) {
+  uint32_t bits = 0;
+  for (int b = 3; b >= 0; --b) bits = (bits << 8) | header[16 + b];
+  const float scale = __uint_as_float(bits);
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+    out[i] = scale * static_cast<float>(static_cast<int32_t>(counts[i]));
+}
+
+__global__ void add_into(float* acc, const float* x, uint64_t n) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+    acc[i] += x[i];
+}
+
+__global__ void scale_kernel(float* x, uint64_t n, float f) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+    x[i] *= f;
+}
+
+__global__ void weight_decay_kernel(float* g, const float* w, uint64_t n, float wd) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+    g[i] += wd * w[i];
+}
+
+float option(const std::string& spec, const std::string& key, float fallback) {
+  const size_t at = spec.find(key + "=");
+  if (at == std::string::npos) return fallback;
+  return std::stof(spec.substr(at + key.size() + 1));
+}
+
+}  // namespace
+
+VariableCodec VariableCodec::parse(const std::string& spec) {
+  VariableCodec c;
+  if (spec == "fp32") return c;
+  if (spec.rfind("terngrad", 0) == 0) {
+    c.ternary = true;
+    c.clip = option(spec, "clip", 2.5f);
+    c.share_scale = option(spec, "share_scale", 1.0f) != 0.0f;
+    return c;
+  }
+  throw std::invalid_argument("codec \"" + spec + "\" has no GPU path (fp32 and terngrad do)");
+}
+
+size_t gpu_payload_bytes(const VariableCodec& c, uint64_t n) { return c.ternary ? quantize::max_encoded_bytes(n) : 0; }
+
+void encode_variable_async(const VariableCodec& c, const float* d_grad, uint64_t n, uint64_t seed, uint32_t step,
+                           uint32_t tensor_id, float shared_scale, uint8_t* d_out, tqc::Workspace& ws,
+                           cudaStream_t stream) {
+  if (!c.ternary) return;
+  quantize::EncodeParams p;
+  p.clip_factor = c.clip;
+  p.seed = seed;
+  p.step = step;
+  p.tensor_id = tensor_id;
+  if (c.share_scale && shared_scale >= 0.0f) p.shared_scale = shared_scale;
+  tqc::encode_async(d_grad, n, p, d_out, quantize::max_encoded_bytes(n), ws, stream);
+}
+
+void aggregate_variable_async(const VariableCodec& c, std::span<const uint8_t* const> d_payloads,
+                              std::span<const float* const> d_grads, uint64_t n, bool all_share_one_scale,
+                              float* d_sum, int16_t* d_counts, tqc::Workspace& ws, cudaStream_t stream) {
+  if (n == 0) return;
+  if (!c.ternary) {
+    TG_CUDA_CHECK(cudaMemsetAsync(d_sum, 0, n * sizeof(float), stream));
+    for (const float* g : d_grads) {
+      add_into<<<blocks_for(n), 256, 0, stream>>>(d_sum, g, n);
+      TG_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  const size_t bytes = quantize::max_encoded_bytes(n);
+  if (d_payloads.size() == 1) {  // the CPU passes a single payload through and decodes it
+    tqc::decode_async(d_payloads[0], bytes, d_sum, n, ws, stream);
+    return;
+  }
+  if (all_share_one_scale && d_payloads.size() <= quantize::kMaxSumContributions) {
+    TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
+    for (const uint8_t* p : d_payloads) tqc::accumulate_counts_async(p, bytes, d_counts, n, ws, stream);
+    counts_to_sum<<<blocks_for(n), 256, 0, stream>>>(d_counts, d_payloads[0], d_sum, n);
+    TG_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Different scales: the float32 sum of the decoded payloads, in worker order.
+  TG_CUDA_CHECK(cudaMemsetAsync(d_sum, 0, n * sizeof(float), stream));
+  for (const uint8_t* p : d_payloads) tqc::decode_accumulate_async(p, bytes, d_sum, n, ws, stream);
+}
+
+void scale_async(float* d_x, uint64_t n, float factor, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), 256, 0, stream>>>(d_x, n, factor);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void add_weight_decay_async(float* d_g, const float* d_w, uint64_t n, float wd, cudaStream_t stream) {
+  if (n == 0 || wd == 0.0f) return;
+  weight_decay_kernel<<<blocks_for(n), 256, 0, stream>>>(d_g, d_w, n, wd);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace terngrad::train::cuda

@@ -1,0 +1,41 @@
+#include "terngrad/train/cuda/context.h"
+
+#include <string>
+
+#include "terngrad/train/cuda/errors.h"
+
+namespace terngrad::train::cuda {
+
+bool gpu_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string gpu_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
+  if (n == 0) return "cudaGetDeviceCount found no device";
+  return "";
+}
+
+GpuContext::GpuContext() {
+  TG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TG_CUBLAS_CHECK(cublasCreate(&cublas_));
+  TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // Plain fp32 FMA GEMMs (DEFAULT_MATH: no TF32 unless asked for): the GPU layers are checked against the
+  // CPU layers to 1e-4 relative, which TF32's 10-bit mantissa would not meet.
+  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  TG_CUDNN_CHECK(cudnnCreate(&cudnn_));
+  TG_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+}
+
+GpuContext::~GpuContext() {
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void GpuContext::synchronize() const { TG_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+}  // namespace terngrad::train::cuda

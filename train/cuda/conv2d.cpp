@@ -1,0 +1,212 @@
+// Conv2D on the GPU with cuDNN, the CPU Conv2D (train/layers/conv2d.cpp) its
+// reference.
+//
+// Layouts: activations stay NHWC (cuDNN's NHWC tensor descriptors), so no
+// activation is ever transposed. cuDNN has no HWIO filter format; its NHWC
+// filter format is KRSC ([filters, kh, kw, cin/groups]), which is exactly the
+// transpose of the HWIO weights viewed as a [kh*kw*cin/groups, filters]
+// matrix. Forward transposes the (small) weights once per call; backward gets
+// dW in KRSC and transposes it back, accumulating into the HWIO gradient.
+//
+// Padding: cuDNN pads symmetrically. TF's SAME padding is symmetric exactly
+// when the total padding is even (5x5 stride 1, all of LeNet's and
+// CifarNet's convolutions); other cases are refused with the layer's name
+// rather than computed with shifted windows.
+//
+// Determinism and precision: only algorithms cuDNN reports as deterministic
+// are used, with CUDNN_FMA_MATH (plain fp32, no TF32), so a run repeats
+// bit for bit and stays within 1e-4 relative of the CPU layer.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gpu_layers.h"
+#include "kernels.h"
+#include "terngrad/train/cuda/errors.h"
+#include "terngrad/train/layers.h"
+
+namespace terngrad::train::cuda {
+
+namespace {
+
+struct ConvGpuScratch final : GpuScratch {
+  Shape shape;  // input shape the descriptors were made for
+  cudnnTensorDescriptor_t x_desc = nullptr, y_desc = nullptr;
+  cudnnFilterDescriptor_t w_desc = nullptr;
+  cudnnConvolutionDescriptor_t conv_desc = nullptr;
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data_algo{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo{};
+  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+  DeviceBuffer w_krsc, dw_krsc, dz, partials;
+
+  ~ConvGpuScratch() override {
+    if (x_desc) cudnnDestroyTensorDescriptor(x_desc);
+    if (y_desc) cudnnDestroyTensorDescriptor(y_desc);
+    if (w_desc) cudnnDestroyFilterDescriptor(w_desc);
+    if (conv_desc) cudnnDestroyConvolutionDescriptor(conv_desc);
+  }
+};
+
+[[noreturn]] void fail(const std::string& layer, const std::string& what) {
+  throw std::invalid_argument(layer + " (GPU): " + what);
+}
+
+template <class Perf>
+const Perf& pick_deterministic(const std::vector<Perf>& perf, int returned, const std::string& layer, const char* pass) {
+  // cuDNN returns the algorithms fastest first (by its heuristics).
+  for (int i = 0; i < returned; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) return perf[i];
+  fail(layer, std::string("cuDNN offers no deterministic ") + pass + " algorithm for this shape");
+}
+
+class GpuConv2D final : public GpuLayer {
+ public:
+  explicit GpuConv2D(const Conv2D& cpu) : GpuLayer(cpu), conv_(cpu) {}
+
+  std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<ConvGpuScratch>(); }
+
+  void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
+               GpuScratch* scratch) const override {
+    auto& s = prepare(ctx, x.shape, scratch);
+    const Conv2DConfig& c = conv_.config();
+    const Shape out = output_shape(x.shape);
+    y.resize(out);
+    const DeviceTensor& w = params.at(conv_.weights_index());
+    const DeviceTensor& b = params.at(conv_.biases_index());
+    const int64_t k = w.size() / c.filters;
+    detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
+    const float one = 1.0f, zero = 0.0f;
+    TG_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &one, s.x_desc, x.ptr(), s.w_desc, s.w_krsc.data(), s.conv_desc,
+                                           s.fwd_algo, ctx.workspace(s.fwd_bytes), s.fwd_bytes, &zero, s.y_desc,
+                                           y.ptr()));
+    detail::add_bias_act(y.ptr(), b.ptr(), numel(out) / c.filters, c.filters, c.relu, ctx.stream());
+  }
+
+  void backward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, const DeviceTensor& y,
+                const DeviceTensor& dy, DeviceTensor* dx, DeviceGrads& grads, GpuScratch* scratch) const override {
+    auto& s = prepare(ctx, x.shape, scratch);
+    const Conv2DConfig& c = conv_.config();
+    const Shape out = output_shape(x.shape);
+    if (dy.shape != out) fail(conv_.name(), "dy has shape " + shape_string(dy.shape) + ", expected " + shape_string(out));
+    const int64_t rows = numel(out) / c.filters;
+    const DeviceTensor& w = params.at(conv_.weights_index());
+    DeviceTensor& dw = grads.at(conv_.weights_index());
+    DeviceTensor& db = grads.at(conv_.biases_index());
+    const int64_t k = w.size() / c.filters;
+
+    const float* dz = dy.ptr();
+    if (c.relu) {
+      detail::relu_grad(s.dz.as<float>(), y.ptr(), dy.ptr(), numel(out), ctx.stream());
+      dz = s.dz.as<float>();
+    }
+    detail::bias_grad(db.ptr(), dz, rows, c.filters, s.partials.as<float>(), ctx.stream());
+
+    const float one = 1.0f, zero = 0.0f;
+    TG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &one, s.x_desc, x.ptr(), s.y_desc, dz, s.conv_desc,
+                                                  s.bwd_filter_algo, ctx.workspace(s.bwd_filter_bytes),
+                                                  s.bwd_filter_bytes, &zero, s.w_desc, s.dw_krsc.data()));
+    detail::transpose(dw.ptr(), s.dw_krsc.as<float>(), c.filters, k, true, ctx.stream());
+    if (dx) {
+      dx->resize(x.shape);
+      // w_krsc still holds this step's weights from forward, but backward
+      // must not rely on the caller having run forward on this scratch with
+      // the same params: transpose again (a few KB).
+      detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
+      TG_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn(), &one, s.w_desc, s.w_krsc.data(), s.y_desc, dz,
+                                                  s.conv_desc, s.bwd_data_algo, ctx.workspace(s.bwd_data_bytes),
+                                                  s.bwd_data_bytes, &zero, s.x_desc, dx->ptr()));
+    }
+  }
+
+ private:
+  // Descriptors, algorithms and buffers for input shape `in` (cached: only a
+  // new shape, e.g. the last partial batch, redoes this).
+  ConvGpuScratch& prepare(GpuContext& ctx, const Shape& in, GpuScratch* scratch) const {
+    auto* s = dynamic_cast<ConvGpuScratch*>(scratch);
+    if (!s) fail(conv_.name(), "needs the scratch from its own make_scratch()");
+    if (s->shape == in && s->x_desc) return *s;
+    const Conv2DConfig& c = conv_.config();
+    const Shape out = output_shape(in);  // validates the input like the CPU layer
+    const WindowGeometry gy = window_geometry(in[1], c.kernel_h, c.stride, c.padding);
+    const WindowGeometry gx = window_geometry(in[2], c.kernel_w, c.stride, c.padding);
+    const int64_t pad_h_total = std::max<int64_t>((gy.out - 1) * c.stride + c.kernel_h - in[1], 0);
+    const int64_t pad_w_total = std::max<int64_t>((gx.out - 1) * c.stride + c.kernel_w - in[2], 0);
+    if (c.padding == Padding::kSame && (pad_h_total % 2 != 0 || pad_w_total % 2 != 0))
+      fail(conv_.name(), "SAME padding of input " + shape_string(in) +
+                             " is asymmetric (TF puts the extra cell after), which cuDNN cannot express");
+    const int pad_h = static_cast<int>(gy.pad_before), pad_w = static_cast<int>(gx.pad_before);
+    const int cin = static_cast<int>(in[3]), cg = static_cast<int>(in[3] / c.groups);
+
+    if (!s->x_desc) {
+      TG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&s->x_desc));
+      TG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&s->y_desc));
+      TG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&s->w_desc));
+      TG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&s->conv_desc));
+    }
+    TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(in[0]),
+                                              cin, static_cast<int>(in[1]), static_cast<int>(in[2])));
+    TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s->y_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(out[0]),
+                                              static_cast<int>(out[3]), static_cast<int>(out[1]),
+                                              static_cast<int>(out[2])));
+    TG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(s->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                              static_cast<int>(c.filters), cg, static_cast<int>(c.kernel_h),
+                                              static_cast<int>(c.kernel_w)));
+    TG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(s->conv_desc, pad_h, pad_w, static_cast<int>(c.stride),
+                                                   static_cast<int>(c.stride), 1, 1, CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT));
+    TG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(s->conv_desc, static_cast<int>(c.groups)));
+    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv_desc, CUDNN_FMA_MATH));
+
+    // cuDNN's own output shape must be the CPU layer's (a mismatch would
+    // mean the padding translation above is wrong).
+    int dn = 0, dc = 0, dh = 0, dwid = 0;
+    TG_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(s->conv_desc, s->x_desc, s->w_desc, &dn, &dc, &dh, &dwid));
+    if (Shape{dn, dh, dwid, dc} != out)
+      fail(conv_.name(), "cuDNN output [" + std::to_string(dn) + ", " + std::to_string(dh) + ", " +
+                             std::to_string(dwid) + ", " + std::to_string(dc) + "] differs from the CPU layer's " +
+                             shape_string(out));
+
+    int count = 0, returned = 0;
+    TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn(), &count));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(count);
+    TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc, s->y_desc,
+                                                          count, &returned, fwd.data()));
+    const auto& f = pick_deterministic(fwd, returned, conv_.name(), "forward");
+    s->fwd_algo = f.algo;
+    s->fwd_bytes = f.memory;
+
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn(), &count));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(count);
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
+                                                               s->x_desc, count, &returned, bd.data()));
+    const auto& d = pick_deterministic(bd, returned, conv_.name(), "backward-data");
+    s->bwd_data_algo = d.algo;
+    s->bwd_data_bytes = d.memory;
+
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(ctx.cudnn(), &count));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(count);
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
+                                                                 s->w_desc, count, &returned, bf.data()));
+    const auto& bfp = pick_deterministic(bf, returned, conv_.name(), "backward-filter");
+    s->bwd_filter_algo = bfp.algo;
+    s->bwd_filter_bytes = bfp.memory;
+
+    const size_t wbytes = static_cast<size_t>(c.filters) * c.kernel_h * c.kernel_w * cg * sizeof(float);
+    s->w_krsc.reserve(wbytes);
+    s->dw_krsc.reserve(wbytes);
+    if (c.relu) s->dz.reserve(static_cast<size_t>(numel(out)) * sizeof(float));
+    s->partials.reserve(static_cast<size_t>(detail::bias_grad_partial_floats(numel(out) / c.filters, c.filters)) *
+                        sizeof(float));
+    s->shape = in;
+    return *s;
+  }
+
+  const Conv2D& conv_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuLayer> make_gpu_conv2d(const Conv2D& cpu) { return std::make_unique<GpuConv2D>(cpu); }
+
+}  // namespace terngrad::train::cuda

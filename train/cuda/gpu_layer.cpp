@@ -1,0 +1,16 @@
+#include <stdexcept>
+
+#include "gpu_layers.h"
+
+namespace terngrad::train::cuda {
+
+std::unique_ptr<GpuLayer> make_gpu_layer(const Layer& cpu) {
+  if (auto* c = dynamic_cast<const Conv2D*>(&cpu)) return make_gpu_conv2d(*c);
+  if (auto* p = dynamic_cast<const MaxPool*>(&cpu)) return make_gpu_max_pool(*p);
+  if (auto* l = dynamic_cast<const LocalResponseNorm*>(&cpu)) return make_gpu_lrn(*l);
+  if (auto* d = dynamic_cast<const Dense*>(&cpu)) return make_gpu_dense(*d);
+  if (auto* r = dynamic_cast<const ReLU*>(&cpu)) return make_gpu_relu(*r);
+  throw std::invalid_argument(cpu.name() + ": this layer type has no GPU implementation yet (Dropout is not ported)");
+}
+
+}  // namespace terngrad::train::cuda

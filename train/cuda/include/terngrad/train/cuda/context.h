@@ -1,0 +1,45 @@
+// One stream with its cuBLAS and cuDNN handles and a growable workspace: what
+// a virtual worker needs to run the GPU layers. Each virtual worker owns one,
+// so workers' kernels can overlap on the device.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include "terngrad/train/cuda/device_tensor.h"
+
+namespace terngrad::train::cuda {
+
+// True when cudaGetDeviceCount reports at least one usable device. Never
+// throws: the answer to "is there a GPU" is part of normal control flow.
+bool gpu_available();
+// A sentence for error messages and test skips ("no CUDA device: ...").
+std::string gpu_unavailable_reason();
+
+class GpuContext {
+ public:
+  GpuContext();
+  ~GpuContext();
+  GpuContext(const GpuContext&) = delete;
+  GpuContext& operator=(const GpuContext&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  // Scratch memory shared by the calls on this stream (cuDNN workspaces):
+  // calls on one stream run in order, so one buffer serves all of them.
+  void* workspace(size_t bytes) {
+    workspace_.reserve(bytes);
+    return workspace_.data();
+  }
+  void synchronize() const;
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  DeviceBuffer workspace_;
+};
+
+}  // namespace terngrad::train::cuda

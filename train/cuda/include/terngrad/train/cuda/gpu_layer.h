@@ -1,0 +1,59 @@
+// The GPU twin of a CPU layer (train/layer.h). A GpuLayer is built from its
+// CPU layer and reads that layer's config and parameter indices, so the two
+// always agree on geometry, padding and parameter layout: parameters and
+// gradients are DeviceTensors in the ParamSet's order and shapes (conv
+// weights HWIO, dense weights [D, units]), activations NHWC. A CPU
+// ParamSet uploaded element for element is a valid DeviceParams.
+//
+// Supported: Conv2D (cuDNN), MaxPool (own kernel: TF's asymmetric SAME
+// padding and first-wins tie rule, which cuDNN pooling cannot express),
+// LocalResponseNorm (own NHWC kernel, TF's un-normalized alpha), Dense
+// (cuBLAS), ReLU. Dropout is not ported yet: make_gpu_layer throws naming it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "terngrad/train/cuda/context.h"
+#include "terngrad/train/cuda/device_tensor.h"
+#include "terngrad/train/layer.h"
+
+namespace terngrad::train::cuda {
+
+using DeviceParams = std::vector<DeviceTensor>;
+using DeviceGrads = std::vector<DeviceTensor>;
+
+// Per-worker state kept between forward and backward (argmax, LRN scales,
+// cuDNN descriptors). Workers never share one.
+struct GpuScratch {
+  virtual ~GpuScratch() = default;
+};
+
+class GpuLayer {
+ public:
+  virtual ~GpuLayer() = default;
+  const Layer& cpu() const { return cpu_; }
+  Shape output_shape(const Shape& in) const { return cpu_.output_shape(in); }
+
+  virtual std::unique_ptr<GpuScratch> make_scratch() const { return nullptr; }
+
+  // Same contracts as Layer::forward / Layer::backward, ordered on ctx's
+  // stream: y is resized; backward writes *dx (when non-null) and ADDS the
+  // parameter gradients into grads.
+  virtual void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
+                       GpuScratch* scratch) const = 0;
+  virtual void backward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, const DeviceTensor& y,
+                        const DeviceTensor& dy, DeviceTensor* dx, DeviceGrads& grads, GpuScratch* scratch) const = 0;
+
+ protected:
+  explicit GpuLayer(const Layer& cpu) : cpu_(cpu) {}
+
+ private:
+  const Layer& cpu_;  // outlives this (owned by the Model the GPU model mirrors)
+};
+
+// The GPU twin of `cpu`; throws std::invalid_argument naming the layer when
+// it has none (or needs a configuration cuDNN cannot express).
+std::unique_ptr<GpuLayer> make_gpu_layer(const Layer& cpu);
+
+}  // namespace terngrad::train::cuda

@@ -1,0 +1,76 @@
+// N virtual workers on one GPU, the GPU form of the in-process trainer's step
+// (train/trainer/trainer.cpp, session.h). Each worker has its own stream,
+// cuBLAS/cuDNN handles, activations and gradients; per step:
+//   1. upload its batch (host data pipeline), forward/backward on the device,
+//      weight decay added to the gradient (what TernGrad ternarizes);
+//   2. its local TernGrad scale per variable (the CUDA codec's statistics;
+//      only these scalars reach the host, for the max over workers that an
+//      all-reduce(max) would give);
+//   3. encode every ternary variable with the CUDA codec into a device payload;
+//   4. the aggregation stream sums the payloads on the device (exact counts
+//      for shared scales), averages, and applies the optimizer on the device.
+// Gradients never leave the device. One copy of the weights stands for all
+// workers (parameter localization: identical updates everywhere).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "terngrad/quantize/cuda.h"
+#include "terngrad/train/cuda/gpu_codec_step.h"
+#include "terngrad/train/cuda/gpu_model.h"
+#include "terngrad/train/cuda/gpu_optimizer.h"
+
+namespace terngrad::train::cuda {
+
+struct VirtualWorkersConfig {
+  int num_workers = 1;
+  std::vector<std::string> plan;  // codec spec per variable (TrainingSession::plan())
+  GpuOptimizerOptions optimizer;
+  // Seed of worker w's codec stream (the CPU trainer's
+  // stream_seed(seed, 0, w, Purpose::kCodec)), one per worker.
+  std::vector<uint64_t> codec_seeds;
+};
+
+class VirtualWorkers {
+ public:
+  // cpu_model: built, outlives this; its current weights are uploaded.
+  VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg);
+  ~VirtualWorkers();
+
+  // One synchronous step. batches[w], labels[w]: worker w's batch (labels
+  // already validated by the data pipeline). Returns the mean loss over
+  // workers (N floats are read back: the only synchronization of the step
+  // besides the scale exchange).
+  float step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
+             float lr);
+
+  // Copies the device weights into `params` (evaluation, checkpoints).
+  void download_params(ParamSet& params);
+  // Worker w's payload of variable v from the last step, as packed bytes on
+  // the host (what a distributed worker would push; empty for fp32).
+  std::vector<uint8_t> payload_to_host(int w, size_t v);
+  // Payload bytes one worker produces per step (fp32 variables counted as 4n).
+  double bytes_per_worker_step() const;
+
+  const DeviceParams& params() const { return params_; }
+
+ private:
+  struct Worker;
+  const Model& model_;
+  VirtualWorkersConfig cfg_;
+  GpuModel gpu_;
+  std::vector<VariableCodec> codecs_;
+  DeviceParams params_;
+  GpuOptimizer optimizer_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<GpuContext> agg_;  // aggregation + update stream
+  std::unique_ptr<quantize::cuda::Workspace> agg_ws_;
+  DeviceGrads sums_;
+  DeviceBuffer counts_;
+  cudaEvent_t params_ready_ = nullptr;
+};
+
+}  // namespace terngrad::train::cuda

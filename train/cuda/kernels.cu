@@ -1,0 +1,124 @@
+#include <algorithm>
+
+#include "kernels.h"
+#include "terngrad/train/cuda/errors.h"
+
+namespace terngrad::train::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535 * 8));
+}
+
+__global__ void add_bias_act_kernel(float* y, const float* b, int64_t n, int64_t f, bool relu) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = y[i] + b[i % f];
+    y[i] = relu ? fmaxf(v, 0.0f) : v;
+  }
+}
+
+__global__ void relu_grad_kernel(float* out, const float* y, const float* dy, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void relu_forward_kernel(float* out, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = fmaxf(x[i], 0.0f);
+}
+
+// Column sums in two passes. Pass 1: block (bx, by) sums rows
+// [by*chunk, (by+1)*chunk) of 32 columns; threadIdx.x picks the column (the
+// reads of a row are coalesced), threadIdx.y strides the rows; the 8 partial
+// sums per column are combined in shared memory in a fixed order.
+constexpr int kColsPerBlock = 32, kRowLanes = 8, kMaxChunks = 256;
+
+int64_t chunks_for(int64_t rows) { return std::clamp<int64_t>((rows + 255) / 256, 1, kMaxChunks); }
+
+__global__ void bias_grad_pass1(float* partials, const float* dz, int64_t rows, int64_t f, int64_t chunk) {
+  __shared__ float acc[kRowLanes][kColsPerBlock];
+  const int64_t col = blockIdx.x * int64_t{kColsPerBlock} + threadIdx.x;
+  const int64_t r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
+  float s = 0.0f;
+  if (col < f)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) s += dz[r * f + col];
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < f) {
+    float t = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) t += acc[k][threadIdx.x];
+    partials[blockIdx.y * f + col] = t;
+  }
+}
+
+__global__ void bias_grad_pass2(float* db, const float* partials, int64_t chunks, int64_t f) {
+  const int64_t col = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (col >= f) return;
+  double t = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) t += partials[c * f + col];
+  db[col] += static_cast<float>(t);
+}
+
+// 32x32 tiles through shared memory so both the reads and the writes are
+// coalesced; the +1 column avoids shared-memory bank conflicts.
+__global__ void transpose_kernel(float* out, const float* in, int64_t rows, int64_t cols, bool accumulate) {
+  __shared__ float tile[32][33];
+  const int64_t c0 = blockIdx.x * int64_t{32}, r0 = blockIdx.y * int64_t{32};
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const float v = tile[threadIdx.x][k];
+      out[c * rows + r] = accumulate ? out[c * rows + r] + v : v;
+    }
+  }
+}
+
+}  // namespace
+
+void add_bias_act(float* y, const float* b, int64_t rows, int64_t f, bool relu, cudaStream_t s) {
+  const int64_t n = rows * f;
+  if (n == 0) return;
+  add_bias_act_kernel<<<blocks_for(n), kThreads, 0, s>>>(y, b, n, f, relu);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void relu_grad(float* out, const float* y, const float* dy, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  relu_grad_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, y, dy, n);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void relu_forward(float* out, const float* x, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, x, n);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+int64_t bias_grad_partial_floats(int64_t rows, int64_t f) { return chunks_for(rows) * f; }
+
+void bias_grad(float* db, const float* dz, int64_t rows, int64_t f, float* partials, cudaStream_t s) {
+  if (f == 0) return;
+  const int64_t chunks = chunks_for(rows), chunk = (rows + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>((f + kColsPerBlock - 1) / kColsPerBlock), static_cast<unsigned>(chunks));
+  bias_grad_pass1<<<grid, dim3(kColsPerBlock, kRowLanes), 0, s>>>(partials, dz, rows, f, std::max<int64_t>(chunk, 1));
+  TG_CUDA_CHECK_LAUNCH();
+  bias_grad_pass2<<<static_cast<unsigned>((f + kThreads - 1) / kThreads), kThreads, 0, s>>>(db, partials, chunks, f);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+void transpose(float* out, const float* in, int64_t rows, int64_t cols, bool accumulate, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return;
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  transpose_kernel<<<grid, dim3(32, 8), 0, s>>>(out, in, rows, cols, accumulate);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace terngrad::train::cuda::detail

@@ -1,0 +1,30 @@
+// Element-wise and reduction kernels shared by the GPU layers (private to
+// train_cuda). Each mirrors a loop of a CPU layer; the layer tests compare
+// the layers that use them against the CPU layers.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace terngrad::train::cuda::detail {
+
+// y[r, f] = y[r, f] + b[f], then max(., 0) when relu (Conv2D / Dense forward tail).
+void add_bias_act(float* y, const float* b, int64_t rows, int64_t f, bool relu, cudaStream_t s);
+
+// out[i] = y[i] > 0 ? dy[i] : 0 (TF's ReluGrad; also the fused-ReLU mask).
+void relu_grad(float* out, const float* y, const float* dy, int64_t n, cudaStream_t s);
+
+// out[i] = max(x[i], 0).
+void relu_forward(float* out, const float* x, int64_t n, cudaStream_t s);
+
+// db[f] += sum over rows of dz[r, f], deterministic (fixed reduction order:
+// per-chunk partials, then a fixed-order sum in double). `partials` holds at
+// least bias_grad_partial_floats(rows, f) floats.
+int64_t bias_grad_partial_floats(int64_t rows, int64_t f);
+void bias_grad(float* db, const float* dz, int64_t rows, int64_t f, float* partials, cudaStream_t s);
+
+// out[c, r] = in[r, c] (+ out[c, r] when accumulate), in is [rows, cols].
+void transpose(float* out, const float* in, int64_t rows, int64_t cols, bool accumulate, cudaStream_t s);
+
+}  // namespace terngrad::train::cuda::detail

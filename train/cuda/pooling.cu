@@ -1,0 +1,131 @@
+// MaxPool on the GPU, the CPU MaxPool (train/layers/pooling.cpp) its
+// reference. An own kernel rather than cuDNN pooling because cuDNN pads
+// symmetrically, while TF's SAME puts the odd padding cell after (CifarNet's
+// 3x3/2 SAME pooling of 24 -> 12 pads 0 before and 1 after), and because the
+// CPU layer's tie rule (first cell in row-major window order wins) decides
+// where the gradient goes; both are matched exactly here, so forward and
+// backward agree with the CPU bit for bit.
+#include <algorithm>
+#include <stdexcept>
+
+#include "gpu_layers.h"
+#include "terngrad/train/cuda/errors.h"
+
+namespace terngrad::train::cuda {
+
+namespace {
+
+struct Geom {
+  int64_t n, h, w, c, oh, ow, pad_top, pad_left, k, stride;
+};
+
+// One thread per output element. Argmax is the offset within the example,
+// as in the CPU layer's scratch.
+__global__ void max_pool_forward(const float* x, float* y, int32_t* argmax, Geom g) {
+  const int64_t total = g.n * g.oh * g.ow * g.c;
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < total; o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ch = o % g.c, ox = (o / g.c) % g.ow, oy = (o / (g.c * g.ow)) % g.oh, n = o / (g.c * g.ow * g.oh);
+    // Only in-image cells: SAME's -inf padding never wins.
+    const int64_t y0 = max(oy * g.stride - g.pad_top, int64_t{0}), y1 = min(oy * g.stride - g.pad_top + g.k, g.h);
+    const int64_t x0 = max(ox * g.stride - g.pad_left, int64_t{0}), x1 = min(ox * g.stride - g.pad_left + g.k, g.w);
+    const float* xn = x + n * g.h * g.w * g.c;
+    int32_t best_at = static_cast<int32_t>((y0 * g.w + x0) * g.c + ch);
+    float best = xn[best_at];
+    for (int64_t iy = y0; iy < y1; ++iy) {
+      for (int64_t ix = (iy == y0 ? x0 + 1 : x0); ix < x1; ++ix) {
+        const int32_t at = static_cast<int32_t>((iy * g.w + ix) * g.c + ch);
+        const float v = xn[at];
+        if (v > best) best = v, best_at = at;  // strictly greater: ties keep the first
+      }
+    }
+    y[o] = best;
+    argmax[o] = best_at;
+  }
+}
+
+// One thread per input cell: gathers the gradients of the windows whose
+// argmax is this cell, in ascending output order (the CPU scatters in that
+// order, so the sums round identically). No atomics, deterministic.
+__global__ void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, Geom g) {
+  const int64_t total = g.n * g.h * g.w * g.c;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ch = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h, n = i / (g.c * g.w * g.h);
+    const int32_t cell = static_cast<int32_t>((iy * g.w + ix) * g.c + ch);
+    // Windows containing row iy: oy*stride - pad_top <= iy < oy*stride - pad_top + k.
+    const int64_t py = iy + g.pad_top, px = ix + g.pad_left;
+    const int64_t oy0 = py - g.k + 1 > 0 ? (py - g.k + 1 + g.stride - 1) / g.stride : 0;
+    const int64_t oy1 = min(py / g.stride, g.oh - 1);
+    const int64_t ox0 = px - g.k + 1 > 0 ? (px - g.k + 1 + g.stride - 1) / g.stride : 0;
+    const int64_t ox1 = min(px / g.stride, g.ow - 1);
+    float sum = 0.0f;
+    const int64_t base = n * g.oh * g.ow * g.c;
+    for (int64_t oy = oy0; oy <= oy1; ++oy)
+      for (int64_t ox = ox0; ox <= ox1; ++ox) {
+        const int64_t o = base + (oy * g.ow + ox) * g.c + ch;
+        if (argmax[o] == cell) sum += dy[o];
+      }
+    dx[i] = sum;
+  }
+}
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
+
+struct PoolGpuScratch final : GpuScratch {
+  DeviceBuffer argmax;
+};
+
+class GpuMaxPool final : public GpuLayer {
+ public:
+  explicit GpuMaxPool(const MaxPool& cpu) : GpuLayer(cpu), pool_(cpu) {}
+
+  std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<PoolGpuScratch>(); }
+
+  void forward(GpuContext& ctx, const DeviceParams&, const DeviceTensor& x, DeviceTensor& y,
+               GpuScratch* scratch) const override {
+    auto& s = scratch_of(scratch);
+    const Geom g = geometry(x.shape);
+    y.resize({g.n, g.oh, g.ow, g.c});
+    s.argmax.reserve(static_cast<size_t>(y.size()) * sizeof(int32_t));
+    if (y.size() == 0) return;
+    max_pool_forward<<<blocks_for(y.size()), 256, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.argmax.as<int32_t>(), g);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+
+  void backward(GpuContext& ctx, const DeviceParams&, const DeviceTensor& x, const DeviceTensor&,
+                const DeviceTensor& dy, DeviceTensor* dx, DeviceGrads&, GpuScratch* scratch) const override {
+    auto& s = scratch_of(scratch);
+    const Geom g = geometry(x.shape);
+    if (dy.shape != Shape{g.n, g.oh, g.ow, g.c})
+      throw std::invalid_argument(pool_.name() + " (GPU): dy has shape " + shape_string(dy.shape));
+    if (!dx) return;
+    if (s.argmax.capacity() < static_cast<size_t>(dy.size()) * sizeof(int32_t))
+      throw std::invalid_argument(pool_.name() + " (GPU): backward without a forward on this scratch");
+    dx->resize(x.shape);
+    if (x.size() == 0) return;
+    max_pool_backward<<<blocks_for(x.size()), 256, 0, ctx.stream()>>>(dy.ptr(), s.argmax.as<int32_t>(), dx->ptr(), g);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+
+ private:
+  PoolGpuScratch& scratch_of(GpuScratch* scratch) const {
+    auto* s = dynamic_cast<PoolGpuScratch*>(scratch);
+    if (!s) throw std::invalid_argument(pool_.name() + " (GPU): needs the scratch from its own make_scratch()");
+    return *s;
+  }
+
+  Geom geometry(const Shape& in) const {
+    const Shape out = output_shape(in);  // the CPU layer's validation and messages
+    const MaxPoolConfig& c = pool_.config();
+    const WindowGeometry gy = window_geometry(in[1], c.kernel, c.stride, c.padding);
+    const WindowGeometry gx = window_geometry(in[2], c.kernel, c.stride, c.padding);
+    return {in[0], in[1], in[2], in[3], out[1], out[2], gy.pad_before, gx.pad_before, c.kernel, c.stride};
+  }
+
+  const MaxPool& pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuLayer> make_gpu_max_pool(const MaxPool& cpu) { return std::make_unique<GpuMaxPool>(cpu); }
+
+}  // namespace terngrad::train::cuda
