@@ -189,6 +189,8 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
   return bytes;
 }
 
+SumHeader read_sum_header(std::span<const uint8_t> payload) { return parse_sum_header(payload); }
+
 SumHeader inspect_sum(std::span<const uint8_t> payload) {
   const SumHeader h = parse_sum_header(payload);
   check_sum_body(payload, h);

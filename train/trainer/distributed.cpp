@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gpu_replica.h"
 #include "optimizer_handler.h"
 #include "session.h"
 #include "terngrad/comm/errors.h"
@@ -120,8 +121,16 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   const int n = c.num_replicas();
   const int needed = replicas_to_aggregate(cfg, n);
   const auto t_start = Clock::now();
+  const bool on_gpu = cfg.device == "gpu";
   TrainConfig session_cfg = cfg;
   if (!chief) session_cfg.moving_average_decay = 0;  // only the chief evaluates and checkpoints
+  if (on_gpu && session_cfg.moving_average_decay > 0) {
+    // The weights live on the device between evaluations: no per-step EMA.
+    if (!cfg.quiet)
+      std::fprintf(stderr, "--device=gpu: the moving average of the weights is not computed on the GPU yet; "
+                           "only the raw weights are evaluated\n");
+    session_cfg.moving_average_decay = 0;
+  }
   TrainingSession s(session_cfg, n, {replica});
   const comm::Layout layout = make_layout(s, cfg, static_cast<int>(c.ps.size()));
   comm::ClientOptions co;
@@ -132,7 +141,17 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
 
   try {
-    const int64_t restored = s.restore();
+    // --device=gpu: the step runs on the device; the session keeps the data,
+    // schedule and host copies of the weights for evaluation and export.
+    std::unique_ptr<detail::GpuReplicaStep> gpu;
+    if (on_gpu) {
+      if (!cfg.train_dir.empty() && load_latest_checkpoint(cfg.train_dir))
+        throw std::invalid_argument(me + ": --device=gpu clusters neither save nor resume checkpoints yet (the "
+                                         "optimizer slots live on the device), and " + cfg.train_dir +
+                                    " holds one; use an empty --train_dir or --device=cpu");
+      gpu = detail::make_gpu_replica_step(s);
+    }
+    const int64_t restored = on_gpu ? 0 : s.restore();
     int64_t global = 0;
     if (cfg.sync_replicas) {
       global = client.join(restored);
@@ -189,6 +208,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     auto chief_duties = [&](int64_t done) {
       if (!chief) return;
       if (cfg.eval_interval_steps > 0 && done % cfg.eval_interval_steps == 0 && done < cfg.max_steps) {
+        if (gpu) gpu->download_params();
         s.evaluate_into(result);
         detail::log_eval(out.log.get(), done, result, cfg.quiet);
       }
@@ -198,27 +218,33 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
       bool wants_scales = false;
       for (size_t v = 0; v < V; ++v) wants_scales |= s.codec(0, v).wants_shared_scale();
       for (int64_t step = global; step < cfg.max_steps; ++step) {
-        const float my_loss = s.compute_gradient(0, step);
+        const float my_loss = gpu ? gpu->compute_gradient(step) : s.compute_gradient(0, step);
         if (!std::isfinite(my_loss))
           throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
                                    std::to_string(my_loss) + ")");
-        const std::vector<float> shared = wants_scales ? client.exchange_scales(step, s.local_scales(0)) : zeros;
-        s.encode(0, step, shared, wire.slices, wire.outs);
+        const std::vector<float>& mine = gpu ? gpu->local_scales() : s.local_scales(0);
+        const std::vector<float> shared = wants_scales ? client.exchange_scales(step, mine) : zeros;
+        if (gpu)
+          gpu->encode(step, shared, wire.slices, wire.outs);
+        else
+          s.encode(0, step, shared, wire.slices, wire.outs);
         const auto pushed = client.push(step, my_loss, wire.views);
         result.stale_pushes += pushed.stale;
         const comm::WorkerClient::Sums got = client.pull_sums(step, wire.sums);
-        for (size_t v = 0; v < V; ++v)
+        if (gpu) gpu->apply(step, layout, wire.sums, static_cast<int>(got.contributions));
+        for (size_t v = 0; v < V && !gpu; ++v)
           for (size_t k = 0; k < layout.shards_of[v].size(); ++k) {
             const comm::ShardSpec& sh = layout.shards[layout.shards_of[v][k]];
             s.codec(0, v).decode_aggregate(wire.sums[layout.shards_of[v][k]],
                                            std::span<float>(sum[v].data).subspan(sh.begin, sh.count));
           }
-        s.apply(step, sum, static_cast<int>(got.contributions));
+        if (!gpu) s.apply(step, sum, static_cast<int>(got.contributions));
         loss = got.mean_loss;
         ++steps_run;
         log_step(step + 1, s.lr(step));
         chief_duties(step + 1);
-        if (chief && cfg.save_interval_steps > 0 && (step + 1) % cfg.save_interval_steps == 0 && step + 1 < cfg.max_steps)
+        if (chief && !gpu && cfg.save_interval_steps > 0 && (step + 1) % cfg.save_interval_steps == 0 &&
+            step + 1 < cfg.max_steps)
           s.save(step + 1);
       }
       global = cfg.max_steps;
@@ -266,9 +292,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
       for (const auto& a : c.ps_addresses())
         if (auto st = comm::query_ps_status(a, 5)) stale += static_cast<int64_t>(st->stale_pushes);
       result.stale_pushes = stale;
+      if (gpu) gpu->download_params();
       s.evaluate_into(result);
       detail::log_eval(out.log.get(), global, result, cfg.quiet);
-      s.save(global);
+      if (!gpu) s.save(global);  // device optimizer slots are not checkpointed yet
       detail::export_model(s, global);
     }
     client.finish(true);
@@ -343,12 +370,15 @@ std::optional<comm::ClusterSpec> cluster_of(const TrainConfig& cfg) {
 
 TrainResult run_task(const TrainConfig& cfg_in, const comm::ClusterSpec& c) {
   const TrainConfig cfg = task_config(cfg_in, c);
-  // The GPU worker of a cluster (device gradients, CUDA-encoded payloads
-  // copied to the host as packed bytes for the push) is not wired yet; say
-  // so rather than silently training on the CPU.
-  if (cfg.device == "gpu")
-    throw std::invalid_argument("--device=gpu is implemented for in-process runs (num_nodes virtual workers on one "
-                                "GPU), not yet for ps/worker clusters; run the cluster with --device=cpu");
+  // --device=gpu applies to the replicas (chief and workers); ps tasks and
+  // the evaluator aggregate packed bytes and evaluate checkpoints on the CPU.
+  // Async replicas pull float32 values and push against them; that loop is
+  // not on the device yet: say so rather than silently training on the CPU.
+  const bool replica_task = c.task_type != comm::TaskType::kPs && c.task_type != comm::TaskType::kEvaluator;
+  if (cfg.device == "gpu" && replica_task && !cfg.sync_replicas)
+    throw std::invalid_argument("--device=gpu in a ps/worker cluster runs synchronous training only "
+                                "(--sync_replicas=true); asynchronous GPU replicas are not implemented yet, "
+                                "run async clusters with --device=cpu");
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   switch (c.task_type) {
     case comm::TaskType::kPs: return run_ps(cfg, c);

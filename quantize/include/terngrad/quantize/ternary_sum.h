@@ -54,6 +54,11 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
 // Validates header, length, every field (<= 2R) and the padding bits; returns the header.
 SumHeader inspect_sum(std::span<const uint8_t> payload);
 
+// Validates the header and the length only, not the body: for a decoder that
+// checks the fields itself where they are unpacked (the CUDA sum decode,
+// quantize/cuda_sum.h), so the body is not read twice on the host.
+SumHeader read_sum_header(std::span<const uint8_t> payload);
+
 // out = scale * count per element (one float32 rounding each). out.size()
 // must equal the payload's count. Nothing is written if the payload is bad.
 void decode_sum(std::span<const uint8_t> payload, std::span<float> out);
