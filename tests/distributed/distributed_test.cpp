@@ -4,11 +4,16 @@
 // variables give the same weights as one; a distributed run resumes from the
 // chief's checkpoint bit for bit; async training converges; a killed worker
 // is reported by name and nobody hangs; bad TF_CONFIG values are refused.
+// --device=gpu: a 1-ps 2-worker GPU cluster trains the in-process GPU
+// trainer's weights (needs a device), and GPU clusters that cannot run
+// (no device, async) fail at once with a message naming why.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,10 +24,23 @@
 #include "terngrad/train/safetensors.h"
 
 #include "run_command.h"
+#ifdef TG_TEST_CUDA
+#include "terngrad/train/cuda/context.h"
+#endif
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// Why GPU runs cannot happen here, or "" when they can.
+std::string why_no_gpu() {
+#ifdef TG_TEST_CUDA
+  if (terngrad::train::cuda::gpu_available()) return "";
+  return "no CUDA device: " + terngrad::train::cuda::gpu_unavailable_reason();
+#else
+  return "this build has no CUDA backend";
+#endif
+}
 
 using terngrad::testing::Proc;
 Proc run(const std::string& cmd) { return terngrad::testing::run_command(cmd); }
@@ -167,6 +185,69 @@ TEST_F(Distributed, BadTfConfigIsRefusedWithAClearMessage) {
                     model_flags(1));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--ps_hosts entry 0"), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+namespace {
+
+// One GPU replica per process computes what one virtual worker of the
+// in-process GPU trainer computes: same batch, gradient kernels, CUDA codec
+// bytes (encoded per shard with the whole variable's statistics), the ps's
+// exact integer sum decoded on the device, the same optimizer kernels.
+TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
+  const std::string why = why_no_gpu();
+  if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";
+  // The last case shards fc3/weights over two ps tasks (per-shard encode and sums).
+  for (const std::string codec : {"--grad_bits=2", "--grad_bits=32", "--grad_bits=2 --min_shard_bytes=65536"}) {
+    SCOPED_TRACE(codec);
+    const std::string ps = codec.find("min_shard") != std::string::npos ? "2" : "1";
+    const std::string flags = model_flags(12, codec + " --device=gpu --moving_average_decay=0");
+    const std::string tag = std::to_string(codec.size());
+    const Proc a = in_process("gpu_inproc" + tag, 2, flags);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    const Proc b = cluster("gpu_cluster" + tag, "--num_ps=" + ps + " --chief=false --num_workers=2", flags);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    // Bit for bit unless a cuDNN kernel is nondeterministic between
+    // processes; the bound is the GPU-vs-CPU tests' (tests/train/cuda).
+    const auto wa = weights("gpu_inproc" + tag), wb = weights("gpu_cluster" + tag);
+    ASSERT_EQ(wa.size(), 8u);
+    int identical = 0;
+    for (const auto& [name, t] : wa) {
+      const auto& u = wb.at(name).data;
+      ASSERT_EQ(u.size(), t.data.size()) << name;
+      double diff = 0, mag = 0;
+      for (size_t i = 0; i < u.size(); ++i) {
+        diff = std::max(diff, std::abs(double(u[i]) - t.data[i]));
+        mag = std::max(mag, std::abs(double(t.data[i])));
+      }
+      EXPECT_LE(diff, 2e-3 * std::max(1.0, mag)) << name;
+      identical += u == t.data;
+    }
+    std::printf("[ gpu      ] %s: %d of 8 variables bit-identical to the in-process GPU run\n", codec.c_str(),
+                identical);
+  }
+}
+
+// No hang and a message naming the cause: without a device (or without
+// CUDA) every GPU replica fails at start; on any machine an async GPU
+// cluster is refused by name. Never skipped (scripts/gpu_checks.sh counts
+// skips as failures on a GPU machine).
+TEST_F(Distributed, GpuClustersThatCannotRunFailAtOnceWithAMessage) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Proc async = cluster("gpu_async", "--num_ps=1 --num_workers=1",
+                             model_flags(3, "--device=gpu --sync_replicas=false"));
+  EXPECT_NE(async.exit_code, 0) << async.output;
+  EXPECT_NE(async.output.find("runs synchronous training only"), std::string::npos) << async.output;
+  const std::string why = why_no_gpu();
+  if (why.empty()) return;
+  const Proc sync = cluster("gpu_sync", "--num_ps=1 --chief=false --num_workers=2", model_flags(3, "--device=gpu"));
+  EXPECT_NE(sync.exit_code, 0) << sync.output;
+  const bool named = sync.output.find("no CUDA device") != std::string::npos ||
+                     sync.output.find("no CUDA backend") != std::string::npos;
+  EXPECT_TRUE(named) << sync.output;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 30.0) << "a GPU cluster that cannot run took " << secs << " s to fail";
 }
 
 }  // namespace

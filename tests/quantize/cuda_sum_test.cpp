@@ -5,6 +5,7 @@
 // output. Skips with a message without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -25,7 +26,6 @@ namespace {
       GTEST_SKIP() << "no CUDA device: the device sum decode needs one (scripts/gpu_checks.sh)"; \
   } while (0)
 
-void ok(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
 // Random counts in [-R, R] packed by the CPU encoder.
 std::vector<uint8_t> random_sum(uint64_t n, uint32_t r, float scale, uint64_t seed) {
@@ -43,8 +43,8 @@ std::vector<float> device_decode(const std::vector<uint8_t>& payload, uint64_t n
   const tq::SumHeader h = tq::read_sum_header(payload);
   uint8_t* d_p = nullptr;
   float* d_out = nullptr;
-  EXPECT_EQ(cudaMalloc(&d_p, payload.size()), cudaSuccess);
-  EXPECT_EQ(cudaMalloc(&d_out, std::max<uint64_t>(n, 1) * sizeof(float)), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_p), payload.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_out), std::max<uint64_t>(n, 1) * sizeof(float)), cudaSuccess);
   std::vector<float> out(n, fill);
   cudaMemcpy(d_p, payload.data(), payload.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(d_out, out.data(), n * sizeof(float), cudaMemcpyHostToDevice);
