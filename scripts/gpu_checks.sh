@@ -36,7 +36,7 @@ exec > >(tee "$OUT") 2>&1
   section "build (sm_90)"
   run cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
   run cmake --build "$BUILD_DIR" -j"$JOBS" --target quantize_cuda_tests train_cuda_tests codec_cuda_bench \
-      gpu_train_step_bench tg-train
+      gpu_train_step_bench tg-train tg-cluster distributed_tests
 
   section "CUDA codec: CPU/GPU bit-exactness"
   run "$BUILD_DIR"/tests/quantize_cuda_tests
@@ -45,6 +45,17 @@ exec > >(tee "$OUT") 2>&1
   # A skip here means the device was not usable: count it as a failure.
   if "$BUILD_DIR"/tests/train/cuda/train_cuda_tests --gtest_brief=1 2>&1 | grep -q "SKIPPED"; then
     echo "some GPU tests SKIPPED on a machine meant to have a GPU"
+    status=1
+  fi
+
+  section "distributed GPU replicas: 1-ps 2-worker GPU cluster vs in-process GPU trainer; GPU refusals"
+  run "$BUILD_DIR"/tests/distributed/distributed_tests --gtest_filter='*Gpu*'
+  if "$BUILD_DIR"/tests/distributed/distributed_tests --gtest_filter='*Gpu*' --gtest_brief=1 2>&1 | grep -q "SKIPPED"; then
+    echo "the GPU cluster test SKIPPED on a machine meant to have a GPU"
+    status=1
+  fi
+  if "$BUILD_DIR"/tests/quantize_cuda_tests --gtest_brief=1 2>&1 | grep -q "SKIPPED"; then
+    echo "some CUDA codec tests (sum decode included) SKIPPED on a machine meant to have a GPU"
     status=1
   fi
 
