@@ -27,6 +27,7 @@ import re
 import statistics
 import sys
 import tempfile
+import textwrap
 
 import numpy as np
 
@@ -361,7 +362,9 @@ def summary_figure(plt, groups, title):
         label = key[3] if len(bases) == 1 else f"{key[0]} {key[3]}"
         ax.errorbar([g.workers for g in gs], [100 * g.mean("top1") for g in gs],
                     yerr=[100 * (g.std("top1") or 0.0) for g in gs], marker="o", capsize=4, label=label)
-    ax.set(xlabel="workers", ylabel="final test top-1 (%)", title=title + ": final top-1 vs workers")
+    # Long titles wrap rather than run off the figure.
+    ax.set(xlabel="workers", ylabel="final test top-1 (%)")
+    ax.set_title(textwrap.fill(title + ": final top-1 vs workers", 70), fontsize=10)
     ax.set_xticks(sorted({g.workers for g in groups}))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
