@@ -16,8 +16,9 @@ import json
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+from pytorch_models import CifarNet, LeNet  # beside this script
 
 
 def timed(fn, reps=50):
@@ -56,45 +57,6 @@ def ternarize(g, clip=2.5):
         return torch.zeros_like(g)
     keep = torch.rand_like(g) < g.abs().clamp(max=s) / s
     return torch.where(keep, s * torch.sign(g), torch.zeros_like(g))
-
-
-class LeNet(nn.Module):
-    shape = (1, 28, 28)
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 20, 5, padding=2)
-        self.conv2 = nn.Conv2d(20, 50, 5, padding=2)
-        self.fc1 = nn.Linear(7 * 7 * 50, 500)
-        self.fc2 = nn.Linear(500, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
-
-
-class CifarNet(nn.Module):
-    shape = (3, 24, 24)
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 5, padding=2)
-        self.conv2 = nn.Conv2d(64, 64, 5, padding=2)
-        self.fc1 = nn.Linear(6 * 6 * 64, 384)
-        self.fc2 = nn.Linear(384, 192)
-        self.fc3 = nn.Linear(192, 10)
-        # TF LRN alpha is not divided by the window; torch's is (size 9).
-        self.lrn = nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=float("-inf")), 3, 2)
-        x = self.lrn(x)
-        x = self.lrn(F.relu(self.conv2(x)))
-        x = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=float("-inf")), 3, 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc3(F.relu(self.fc2(x)))
 
 
 def train_step_examples_per_sec(cls, workers, batch, codec):
