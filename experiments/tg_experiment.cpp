@@ -86,7 +86,11 @@ Options parse_options(const std::vector<std::string>& args) {
     };
     if (const char* v = value("workers")) o.workers = parse_list<int>("--workers", v);
     else if (const char* v = value("seeds")) o.seeds = parse_list<uint64_t>("--seeds", v);
-    else if (const char* v = value("steps")) o.steps = parse_list<int64_t>("--steps", v).at(0);
+    else if (const char* v = value("steps")) {
+      const auto steps = parse_list<int64_t>("--steps", v);
+      if (steps.size() != 1) throw UsageError(std::string("--steps=") + v + ": one number of steps for every run");
+      o.steps = steps[0];
+    }
     else if (const char* v = value("out")) o.out = v;
     else if (const char* v = value("title")) o.title = v;
     else if (a.rfind("--", 0) == 0) throw UsageError("unknown flag " + a);
