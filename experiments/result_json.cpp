@@ -1,8 +1,9 @@
 #include "result_json.h"
 
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
+
+#include "terngrad/train/atomic_file.h"
 
 namespace terngrad::experiments {
 
@@ -17,16 +18,6 @@ std::string result_summary(const train::TrainConfig& cfg, const train::TrainResu
                 r.bytes_sent_per_worker_step, r.fp32_bytes_per_worker_step,
                 r.fp32_bytes_per_worker_step / r.bytes_sent_per_worker_step, r.examples_per_sec, r.wall_seconds);
   return buf;
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) throw std::runtime_error(tmp + ": cannot write");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  std::fclose(f);
-  if (!ok) throw std::runtime_error(tmp + ": write failed");
-  std::filesystem::rename(tmp, path);
 }
 
 void write_result_json(const std::string& path, const train::TrainConfig& cfg, const train::TrainResult& r) {
@@ -45,7 +36,7 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
                r.fp32_bytes_per_worker_step, r.wire_bytes_sent_per_worker_step, r.wire_bytes_recv_per_worker_step,
                (long long)r.stale_pushes, r.examples_per_sec, r.wall_seconds, r.codec_summary.c_str());
   if (n < 0 || n >= static_cast<int>(sizeof buf)) throw std::runtime_error(path + ": result too long to format");
-  write_text_atomic(path, buf);
+  train::write_file_atomically(path, buf);
 }
 
 }  // namespace terngrad::experiments

@@ -10,10 +10,6 @@ namespace terngrad::experiments {
 
 std::string result_summary(const train::TrainConfig& cfg, const train::TrainResult& r);
 
-// Writes text to path through a temporary file and a rename, so a reader
-// never sees half a file. Throws naming the path.
-void write_text_atomic(const std::string& path, const std::string& text);
-
 // Written atomically (temp file + rename).
 void write_result_json(const std::string& path, const train::TrainConfig& cfg, const train::TrainResult& r);
 

@@ -30,6 +30,7 @@
 #include "result_json.h"
 #include "tensorboard_events.h"
 #include "terngrad/comm/json.h"
+#include "terngrad/train/atomic_file.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
 
@@ -192,6 +193,14 @@ std::string run_json(const GridPoint& p) {
   return j + "]}\n";
 }
 
+// execv's argument vector over args (which must outlive it).
+std::vector<char*> argv_of(std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
 // The tg-cluster next to this program (the build tree and the install both
 // put them side by side).
 std::string sibling_program(const char* name) {
@@ -209,9 +218,7 @@ int run_local_cluster(const GridPoint& p) {
                                    std::string("--evaluator=") + (c.evaluator() ? "true" : "false"), "--"};
   args.insert(args.end(), p.flags.begin(), p.flags.end());
   args.push_back("--train_dir=" + p.dir.string());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = argv_of(args);
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed for tg-cluster");
@@ -283,8 +290,8 @@ int cmd_run(const Options& o) {
     std::fprintf(stderr, "[%zu/%zu] %s: %lld steps, %s (grid ETA %s)\n", i + 1, points.size(), what.c_str(),
                  (long long)p.steps, p.dir.c_str(), eta.c_str());
     fs::create_directories(p.dir);
-    tx::write_text_atomic((p.dir / "config.pbtxt").string(), tx::to_text(p.cfg));
-    tx::write_text_atomic((p.dir / "run.json").string(), run_json(p));
+    tt::write_file_atomically((p.dir / "config.pbtxt").string(), tx::to_text(p.cfg));
+    tt::write_file_atomically((p.dir / "run.json").string(), run_json(p));
     try {
       run_point(p);
     } catch (const std::exception& e) {
@@ -322,9 +329,7 @@ int cmd_report(const Options& o) {
     args.push_back("--title");
     args.push_back(o.title);
   }
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = argv_of(args);
   std::fflush(nullptr);
   execvp(argv[0], argv.data());
   std::fprintf(stderr, "tg-experiment: cannot run %s %s (Debian: python3-matplotlib)\n", TG_REPORT_PYTHON, script.c_str());

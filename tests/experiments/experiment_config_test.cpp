@@ -117,9 +117,8 @@ TEST(ExperimentConfig, SyntaxErrorsAndUnknownFieldsNameFileLineAndField) {
   EXPECT_NE(e.find("cfg.pbtxt:1:"), std::string::npos) << e;
 }
 
-// kValid with the line that starts like `line` replaced by it (or added).
-std::string with_line(const std::string& line) {
-  std::string text = kValid;
+// `text` with the line that starts like `line` replaced by it (or added).
+std::string with_line(std::string text, const std::string& line) {
   const std::string head = line.substr(0, line.find_first_of(" {:") + 1);
   const size_t at = text.find("\n" + head);
   if (at == std::string::npos) return text + line + "\n";
@@ -129,33 +128,30 @@ std::string with_line(const std::string& line) {
 
 TEST(ExperimentConfig, InvalidValuesNameTheField) {
   struct Case {
-    std::string line, field;
+    std::vector<std::string> lines;
+    std::string field;
   } cases[] = {
-      {"optimizer { type: MOMENTUM learning_rate: -1 }", "optimizer.learning_rate"},
-      {"optimizer { type: MOMENTUM learning_rate: 0.1 momentum: 1.5 }", "optimizer.momentum"},
-      {"optimizer { type: SGD learning_rate: 0.1 decay { type: EXPONENTIAL } }", "optimizer.decay"},
-      {"cluster { sync: false }", "cluster.sync"},
-      {"cluster { evaluator: true }", "cluster.evaluator"},
-      {"cluster { num_workers: 0 }", "cluster.num_workers"},
-      {"model { net: LENET keep_prob: 0 }", "model.keep_prob"},
-      {"codec { name: \"terngrad\" clip: 0 }", "codec.clip"},
-      {"codec { name: \"terngrad\" spec: \"fp16\" }", "codec.spec"},
-      {"evaluation { batch_size: 0 }", "evaluation.batch_size"},
-      {"dataset { format: IDX }", "dataset.path"},
-      {"model { net: CIFARNET }\ndataset { format: IDX path: \"/x\" }", "dataset.format"},
-      {"seeds: [3, 3]", "seeds"},
-      {"name: \"a/b\"", "name"},
-      {"paper { workers: 2 top1: 99.2 }", "paper[0].top1"},
+      {{"optimizer { type: MOMENTUM learning_rate: -1 }"}, "optimizer.learning_rate"},
+      {{"optimizer { type: MOMENTUM learning_rate: 0.1 momentum: 1.5 }"}, "optimizer.momentum"},
+      {{"optimizer { type: SGD learning_rate: 0.1 decay { type: EXPONENTIAL } }"}, "optimizer.decay"},
+      {{"cluster { sync: false }"}, "cluster.sync"},
+      {{"cluster { evaluator: true }"}, "cluster.evaluator"},
+      {{"cluster { num_workers: 0 }"}, "cluster.num_workers"},
+      {{"model { net: LENET keep_prob: 0 }"}, "model.keep_prob"},
+      {{"codec { name: \"terngrad\" clip: 0 }"}, "codec.clip"},
+      {{"codec { name: \"terngrad\" spec: \"fp16\" }"}, "codec.spec"},
+      {{"evaluation { batch_size: 0 }"}, "evaluation.batch_size"},
+      {{"dataset { format: IDX }"}, "dataset.path"},
+      {{"model { net: CIFARNET }", "dataset { format: IDX path: \"/x\" }"}, "dataset.format"},
+      {{"seeds: [3, 3]"}, "seeds"},
+      {{"name: \"a/b\""}, "name"},
+      {{"paper { workers: 2 top1: 99.2 }"}, "paper[0].top1"},
   };
   for (const auto& c : cases) {
-    std::string text = with_line(c.line.substr(0, c.line.find('\n')));
-    if (c.line.find('\n') != std::string::npos) {
-      text = kValid;
-      text.replace(text.find("model { net: LENET }"), 20, "model { net: CIFARNET }");
-      text.replace(text.find("dataset { format: SYNTHETIC }"), 29, "dataset { format: IDX path: \"/x\" }");
-    }
+    std::string text = kValid;
+    for (const auto& line : c.lines) text = with_line(text, line);
     const std::string e = error_of(text);
-    EXPECT_NE(e.find("cfg.pbtxt: " + c.field + ":"), std::string::npos) << c.line << " -> " << e;
+    EXPECT_NE(e.find("cfg.pbtxt: " + c.field + ":"), std::string::npos) << c.lines.back() << " -> " << e;
   }
   EXPECT_NE(error_of("model { net: LENET }").find("name"), std::string::npos);
   std::string no_batch = kValid;

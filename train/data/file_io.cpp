@@ -1,5 +1,7 @@
 #include "file_io.h"
 
+#include "terngrad/train/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -123,3 +125,13 @@ Tensor make_tensor(const Shape& shape, const std::string& what) {
 }
 
 }  // namespace terngrad::train::detail
+
+namespace terngrad::train {
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  detail::AtomicFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
+}  // namespace terngrad::train

@@ -9,19 +9,11 @@
 namespace terngrad::train::cuda {
 namespace {
 
-using testing::expect_layer_matches;
-using testing::random_tensor;
-
 constexpr double kConvBound = 1e-4;
 
 void check_conv(Conv2DConfig cfg, const Shape& in) {
   Conv2D conv(cfg);
-  ParamSet params;
-  std::mt19937_64 rng(1);
-  conv.create_params(in, params, rng);
-  // Non-zero biases so the bias path is exercised.
-  for (float& b : params.params[conv.biases_index()].value.data) b = 0.1f;
-  expect_layer_matches(conv, params, random_tensor(in, 3), kConvBound);
+  testing::expect_biased_layer_matches(conv, in, 3, kConvBound);
 }
 
 TEST(GpuConv2D, LeNetConv1SameRelu) {
@@ -62,7 +54,7 @@ TEST(GpuConv2D, RefusesAsymmetricSamePadding) {
   auto s = gpu->make_scratch();
   DeviceParams dp;
   for (const Param& p : params.params) dp.push_back(to_device(p.value));
-  const DeviceTensor x = to_device(random_tensor({1, 8, 8, 1}, 2));
+  const DeviceTensor x = to_device(testing::random_tensor({1, 8, 8, 1}, 2));
   DeviceTensor y;
   EXPECT_THROW(gpu->forward(ctx, dp, x, y, s.get()), std::invalid_argument);
 }

@@ -8,16 +8,9 @@
 namespace terngrad::train::cuda {
 namespace {
 
-using testing::expect_layer_matches;
-using testing::random_tensor;
-
 void check_dense(DenseConfig cfg, const Shape& in) {
   Dense dense(cfg);
-  ParamSet params;
-  std::mt19937_64 rng(1);
-  dense.create_params(in, params, rng);
-  for (float& b : params.params[dense.biases_index()].value.data) b = 0.1f;
-  expect_layer_matches(dense, params, random_tensor(in, 5), 1e-4);
+  testing::expect_biased_layer_matches(dense, in, 5, 1e-4);
 }
 
 TEST(GpuDense, LeNetFc3FlattensNhwcAndRelu) {

@@ -98,4 +98,17 @@ inline void expect_layer_matches(const Layer& layer, const ParamSet& params, con
   std::cout << "[ errors   ] " << layer.name() << ": y " << ey << ", dx " << edx << " (bound " << bound << ")\n";
 }
 
+
+// A layer with weights and biases (Conv2D, Dense): fresh parameters, biases
+// set to 0.1 so the bias path is exercised, a random input from input_seed,
+// then expect_layer_matches.
+template <typename BiasedLayer>
+void expect_biased_layer_matches(BiasedLayer& layer, const Shape& in, uint64_t input_seed, double bound) {
+  ParamSet params;
+  std::mt19937_64 rng(1);
+  layer.create_params(in, params, rng);
+  for (float& b : params.params[layer.biases_index()].value.data) b = 0.1f;
+  expect_layer_matches(layer, params, random_tensor(in, input_seed), bound);
+}
+
 }  // namespace terngrad::train::cuda::testing
