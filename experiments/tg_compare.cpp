@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       // the authors' AlexNet runs, the logits layer and variables below
       // size_to_binarize (here conv1's 500 weights and the biases) stay fp32:
       // 14.9x instead of 16x, and on Fashion-MNIST the TernGrad gap shrinks
-      // from 1.1 to 0.5 points (README, Results).
+      // from 1.1 to 0.5-0.6 points (README, Results).
       "--net=lenet", "--num_nodes=4", "--batch_size=16", "--max_steps=6000", "--optimizer=momentum",
       "--initial_learning_rate=0.01", "--learning_rate_decay_type=polynomial", "--learning_rate_power=0.5",
       "--quantize_logits=false", "--size_to_binarize=1000", "--eval_interval_steps=2000"};
