@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <string>
@@ -191,6 +192,27 @@ TEST_F(Distributed, BadTfConfigIsRefusedWithAClearMessage) {
 
 namespace {
 
+// GPU replicas against GPU runs: bit for bit unless a cuDNN kernel is
+// nondeterministic between processes; the bound is the GPU-vs-CPU tests'
+// (tests/train/cuda). Prints how many variables came out identical.
+void expect_close_weights(const std::map<std::string, terngrad::train::Tensor>& wa,
+                          const std::map<std::string, terngrad::train::Tensor>& wb, const std::string& what) {
+  ASSERT_EQ(wa.size(), 8u);
+  int identical = 0;
+  for (const auto& [name, t] : wa) {
+    const auto& u = wb.at(name).data;
+    ASSERT_EQ(u.size(), t.data.size()) << name;
+    double diff = 0, mag = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      diff = std::max(diff, std::abs(double(u[i]) - t.data[i]));
+      mag = std::max(mag, std::abs(double(t.data[i])));
+    }
+    EXPECT_LE(diff, 2e-3 * std::max(1.0, mag)) << name;
+    identical += u == t.data;
+  }
+  std::printf("[ gpu      ] %s: %d of 8 variables bit-identical\n", what.c_str(), identical);
+}
+
 // One GPU replica per process computes what one virtual worker of the
 // in-process GPU trainer computes: same batch, gradient kernels, CUDA codec
 // bytes (encoded per shard with the whole variable's statistics), the ps's
@@ -208,46 +230,62 @@ TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
     ASSERT_EQ(a.exit_code, 0) << a.output;
     const Proc b = cluster("gpu_cluster" + tag, "--num_ps=" + ps + " --chief=false --num_workers=2", flags);
     ASSERT_EQ(b.exit_code, 0) << b.output;
-    // Bit for bit unless a cuDNN kernel is nondeterministic between
-    // processes; the bound is the GPU-vs-CPU tests' (tests/train/cuda).
-    const auto wa = weights("gpu_inproc" + tag), wb = weights("gpu_cluster" + tag);
-    ASSERT_EQ(wa.size(), 8u);
-    int identical = 0;
-    for (const auto& [name, t] : wa) {
-      const auto& u = wb.at(name).data;
-      ASSERT_EQ(u.size(), t.data.size()) << name;
-      double diff = 0, mag = 0;
-      for (size_t i = 0; i < u.size(); ++i) {
-        diff = std::max(diff, std::abs(double(u[i]) - t.data[i]));
-        mag = std::max(mag, std::abs(double(t.data[i])));
-      }
-      EXPECT_LE(diff, 2e-3 * std::max(1.0, mag)) << name;
-      identical += u == t.data;
-    }
-    std::printf("[ gpu      ] %s: %d of 8 variables bit-identical to the in-process GPU run\n", codec.c_str(),
-                identical);
+    expect_close_weights(weights("gpu_inproc" + tag), weights("gpu_cluster" + tag), codec + " vs in-process GPU");
   }
 }
 
-// No hang and a message naming the cause: without a device (or without
-// CUDA) every GPU replica fails at start; on any machine an async GPU
-// cluster is refused by name. Never skipped (scripts/gpu_checks.sh counts
-// skips as failures on a GPU machine).
-TEST_F(Distributed, GpuClustersThatCannotRunFailAtOnceWithAMessage) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const Proc async = cluster("gpu_async", "--num_ps=1 --num_workers=1",
-                             model_flags(3, "--device=gpu --sync_replicas=false"));
-  EXPECT_NE(async.exit_code, 0) << async.output;
-  EXPECT_NE(async.output.find("runs synchronous training only"), std::string::npos) << async.output;
+// The chief checkpoints the device state in the CPU format (weights, Adam
+// slots and step count, moving average) and a restarted GPU cluster resumes
+// from it; the in-process GPU run of the same 12 steps is the reference.
+TEST_F(Distributed, GpuClusterResumesFromTheChiefsCheckpoint) {
   const std::string why = why_no_gpu();
-  if (why.empty()) return;
-  const Proc sync = cluster("gpu_sync", "--num_ps=1 --chief=false --num_workers=2", model_flags(3, "--device=gpu"));
-  EXPECT_NE(sync.exit_code, 0) << sync.output;
-  const bool named = sync.output.find("no CUDA device") != std::string::npos ||
-                     sync.output.find("no CUDA backend") != std::string::npos;
-  EXPECT_TRUE(named) << sync.output;
+  if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";
+  const std::string base = "--grad_bits=2 --optimizer=adam --initial_learning_rate=0.001 --device=gpu";
+  const Proc straight = in_process("gpu_straight", 2, model_flags(12, base));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const Proc first = cluster("gpu_resumed", "--num_ps=1 --num_workers=1", model_flags(5, base));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const Proc second = cluster("gpu_resumed", "--num_ps=1 --num_workers=1", model_flags(12, base));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
+  expect_close_weights(weights("gpu_straight"), weights("gpu_resumed"), "resumed GPU cluster vs in-process GPU");
+}
+
+// Asynchronous GPU replicas: pulled float32 values go up, the gradient and
+// its TernGrad payload are computed on the device, packed bytes come down.
+TEST_F(Distributed, GpuAsyncTrainingConverges) {
+  const std::string why = why_no_gpu();
+  if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";
+  const Proc r = cluster("gpu_async", "--num_ps=2 --num_workers=1",
+                         model_flags(60, "--grad_bits=2 --sync_replicas=false --min_shard_bytes=65536 --device=gpu"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(dir_ / "gpu_async" / "result.json");
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t at = json.find("\"top1\": ");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_GT(std::stod(json.substr(at + 8)), 0.5) << "10 classes: chance is 0.1; " << json;
+}
+
+// No hang and a message naming the cause: without a device (or without
+// CUDA) every GPU replica, sync or async, fails at start. Never skipped
+// (scripts/gpu_checks.sh counts skips as failures on a GPU machine).
+TEST_F(Distributed, GpuClustersThatCannotRunFailAtOnceWithAMessage) {
+  if (why_no_gpu().empty()) {
+    std::cout << "[ note     ] a CUDA device is present: the no-device message is not reachable here\n";
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string mode : {"--sync_replicas=true", "--sync_replicas=false"}) {
+    SCOPED_TRACE(mode);
+    const Proc p = cluster("gpu_fail" + std::to_string(mode.size()), "--num_ps=1 --chief=false --num_workers=2",
+                           model_flags(3, "--device=gpu " + mode));
+    EXPECT_NE(p.exit_code, 0) << p.output;
+    const bool named = p.output.find("no CUDA device") != std::string::npos ||
+                       p.output.find("no CUDA backend") != std::string::npos;
+    EXPECT_TRUE(named) << p.output;
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(secs, 30.0) << "a GPU cluster that cannot run took " << secs << " s to fail";
+  EXPECT_LT(secs, 60.0) << "GPU clusters that cannot run took " << secs << " s to fail";
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace terngrad::train::cuda {
 namespace tqc = terngrad::quantize::cuda;
 
 DeviceReplica::DeviceReplica(const Model& cpu_model, DeviceReplicaConfig cfg)
-    : model_(cpu_model), cfg_(std::move(cfg)), gpu_(cpu_model), optimizer_(cfg_.optimizer) {
+    : model_(cpu_model), cfg_(std::move(cfg)), gpu_(cpu_model) {
   const ParamSet& ps = model_.params();
   if (cfg_.plan.size() != ps.size())
     throw std::invalid_argument("GPU replica: codec plan has " + std::to_string(cfg_.plan.size()) + " entries for " +
@@ -23,8 +23,7 @@ DeviceReplica::DeviceReplica(const Model& cpu_model, DeviceReplicaConfig cfg)
     max_n = std::max<uint64_t>(max_n, ps.params[v].value.size());
   }
   ws_ = gpu_.make_workspace();
-  params_ = gpu_.upload_params(ctx_.stream());
-  optimizer_.init(params_);
+  state_ = std::make_unique<DeviceTrainState>(ps, cfg_.optimizer, cfg_.moving_average, ctx_.stream());
   grads_ = gpu_.make_grads();
   sums_ = gpu_.make_grads();
   loss_.reserve(sizeof(float));
@@ -47,9 +46,9 @@ float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t
   labels_.reserve(labels.size() * sizeof(int32_t));
   TG_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), labels.data(), labels.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, s));
-  gpu_.forward_backward(ctx_, ws_, params_, x_, labels_.as<int32_t>(), grads_, loss_.as<float>());
+  gpu_.forward_backward(ctx_, ws_, state_->params(), x_, labels_.as<int32_t>(), grads_, loss_.as<float>());
   for (size_t v = 0; v < ps.size(); ++v)
-    add_weight_decay_async(grads_[v].ptr(), params_[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay, s);
+    add_weight_decay_async(grads_[v].ptr(), state_->params()[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay, s);
   for (size_t v = 0; v < ps.size(); ++v) {
     scales_[v] = 0.0f;
     if (!codecs_[v].ternary || !codecs_[v].share_scale) continue;
@@ -148,14 +147,21 @@ void DeviceReplica::apply(float lr, int replicas) {
   cudaStream_t s = ctx_.stream();
   for (size_t v = 0; v < ps.size(); ++v)
     scale_async(sums_[v].ptr(), ps.params[v].value.size(), 1.0f / static_cast<float>(replicas), s);
-  optimizer_.apply(params_, sums_, lr, s);
+  state_->apply(sums_, lr, s);
   codec_ws_->check(s);
 }
 
-void DeviceReplica::download_params(ParamSet& params) {
-  ctx_.synchronize();
-  for (size_t v = 0; v < params_.size(); ++v) params_[v].download(params.params[v].value, ctx_.stream());
-  ctx_.synchronize();
+void DeviceReplica::update_average(float one_minus_decay) {
+  if (!state_->has_average()) throw std::logic_error("GPU replica: update_average without config.moving_average");
+  state_->update_average(one_minus_decay, ctx_.stream());
 }
+
+void DeviceReplica::download_params(ParamSet& params) { state_->download_params(params, ctx_.stream()); }
+
+void DeviceReplica::upload_params(const ParamSet& params) { state_->upload_params(params, ctx_.stream()); }
+
+void DeviceReplica::download_state(const HostTrainState& host) { state_->download(host, ctx_.stream()); }
+
+void DeviceReplica::upload_state(const HostTrainState& host) { state_->upload(host, ctx_.stream()); }
 
 }  // namespace terngrad::train::cuda

@@ -22,7 +22,7 @@ struct VirtualWorkers::Worker {
 };
 
 VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
-    : model_(cpu_model), cfg_(std::move(cfg)), gpu_(cpu_model), optimizer_(cfg_.optimizer) {
+    : model_(cpu_model), cfg_(std::move(cfg)), gpu_(cpu_model) {
   const ParamSet& ps = model_.params();
   if (cfg_.num_workers < 1) throw std::invalid_argument("GPU virtual workers: num_workers must be >= 1");
   if (cfg_.plan.size() != ps.size())
@@ -36,8 +36,7 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
     max_n = std::max<uint64_t>(max_n, ps.params[v].value.size());
   }
   agg_ = std::make_unique<GpuContext>();
-  params_ = gpu_.upload_params(agg_->stream());
-  optimizer_.init(params_);
+  state_ = std::make_unique<DeviceTrainState>(ps, cfg_.optimizer, cfg_.moving_average, agg_->stream());
   sums_ = gpu_.make_grads();
   counts_.reserve(max_n * sizeof(int16_t));
   agg_ws_ = std::make_unique<tqc::Workspace>(max_n);
@@ -84,9 +83,9 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     wk.labels.reserve(labels[w].size() * sizeof(int32_t));
     TG_CUDA_CHECK(cudaMemcpyAsync(wk.labels.data(), labels[w].data(), labels[w].size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
-    gpu_.forward_backward(wk.ctx, wk.ws, params_, wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>());
+    gpu_.forward_backward(wk.ctx, wk.ws, state_->params(), wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>());
     for (size_t v = 0; v < V; ++v)
-      add_weight_decay_async(wk.grads[v].ptr(), params_[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay,
+      add_weight_decay_async(wk.grads[v].ptr(), state_->params()[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay,
                              s);
   }
   for (int w = 0; w < N; ++w) {
@@ -128,7 +127,7 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
                              counts_.as<int16_t>(), *agg_ws_, agg_->stream());
     scale_async(sums_[v].ptr(), n, 1.0f / static_cast<float>(N), agg_->stream());
   }
-  optimizer_.apply(params_, sums_, lr, agg_->stream());
+  state_->apply(sums_, lr, agg_->stream());
   TG_CUDA_CHECK(cudaEventRecord(params_ready_, agg_->stream()));
 
   // Codec errors (NaN gradients, ...) surface here with the codec's message.
@@ -145,10 +144,19 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
   return static_cast<float>(loss / N);
 }
 
-void VirtualWorkers::download_params(ParamSet& params) {
-  agg_->synchronize();
-  for (size_t v = 0; v < params_.size(); ++v) params_[v].download(params.params[v].value, agg_->stream());
-  agg_->synchronize();
+void VirtualWorkers::update_average(float one_minus_decay) {
+  if (!state_->has_average())
+    throw std::logic_error("GPU virtual workers: update_average without config.moving_average");
+  state_->update_average(one_minus_decay, agg_->stream());
+}
+
+void VirtualWorkers::download_params(ParamSet& params) { state_->download_params(params, agg_->stream()); }
+
+void VirtualWorkers::download_state(const HostTrainState& host) { state_->download(host, agg_->stream()); }
+
+void VirtualWorkers::upload_state(const HostTrainState& host) {
+  state_->upload(host, agg_->stream());
+  TG_CUDA_CHECK(cudaEventRecord(params_ready_, agg_->stream()));
 }
 
 std::vector<uint8_t> VirtualWorkers::payload_to_host(int w, size_t v) {

@@ -23,11 +23,6 @@
 
 namespace terngrad::train {
 
-namespace detail {
-void log_eval(JsonlWriter* log, int64_t step, const TrainResult& r, bool quiet);
-void export_model(TrainingSession& s, int64_t step);
-}  // namespace detail
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -124,13 +119,6 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   const bool on_gpu = cfg.device == "gpu";
   TrainConfig session_cfg = cfg;
   if (!chief) session_cfg.moving_average_decay = 0;  // only the chief evaluates and checkpoints
-  if (on_gpu && session_cfg.moving_average_decay > 0) {
-    // The weights live on the device between evaluations: no per-step EMA.
-    if (!cfg.quiet)
-      std::fprintf(stderr, "--device=gpu: the moving average of the weights is not computed on the GPU yet; "
-                           "only the raw weights are evaluated\n");
-    session_cfg.moving_average_decay = 0;
-  }
   TrainingSession s(session_cfg, n, {replica});
   const comm::Layout layout = make_layout(s, cfg, static_cast<int>(c.ps.size()));
   comm::ClientOptions co;
@@ -143,15 +131,18 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   try {
     // --device=gpu: the step runs on the device; the session keeps the data,
     // schedule and host copies of the weights for evaluation and export.
+    // Checkpoints are the CPU's: restored into the session, then uploaded.
+    const int64_t restored = s.restore();
     std::unique_ptr<detail::GpuReplicaStep> gpu;
     if (on_gpu) {
-      if (!cfg.train_dir.empty() && load_latest_checkpoint(cfg.train_dir))
-        throw std::invalid_argument(me + ": --device=gpu clusters neither save nor resume checkpoints yet (the "
-                                         "optimizer slots live on the device), and " + cfg.train_dir +
-                                    " holds one; use an empty --train_dir or --device=cpu");
       gpu = detail::make_gpu_replica_step(s);
+      if (restored > 0) gpu->upload_state();
     }
-    const int64_t restored = on_gpu ? 0 : s.restore();
+    // A sync GPU replica updates its state on the device; an async one
+    // computes gradients at pulled values and the ps holds the state.
+    auto sync_gpu_state = [&] {
+      if (gpu && cfg.sync_replicas) gpu->download_state();
+    };
     int64_t global = 0;
     if (cfg.sync_replicas) {
       global = client.join(restored);
@@ -208,7 +199,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     auto chief_duties = [&](int64_t done) {
       if (!chief) return;
       if (cfg.eval_interval_steps > 0 && done % cfg.eval_interval_steps == 0 && done < cfg.max_steps) {
-        if (gpu) gpu->download_params();
+        sync_gpu_state();
         s.evaluate_into(result);
         detail::log_eval(out.log.get(), done, result, cfg.quiet);
       }
@@ -243,9 +234,11 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
         ++steps_run;
         log_step(step + 1, s.lr(step));
         chief_duties(step + 1);
-        if (chief && !gpu && cfg.save_interval_steps > 0 && (step + 1) % cfg.save_interval_steps == 0 &&
-            step + 1 < cfg.max_steps)
+        if (chief && cfg.save_interval_steps > 0 && (step + 1) % cfg.save_interval_steps == 0 &&
+            step + 1 < cfg.max_steps) {
+          sync_gpu_state();
           s.save(step + 1);
+        }
       }
       global = cfg.max_steps;
     } else {
@@ -254,10 +247,14 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
         global = client.pull_values(values);
         if (chief && s.ema()) s.ema()->update(s.params(), global);
         if (global >= cfg.max_steps) break;
-        const float my_loss = s.compute_gradient(0, global);
+        if (gpu) gpu->upload_params();
+        const float my_loss = gpu ? gpu->compute_gradient(global) : s.compute_gradient(0, global);
         if (!std::isfinite(my_loss))
           throw std::runtime_error(me + ": training diverged at global step " + std::to_string(global));
-        s.encode(0, global, zeros, wire.slices, wire.outs);
+        if (gpu)
+          gpu->encode(global, zeros, wire.slices, wire.outs);
+        else
+          s.encode(0, global, zeros, wire.slices, wire.outs);
         client.push(global, my_loss, wire.views);
         loss = my_loss;
         ++steps_run;
@@ -292,10 +289,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
       for (const auto& a : c.ps_addresses())
         if (auto st = comm::query_ps_status(a, 5)) stale += static_cast<int64_t>(st->stale_pushes);
       result.stale_pushes = stale;
-      if (gpu) gpu->download_params();
+      sync_gpu_state();
       s.evaluate_into(result);
       detail::log_eval(out.log.get(), global, result, cfg.quiet);
-      if (!gpu) s.save(global);  // device optimizer slots are not checkpointed yet
+      s.save(global);
       detail::export_model(s, global);
     }
     client.finish(true);
@@ -372,13 +369,8 @@ TrainResult run_task(const TrainConfig& cfg_in, const comm::ClusterSpec& c) {
   const TrainConfig cfg = task_config(cfg_in, c);
   // --device=gpu applies to the replicas (chief and workers); ps tasks and
   // the evaluator aggregate packed bytes and evaluate checkpoints on the CPU.
-  // Async replicas pull float32 values and push against them; that loop is
-  // not on the device yet: say so rather than silently training on the CPU.
-  const bool replica_task = c.task_type != comm::TaskType::kPs && c.task_type != comm::TaskType::kEvaluator;
-  if (cfg.device == "gpu" && replica_task && !cfg.sync_replicas)
-    throw std::invalid_argument("--device=gpu in a ps/worker cluster runs synchronous training only "
-                                "(--sync_replicas=true); asynchronous GPU replicas are not implemented yet, "
-                                "run async clusters with --device=cpu");
+  // Async replicas pull float32 values (the ps holds the weights), upload
+  // them and compute and encode their gradient on the device.
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   switch (c.task_type) {
     case comm::TaskType::kPs: return run_ps(cfg, c);

@@ -15,7 +15,8 @@ namespace {
 
 class CudaReplicaStep final : public GpuReplicaStep {
  public:
-  CudaReplicaStep(TrainingSession& s, cuda::DeviceReplicaConfig rc) : s_(s), replica_(s.model(), std::move(rc)) {
+  CudaReplicaStep(TrainingSession& s, cuda::DeviceReplicaConfig rc)
+      : s_(s), replica_(s.model(), std::move(rc)), host_{&s.params(), &s.optimizer(), s.ema()} {
     for (const std::string& spec : s.plan()) codecs_.push_back(comm::make_codec(spec));
   }
 
@@ -61,13 +62,17 @@ class CudaReplicaStep final : public GpuReplicaStep {
         replica_.upload_sum_floats(v, spec.begin, sum_);
       }
     replica_.apply(static_cast<float>(s_.lr(step)), replicas);
+    if (s_.ema()) replica_.update_average(static_cast<float>(1.0 - s_.ema()->decay_at(step)));
   }
 
-  void download_params() override { replica_.download_params(s_.params()); }
+  void download_state() override { replica_.download_state(host_); }
+  void upload_state() override { replica_.upload_state(host_); }
+  void upload_params() override { replica_.upload_params(s_.params()); }
 
  private:
   TrainingSession& s_;
   cuda::DeviceReplica replica_;
+  cuda::HostTrainState host_;
   std::vector<std::unique_ptr<comm::GradientCodec>> codecs_;
   Tensor x_;
   std::vector<int32_t> labels_;
@@ -85,6 +90,7 @@ std::unique_ptr<GpuReplicaStep> make_gpu_replica_step(TrainingSession& s) {
   rc.optimizer.name = cfg.optimizer;
   rc.optimizer.momentum = static_cast<float>(cfg.momentum);
   rc.codec_seed = stream_seed(cfg.seed, 0, s.workers().at(0), Purpose::kCodec);
+  rc.moving_average = s.ema() != nullptr && cfg.sync_replicas;  // async: the chief averages pulled values
   return std::make_unique<CudaReplicaStep>(s, std::move(rc));
 }
 

@@ -30,11 +30,18 @@ class GpuReplicaStep {
                       const std::vector<std::vector<comm::ElementRange>>& slices,
                       const std::vector<std::vector<std::span<uint8_t>>>& outs) = 0;
   // sums[shard]: the pulled aggregates; decodes them into the device sums,
-  // averages over `replicas` and applies the optimizer at step's rate.
+  // averages over `replicas`, applies the optimizer at step's rate and
+  // updates the moving average (as TrainingSession::apply).
   virtual void apply(int64_t step, const comm::Layout& layout, const std::vector<std::vector<uint8_t>>& sums,
                      int replicas) = 0;
-  // The device weights into the session's params (evaluation, export).
-  virtual void download_params() = 0;
+  // The device state (weights, optimizer slots and steps, moving average)
+  // into the session's host objects: evaluation, checkpoints, export.
+  virtual void download_state() = 0;
+  // The session's state onto the device (after TrainingSession::restore()).
+  virtual void upload_state() = 0;
+  // Only the session's weights onto the device: an asynchronous replica
+  // computes its gradient at the values it pulled.
+  virtual void upload_params() = 0;
 };
 
 // Throws std::runtime_error naming what is missing (CUDA build, device).

@@ -153,4 +153,9 @@ class TrainingSession {
   std::vector<WorkerState> worker_;
 };
 
+// Shared by the trainers (trainer.cpp): an evaluation's line in metrics.jsonl
+// and on the console, and model.safetensors of the session's weights.
+void log_eval(JsonlWriter* log, int64_t step, const TrainResult& r, bool quiet);
+void export_model(TrainingSession& s, int64_t step);
+
 }  // namespace terngrad::train::detail

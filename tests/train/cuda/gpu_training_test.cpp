@@ -5,6 +5,9 @@
 //   TernGrad: mean |gpu - cpu| over the steps <= 0.05 (the ternary draws
 //     compare the GPU's and CPU's slightly different gradients with the same
 //     random numbers, so a few elements land on the other side).
+// State on the device (weights, optimizer slots, moving average) is
+// checkpointed in the CPU trainer's format: a GPU run resumes bit-for-bit,
+// resumes a CPU run's checkpoint, and keeps the moving average the CPU keeps.
 // Without a device, --device=gpu must fail with a message naming the reason.
 #include <gtest/gtest.h>
 
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "terngrad/train/checkpoint.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
 
@@ -85,6 +89,105 @@ TEST(GpuTraining, LeNetTernGradLossCurveTracksCpu) {
   mean /= std::max<size_t>(cpu.size(), 1);
   EXPECT_LE(mean, 0.05);
   EXPECT_LT(gpu.back(), gpu.front()) << "the GPU run did not learn";
+}
+
+std::string fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tg_gpu_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// Largest |a - b| / max(1, max|b|) over the checkpoint tensors both hold.
+double checkpoint_difference(const Checkpoint& a, const Checkpoint& b, size_t* compared) {
+  double worst = 0;
+  *compared = 0;
+  for (const auto& [name, t] : b.tensors) {
+    auto it = a.tensors.find(name);
+    if (it == a.tensors.end()) continue;
+    ++*compared;
+    EXPECT_EQ(it->second.size(), t.size()) << name;
+    if (it->second.size() != t.size()) return INFINITY;
+    double diff = 0, mag = 1;
+    for (int64_t i = 0; i < t.size(); ++i) {
+      diff = std::max(diff, std::abs(double(it->second.data[i]) - t.data[i]));
+      mag = std::max(mag, std::abs(double(t.data[i])));
+    }
+    worst = std::max(worst, diff / mag);
+  }
+  return worst;
+}
+
+// 20 steps straight, against 10 steps, a restart from the step-10
+// checkpoint and 10 more: same checkpoint bits (weights, Momentum slots,
+// moving average), since the GPU step is deterministic and the state
+// round-trips through the host exactly.
+TEST(GpuTraining, ResumeFromCheckpointIsBitExact) {
+  TG_REQUIRE_GPU();
+  const std::string straight = fresh_dir("straight"), resumed = fresh_dir("resumed");
+  TrainConfig c = small_lenet("gpu", 2, straight);
+  c.max_steps = 20;
+  c.moving_average_decay = 0.99;
+  run_training(c);
+  c.train_dir = resumed;
+  c.max_steps = 10;
+  run_training(c);
+  c.max_steps = 20;
+  run_training(c);
+  const auto a = load_latest_checkpoint(straight), b = load_latest_checkpoint(resumed);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->step, 20);
+  EXPECT_EQ(b->step, 20);
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  ASSERT_EQ(a->tensors.size(), 3 * 8u) << "weights, Momentum slots and averages of LeNet's 8 variables";
+  for (const auto& [name, t] : a->tensors) EXPECT_EQ(t.data, b->tensors.at(name).data) << name;
+  std::filesystem::remove_all(straight);
+  std::filesystem::remove_all(resumed);
+}
+
+// The moving average on the device against the CPU's, fp32 gradients: the
+// checkpointed shadows agree within the fp32 loss-curve bound, and the
+// result reports an EMA accuracy.
+TEST(GpuTraining, MovingAverageTracksCpu) {
+  TG_REQUIRE_GPU();
+  const std::string cpu_dir = fresh_dir("ema_cpu"), gpu_dir = fresh_dir("ema_gpu");
+  TrainConfig c = small_lenet("cpu", 32, cpu_dir);
+  c.moving_average_decay = 0.9;
+  run_training(c);
+  c.device = "gpu";
+  c.train_dir = gpu_dir;
+  const TrainResult r = run_training(c);
+  EXPECT_GE(r.ema_top1, 0.0) << "no EMA accuracy reported";
+  const auto a = load_latest_checkpoint(gpu_dir), b = load_latest_checkpoint(cpu_dir);
+  ASSERT_TRUE(a && b);
+  size_t compared = 0;
+  EXPECT_LE(checkpoint_difference(*a, *b, &compared), 2e-3);
+  EXPECT_EQ(compared, 3 * 8u);
+  std::filesystem::remove_all(cpu_dir);
+  std::filesystem::remove_all(gpu_dir);
+}
+
+// A run moves between devices: 10 CPU steps, then 10 GPU steps from the CPU
+// checkpoint, against 20 CPU steps.
+TEST(GpuTraining, ResumesCpuCheckpoint) {
+  TG_REQUIRE_GPU();
+  const std::string cpu_dir = fresh_dir("move_cpu"), moved = fresh_dir("move_gpu");
+  TrainConfig c = small_lenet("cpu", 32, cpu_dir);
+  c.max_steps = 20;
+  run_training(c);
+  c.train_dir = moved;
+  c.max_steps = 10;
+  run_training(c);
+  c.device = "gpu";
+  c.max_steps = 20;
+  run_training(c);
+  const auto a = load_latest_checkpoint(moved), b = load_latest_checkpoint(cpu_dir);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->step, 20);
+  size_t compared = 0;
+  EXPECT_LE(checkpoint_difference(*a, *b, &compared), 2e-3);
+  EXPECT_EQ(compared, 2 * 8u);
+  std::filesystem::remove_all(cpu_dir);
+  std::filesystem::remove_all(moved);
 }
 
 TEST(GpuTraining, DeviceFlagWithoutDeviceFailsClearly) {

@@ -26,6 +26,7 @@
 #include "terngrad/quantize/cuda.h"
 #include "terngrad/quantize/cuda_sum.h"
 #include "terngrad/train/cuda/context.h"
+#include "terngrad/train/cuda/device_train_state.h"
 #include "terngrad/train/cuda/gpu_codec_step.h"
 #include "terngrad/train/cuda/gpu_model.h"
 #include "terngrad/train/cuda/gpu_optimizer.h"
@@ -36,6 +37,7 @@ struct DeviceReplicaConfig {
   std::vector<std::string> plan;  // codec spec per variable (TrainingSession::plan())
   GpuOptimizerOptions optimizer;
   uint64_t codec_seed = 0;  // this worker's codec stream (stream_seed(seed, 0, w, kCodec))
+  bool moving_average = false;  // keep a moving average of the weights (update_average())
 };
 
 class DeviceReplica {
@@ -71,8 +73,18 @@ class DeviceReplica {
   // sums *= 1/replicas, then the optimizer at lr; checks the codec and waits.
   void apply(float lr, int replicas);
 
-  // The device weights into params (evaluation, export).
+  // After apply(): the moving average's update with the CPU average's
+  // 1 - decay_at(step) (config.moving_average must be set).
+  void update_average(float one_minus_decay);
+
+  // The device weights into params (evaluation, export), and params' values
+  // onto the device (an asynchronous replica's pulled weights).
   void download_params(ParamSet& params);
+  void upload_params(const ParamSet& params);
+  // Weights, optimizer slots and steps, average: to the host objects
+  // (checkpoints) and back (resuming); see device_train_state.h.
+  void download_state(const HostTrainState& host);
+  void upload_state(const HostTrainState& host);
 
  private:
   const Model& model_;
@@ -81,8 +93,7 @@ class DeviceReplica {
   std::vector<VariableCodec> codecs_;
   GpuContext ctx_;  // one stream orders the whole step
   GpuModel::Workspace ws_;
-  DeviceParams params_;
-  GpuOptimizer optimizer_;
+  std::unique_ptr<DeviceTrainState> state_;
   DeviceGrads grads_, sums_;
   DeviceTensor x_;
   DeviceBuffer labels_, loss_, payload_, staging_;

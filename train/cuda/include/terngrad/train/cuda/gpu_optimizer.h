@@ -33,7 +33,11 @@ class GpuOptimizer {
   void apply(std::vector<DeviceTensor>& params, const std::vector<DeviceTensor>& grads, float lr,
              cudaStream_t stream);
   int64_t steps() const { return steps_; }
+  // Restoring a checkpoint: the updates already applied (Adam's t).
+  void set_steps(int64_t steps) { steps_ = steps; }
+  const std::string& name() const { return o_.name; }
   std::vector<std::vector<DeviceTensor>>& slots() { return slots_; }  // [param][slot]
+  const std::vector<std::vector<DeviceTensor>>& slots() const { return slots_; }
 
  private:
   GpuOptimizerOptions o_;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "terngrad/quantize/cuda.h"
+#include "terngrad/train/cuda/device_train_state.h"
 #include "terngrad/train/cuda/gpu_codec_step.h"
 #include "terngrad/train/cuda/gpu_model.h"
 #include "terngrad/train/cuda/gpu_optimizer.h"
@@ -32,6 +33,8 @@ struct VirtualWorkersConfig {
   // Seed of worker w's codec stream (the CPU trainer's
   // stream_seed(seed, 0, w, Purpose::kCodec)), one per worker.
   std::vector<uint64_t> codec_seeds;
+  // Keep a moving average of the weights on the device (update_average()).
+  bool moving_average = false;
 };
 
 class VirtualWorkers {
@@ -47,15 +50,23 @@ class VirtualWorkers {
   float step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
              float lr);
 
-  // Copies the device weights into `params` (evaluation, checkpoints).
+  // After step(): the moving average's update with the CPU average's
+  // 1 - decay_at(step) (config.moving_average must be set).
+  void update_average(float one_minus_decay);
+
+  // Copies the device weights into `params` (evaluation, export).
   void download_params(ParamSet& params);
+  // Weights, optimizer slots and steps, average: to the host objects
+  // (checkpoints, evaluation of the average) and back (resuming).
+  void download_state(const HostTrainState& host);
+  void upload_state(const HostTrainState& host);
   // Worker w's payload of variable v from the last step, as packed bytes on
   // the host (what a distributed worker would push; empty for fp32).
   std::vector<uint8_t> payload_to_host(int w, size_t v);
   // Payload bytes one worker produces per step (fp32 variables counted as 4n).
   double bytes_per_worker_step() const;
 
-  const DeviceParams& params() const { return params_; }
+  const DeviceParams& params() const { return state_->params(); }
 
  private:
   struct Worker;
@@ -63,10 +74,9 @@ class VirtualWorkers {
   VirtualWorkersConfig cfg_;
   GpuModel gpu_;
   std::vector<VariableCodec> codecs_;
-  DeviceParams params_;
-  GpuOptimizer optimizer_;
-  std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<GpuContext> agg_;  // aggregation + update stream
+  std::unique_ptr<DeviceTrainState> state_;
+  std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<quantize::cuda::Workspace> agg_ws_;
   DeviceGrads sums_;
   DeviceBuffer counts_;
