@@ -1,6 +1,6 @@
-// CUDA benchmarks of the TernGrad codec (stats, encode, decode,
-// decode_accumulate) against device-memory bandwidth measured in this same
-// process, on the same buffers.
+// CUDA benchmarks of the TernGrad codec (stats, encode, device-side scale
+// sharing, decode, decode_accumulate) against device-memory bandwidth
+// measured in this same process, on the same buffers.
 //
 //   codec_cuda_bench [--quick] [Google Benchmark flags...]
 //
@@ -20,6 +20,8 @@
 // with minimal traffic (n elements, n/4 body bytes):
 //   stats              4n
 //   encode             8n + n/4    stats pass + quantize pass over the input, body written
+//   encode_shared      12n + n/4   local_scale_async, then encode_shared_async with that one
+//                                  scale (a worker group of one: the flow without a host sync)
 //   decode             2(n/4) + 4n validate the body, read it again, write n floats
 //   decode_accumulate  2(n/4) + 8n the same, reading and writing the accumulator
 // Baselines in the same binary: mem_read (the reduction, 4n) and mem_copy
@@ -27,7 +29,8 @@
 //
 // Before any timing the GPU output is compared with the CPU codec on the same
 // input (payload bytes, statistics bitwise, decode and decode_accumulate
-// bitwise); a mismatch aborts with a message: timing a wrong codec is useless.
+// bitwise, local scale and device-shared-scale payload); a mismatch aborts
+// with a message: timing a wrong codec is useless.
 
 #include <benchmark/benchmark.h>
 
@@ -101,6 +104,7 @@ struct SizeState {
   uint8_t* payload = nullptr;  // encode output, decode input
   float* out = nullptr;       // decode target, accumulator, copy destination
   uint32_t* sink = nullptr;   // read-only reduction result
+  float* scale = nullptr;     // local_scale_async output, encode_shared_async input
   std::unique_ptr<tc::Workspace> ws;
   double floor_bw = 0.0;  // bytes/s, best read-only round before the benchmarks
   ~SizeState() {
@@ -108,6 +112,7 @@ struct SizeState {
     cudaFree(payload);
     cudaFree(out);
     cudaFree(sink);
+    cudaFree(scale);
   }
 };
 
@@ -187,7 +192,27 @@ void validate(SizeState& s, const std::vector<float>& x) {
     ws.check(g_stream);
     check_same(n, "decode_accumulate", cpu_acc, download(s.out, n));
 
-    std::printf("  %-4s scale %.4g = %.2f sigma: GPU == CPU (payload, stats, decode, accumulate)\n",
+    // The device scale-sharing flow; a shared scale above the own scale makes
+    // the payload differ from the one above (flag, scale, codes).
+    tc::local_scale_async(s.x, n, p.clip_factor, s.scale, ws, g_stream);
+    ws.check(g_stream);
+    const float own = download(s.scale, 1)[0];
+    const float doubled = own * 2.0f;
+    CUDA_OK(cudaMemcpyAsync(s.scale, &doubled, sizeof doubled, cudaMemcpyHostToDevice, g_stream));
+    tc::encode_shared_async(s.x, n, p, s.scale, 1, s.payload, cpu_payload.size(), ws, g_stream);
+    ws.check(g_stream);
+    tq::EncodeParams shared_p = p;
+    shared_p.shared_scale = doubled;
+    std::vector<uint8_t> cpu_shared(cpu_payload.size());
+    tq::encode(x, shared_p, cpu_shared);
+    check_same(n, "local scale", std::vector<float>{tq::local_scale(cst, p.clip_factor)},
+               std::vector<float>{own});
+    check_same(n, "shared-scale payload", cpu_shared, download(s.payload, cpu_shared.size()));
+    // Leave the plain payload for the decode benchmarks.
+    tc::encode_async(s.x, n, p, s.payload, cpu_payload.size(), ws, g_stream);
+    ws.check(g_stream);
+
+    std::printf("  %-4s scale %.4g = %.2f sigma: GPU == CPU (payload, stats, decode, accumulate, shared)\n",
                 size_label(n).c_str(), static_cast<double>(tq::bits_float(tq::load_le32(cpu_payload.data() + 16))),
                 static_cast<double>(tq::bits_float(tq::load_le32(cpu_payload.data() + 16))) / cst.stddev);
   } catch (const tq::CodecError& e) {
@@ -271,6 +296,16 @@ void bm_encode(benchmark::State& st, size_t n) {
   require_clean(st, s);
 }
 
+void bm_encode_shared(benchmark::State& st, size_t n) {
+  SizeState& s = state_for(n);
+  const tq::EncodeParams p = bench_params();
+  run_timed(st, s, 12.0 * static_cast<double>(n) + body(n), [&] {
+    tc::local_scale_async(s.x, n, p.clip_factor, s.scale, *s.ws, g_stream);
+    tc::encode_shared_async(s.x, n, p, s.scale, 1, s.payload, tq::max_encoded_bytes(n), *s.ws, g_stream);
+  });
+  require_clean(st, s);
+}
+
 void bm_decode(benchmark::State& st, size_t n) {
   SizeState& s = state_for(n);
   run_timed(st, s, 2.0 * body(n) + 4.0 * static_cast<double>(n), [&] {
@@ -328,6 +363,7 @@ int main(int argc, char** argv) {
     s->payload = device_alloc<uint8_t>(tq::max_encoded_bytes(n));
     s->out = device_alloc<float>(n);
     s->sink = device_alloc<uint32_t>(1);
+    s->scale = device_alloc<float>(1);
     s->ws = std::make_unique<tc::Workspace>(n);
     std::vector<float> x(n);
     terngrad::bench::fill_gradient(x.data(), n, kInputSeed);
@@ -353,6 +389,7 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<std::string, BmFn>> ops = {
       {"mem_read", bm_mem_read}, {"mem_copy", bm_mem_copy},
       {"stats", bm_stats},       {"encode", bm_encode},
+      {"encode_shared", bm_encode_shared},
       {"decode", bm_decode},     {"decode_accumulate", bm_decode_accumulate},
   };
   for (const auto& [name, fn] : ops)

@@ -35,16 +35,17 @@ struct ErrorRecord {
   // Invalid body: key = body byte << 3 | position (0..3 element in the byte,
   // kPaddingPosition for nonzero padding bits).
   unsigned long long inv_key;
-  unsigned long long u0;  // header count (malformed payload)
+  unsigned long long u0;  // header count (malformed payload) or d_scales index
   unsigned long long u1;  // payload bytes or expected element count
   int detail;             // HeaderFault, kCountMismatchDetail or kSharedScaleDetail
-  float f0;               // shared scale / scale recorded for the counts
+  float f0;               // shared scale / scale recorded for the counts / bad d_scales value
   float f1;               // own scale / this payload's scale
   uint32_t reserved;
 };
 
 inline constexpr int kCountMismatchDetail = 1000;  // kInvalidArgument: header count != n
 inline constexpr int kSharedScaleDetail = 1001;    // kInvalidArgument: shared scale < own
+inline constexpr int kDeviceScaleDetail = 1002;    // kInvalidArgument: d_scales[u0] = f0 not finite >= +0
 inline constexpr unsigned kPaddingPosition = 4;
 inline constexpr unsigned kNonFiniteNaN = 0, kNonFinitePosInf = 1, kNonFiniteNegInf = 2;
 
@@ -55,7 +56,7 @@ struct HostView {
   // Scale of the payloads summed by accumulate_counts_async since the last check.
   uint32_t counts_scale_bits;
   uint32_t counts_scale_set;
-  TensorStats stats;  // of the last stats_async / encode_async
+  TensorStats stats;  // of the last stats_async / local_scale_async / encode*_async
   float scale;        // of the last encode_async
   uint32_t reserved;
 };
@@ -150,14 +151,22 @@ void require_device_pointer(const void* p, uint64_t n, size_t align, const char*
 // Launch check: a bad configuration shows up immediately in cudaGetLastError.
 void check_launch(const char* kernel, const char* file, int line);
 
-// Shared by stats_async and encode_async (stats_kernels.cu): the canonical
-// two-level statistics of x[0, n), and then, on one warp pair, the scale and
-// (for encode) the payload header written to header_out.
+// Shared by stats_async, local_scale_async and the encodes (stats_kernels.cu):
+// the canonical two-level statistics of x[0, n), and then, on one warp pair,
+// the scale and (for encode) the payload header written to header_out.
 struct FinishParams {
-  bool encode = false;  // false: stats only (scale and header untouched)
+  bool encode = false;  // false: no header, and view.scale is left as it was
   float clip_factor = 0.0f;
+  // local_scale_async: the tensor's own scale goes to this caller's device
+  // float (NaN when the operation fails, see cuda.h).
+  float* scale_out = nullptr;
+  // Shared scale, either a host value (has_shared) or, with shared_scales
+  // non-null, the max of num_shared_scales device floats read by the finish
+  // kernel, so that the workers' scales never travel through the host.
   bool has_shared = false;
   float shared_scale = 0.0f;
+  const float* shared_scales = nullptr;
+  uint32_t num_shared_scales = 0;
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t tensor_id = 0;

@@ -73,11 +73,18 @@ void launch_pack(const float* d_x, uint64_t n, uint8_t* body, const Workspace::D
 
 namespace {
 
+// Where the scale of an encode comes from besides the tensor itself: nothing
+// or params.shared_scale (scales == nullptr), or the max of count device floats.
+struct DeviceScales {
+  const float* scales = nullptr;
+  uint32_t count = 0;
+};
+
 // Statistics of d_stats[0, n_stats), then the payload of d_x[0, n): the whole
 // tensor (d_x == d_stats) or the slice of it at params.element_offset.
 void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint64_t n,
-                 const EncodeParams& params, uint8_t* d_out, size_t out_capacity, Workspace& ws,
-                 cudaStream_t stream, const char* fn) {
+                 const EncodeParams& params, const DeviceScales& device_scales, uint8_t* d_out,
+                 size_t out_capacity, Workspace& ws, cudaStream_t stream, const char* fn) {
   using detail::fail;
   const std::string name = fn;
   if (n_stats > ws.max_elements())
@@ -111,6 +118,10 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
     fp.has_shared = true;
     fp.shared_scale = s;
   }
+  if (device_scales.scales != nullptr) {
+    fp.shared_scales = device_scales.scales;
+    fp.num_shared_scales = device_scales.count;
+  }
   fp.seed = params.seed;
   fp.step = params.step;
   fp.tensor_id = params.tensor_id;
@@ -128,22 +139,60 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
     detail::launch_pack<false>(d_x, n, body, ws.device(), rng, stream);
 }
 
+// Host checks of the device-scale arguments, before anything is enqueued.
+DeviceScales device_scales_arg(const EncodeParams& params, const float* d_scales, uint32_t num_scales,
+                               const char* fn) {
+  const std::string name = fn;
+  // Two sources for one scale would leave the caller guessing which one won.
+  if (params.shared_scale.has_value())
+    detail::fail(Errc::kInvalidArgument,
+                 name + ": params.shared_scale must be empty (it is " +
+                     detail::fmt_float(*params.shared_scale) + "): the shared scale is the max of d_scales");
+  if (d_scales == nullptr)
+    detail::fail(Errc::kInvalidArgument, name + ": d_scales is null (num_scales = " +
+                                             std::to_string(num_scales) + ")");
+  if (num_scales == 0)
+    detail::fail(Errc::kInvalidArgument, name + ": num_scales is 0: the max of no scales is undefined");
+  detail::require_device_pointer(d_scales, num_scales, alignof(float), (name + ": d_scales").c_str());
+  return DeviceScales{d_scales, num_scales};
+}
+
+void check_slice(uint64_t n_whole, uint64_t count, const EncodeParams& params, const char* fn) {
+  if (params.element_offset > n_whole || count > n_whole - params.element_offset)
+    detail::fail(Errc::kInvalidArgument,
+                 std::string(fn) + ": slice [" + std::to_string(params.element_offset) + ", +" +
+                     std::to_string(count) + ") lies outside the tensor of " + std::to_string(n_whole) +
+                     " elements");
+}
+
 }  // namespace
 
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream) {
-  encode_impl(d_x, n, d_x, n, params, d_out, out_capacity, ws, stream, "encode_async");
+  encode_impl(d_x, n, d_x, n, params, DeviceScales{}, d_out, out_capacity, ws, stream, "encode_async");
 }
 
 void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
                         uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
-  if (params.element_offset > n_whole || count > n_whole - params.element_offset)
-    detail::fail(Errc::kInvalidArgument,
-                 "encode_slice_async: slice [" + std::to_string(params.element_offset) + ", +" +
-                     std::to_string(count) + ") lies outside the tensor of " + std::to_string(n_whole) +
-                     " elements");
-  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, d_out, out_capacity, ws,
-              stream, "encode_slice_async");
+  check_slice(n_whole, count, params, "encode_slice_async");
+  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, DeviceScales{}, d_out,
+              out_capacity, ws, stream, "encode_slice_async");
+}
+
+void encode_shared_async(const float* d_x, uint64_t n, const EncodeParams& params, const float* d_scales,
+                         uint32_t num_scales, uint8_t* d_out, size_t out_capacity, Workspace& ws,
+                         cudaStream_t stream) {
+  const DeviceScales scales = device_scales_arg(params, d_scales, num_scales, "encode_shared_async");
+  encode_impl(d_x, n, d_x, n, params, scales, d_out, out_capacity, ws, stream, "encode_shared_async");
+}
+
+void encode_slice_shared_async(const float* d_whole, uint64_t n_whole, uint64_t count,
+                               const EncodeParams& params, const float* d_scales, uint32_t num_scales,
+                               uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  check_slice(n_whole, count, params, "encode_slice_shared_async");
+  const DeviceScales scales = device_scales_arg(params, d_scales, num_scales, "encode_slice_shared_async");
+  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, scales, d_out,
+              out_capacity, ws, stream, "encode_slice_shared_async");
 }
 
 }  // namespace terngrad::quantize::cuda

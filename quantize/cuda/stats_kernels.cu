@@ -11,6 +11,9 @@
 #include <cub/block/block_reduce.cuh>
 #include <cuda/functional>
 
+#include <cmath>
+#include <string>
+
 #include "device_state.cuh"
 #include "terngrad/quantize/format.h"
 
@@ -156,28 +159,60 @@ __global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
   const uint32_t max_bits = dev->max_abs_bits;
   dev->max_abs_bits = 0;  // restore the invariant for the next operation
   // NaN/Inf found by this pass, or an unchecked error of an earlier operation:
-  // leave stats, scale and the caller's header alone.
-  if (error_pending(dev)) return;
+  // leave stats, scale and the caller's header alone. A requested local scale
+  // becomes NaN rather than keeping a stale value: an encode that takes it as
+  // a shared scale, possibly in another workspace, then refuses instead of
+  // quantizing with last step's scale.
+  if (error_pending(dev)) {
+    if (a.fp.scale_out != nullptr) *a.fp.scale_out = __int_as_float(0x7FC00000);
+    return;
+  }
 
   const TensorStats st = stats_from_sums(a.n, v, sum_sq_total, max_bits);
   dev->view.stats = st;
-  if (!a.fp.encode) return;
+  if (!a.fp.encode && a.fp.scale_out == nullptr) return;
 
   const float own = scale_from_stats(st, a.fp.clip_factor);
+  if (a.fp.scale_out != nullptr) *a.fp.scale_out = own;
+  if (!a.fp.encode) return;
+
   float scale = own;
-  if (a.fp.has_shared) {
-    if (a.fp.shared_scale < own) {
+  bool shared_ok = a.fp.has_shared;
+  float shared = a.fp.shared_scale;
+  if (a.fp.shared_scales != nullptr) {
+    // The host checked a host shared scale; device ones are checked here, with
+    // the same rule (finite, sign bit clear, since check_header() refuses -0).
+    // With every value >= +0 and none NaN the max does not depend on the
+    // order, so it equals the host's std::max over the same floats.
+    shared = 0.0f;
+    for (uint32_t i = 0; i < a.fp.num_shared_scales; ++i) {
+      const float s = a.fp.shared_scales[i];
+      const uint32_t bits = float_bits(s);
+      if ((bits >> 31) != 0 || (bits & kAbsMask) >= kExpAllOnes) {
+        if (claim_error(dev, a.op, Errc::kInvalidArgument) == 1) {
+          dev->view.err.detail = kDeviceScaleDetail;
+          dev->view.err.u0 = i;
+          dev->view.err.f0 = s;
+        }
+        return;
+      }
+      shared = s > shared ? s : shared;
+    }
+    shared_ok = true;
+  }
+  if (shared_ok) {
+    if (shared < own) {
       if (claim_error(dev, a.op, Errc::kInvalidArgument) == 1) {
         dev->view.err.detail = kSharedScaleDetail;
-        dev->view.err.f0 = a.fp.shared_scale;
+        dev->view.err.f0 = shared;
         dev->view.err.f1 = own;
       }
       return;
     }
-    scale = a.fp.shared_scale;
+    scale = shared;
   }
   dev->view.scale = scale;
-  write_header_bits(a.fp.header_out, a.fp.has_shared ? kFlagSharedScale : uint8_t{0}, a.fp.header_count,
+  write_header_bits(a.fp.header_out, shared_ok ? kFlagSharedScale : uint8_t{0}, a.fp.header_count,
                     float_bits(scale), a.fp.tensor_id, a.fp.seed, a.fp.step);
 }
 
@@ -209,6 +244,27 @@ void stats_async(const float* d_x, uint64_t n, Workspace& ws, cudaStream_t strea
                                              std::to_string(ws.max_elements()));
   detail::require_device_pointer(d_x, n, alignof(float), "stats_async: d_x");
   detail::launch_stats(d_x, n, detail::FinishParams{}, ws, stream, detail::next_op_id());
+}
+
+void local_scale_async(const float* d_x, uint64_t n, float clip_factor, float* d_scale_out,
+                       Workspace& ws, cudaStream_t stream) {
+  if (n > ws.max_elements())
+    detail::fail(Errc::kInvalidArgument, "local_scale_async: n = " + std::to_string(n) +
+                                             " exceeds the workspace's max_elements " +
+                                             std::to_string(ws.max_elements()));
+  detail::require_device_pointer(d_x, n, alignof(float), "local_scale_async: d_x");
+  if (d_scale_out == nullptr)
+    detail::fail(Errc::kInvalidArgument, "local_scale_async: d_scale_out is null");
+  detail::require_device_pointer(d_scale_out, 1, alignof(float), "local_scale_async: d_scale_out");
+  // The same rule as quantize::local_scale, checked before anything is enqueued.
+  if (!(clip_factor >= 0.0f) || std::isinf(clip_factor))
+    detail::fail(Errc::kInvalidArgument,
+                 "local_scale_async: clip_factor must be a finite number >= 0 (0 disables clipping), got " +
+                     detail::fmt_float(clip_factor));
+  detail::FinishParams fp;
+  fp.clip_factor = clip_factor;
+  fp.scale_out = d_scale_out;
+  detail::launch_stats(d_x, n, fp, ws, stream, detail::next_op_id());
 }
 
 }  // namespace terngrad::quantize::cuda

@@ -99,6 +99,9 @@ namespace {
       if (e.detail == kCountMismatchDetail)
         fail(code, "the payload holds " + std::to_string(e.u0) + " elements but the output has " +
                        std::to_string(e.u1));
+      if (e.detail == kDeviceScaleDetail)
+        fail(code, "shared scale d_scales[" + std::to_string(e.u0) + "] = " + fmt_float(e.f0) +
+                       " is not a finite number >= +0 (a failed local_scale_async writes NaN)");
       fail(code, "shared scale " + fmt_float(e.f0) + " is below this tensor's own scale " +
                      fmt_float(e.f1) + ": the shared scale must be the max over workers");
     case Errc::kMalformedPayload: {

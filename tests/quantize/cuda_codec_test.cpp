@@ -5,11 +5,13 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -373,6 +375,256 @@ TEST_F(CudaCodec, EncodeIsDeterministicAcrossStreamsAndWorkspaces) {
   std::swap(stream_, other);
   cudaStreamDestroy(other);
   EXPECT_TRUE(same_bits(a, b));
+}
+
+// ---------------------------------------------------------------- scale sharing on the device
+
+// Per-worker tensors of one variable: different seeds and spreads, so that the
+// workers' own scales differ and most of them encode under a larger shared one.
+std::vector<std::vector<float>> worker_tensors(size_t n, size_t workers, uint64_t seed) {
+  std::vector<std::vector<float>> xs;
+  for (size_t w = 0; w < workers; ++w)
+    xs.push_back(gradient(n, seed + 97 * w, 1e-3f * static_cast<float>(w + 1)));
+  return xs;
+}
+
+// The sizes for scale sharing: 0, non-multiples of 4 and of kStatsChunk (4096),
+// and more than one stats chunk.
+const std::vector<size_t> kSharedSizes = {0, 1, 3, 5, 4095, 4097, 8197, 100003};
+
+TEST_F(CudaCodec, LocalScaleAsyncMatchesCpuLocalScale) {
+  const size_t workers = 4;
+  const size_t max_n = kSharedSizes.back();
+  tc::Workspace ws(max_n);
+  DeviceBytes dscales(workers * sizeof(float));
+  std::vector<std::unique_ptr<DeviceBytes>> dx;
+  for (size_t w = 0; w < workers; ++w) dx.push_back(std::make_unique<DeviceBytes>(max_n * sizeof(float)));
+  for (size_t n : kSharedSizes) {
+    const auto xs = worker_tensors(n, workers, 500 + n);
+    for (size_t w = 0; w < workers; ++w) upload(dx[w]->at<float>(), xs[w], stream_);
+    for (float clip : {0.0f, 2.5f}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + ", clip = " + std::to_string(clip));
+      upload(dscales.at<float>(), std::vector<float>(workers, -7.0f), stream_);
+      // All workers enqueued back to back, no synchronization in between: the
+      // point of the API. The workspace's last statistics are the last worker's.
+      for (size_t w = 0; w < workers; ++w)
+        tc::local_scale_async(dx[w]->at<float>(), n, clip, dscales.at<float>() + w, ws, stream_);
+      EXPECT_TRUE(same_stats(tq::compute_stats(xs[workers - 1]), ws.stats(stream_)));
+      std::vector<float> cpu(workers);
+      for (size_t w = 0; w < workers; ++w) cpu[w] = tq::local_scale(tq::compute_stats(xs[w]), clip);
+      EXPECT_TRUE(same_bits(cpu, download(dscales.at<float>(), workers, stream_)));
+    }
+  }
+}
+
+TEST_F(CudaCodec, EncodeSharedAsyncMatchesCpuSharedEncode) {
+  const size_t workers = 4;
+  const size_t max_n = kSharedSizes.back();
+  tc::Workspace ws(max_n);
+  DeviceBytes dscales(workers * sizeof(float));
+  DeviceBytes dout(tq::max_encoded_bytes(max_n));
+  std::vector<std::unique_ptr<DeviceBytes>> dx;
+  for (size_t w = 0; w < workers; ++w) dx.push_back(std::make_unique<DeviceBytes>(max_n * sizeof(float)));
+  for (size_t n : kSharedSizes) {
+    const auto xs = worker_tensors(n, workers, 900 + n);
+    for (size_t w = 0; w < workers; ++w) upload(dx[w]->at<float>(), xs[w], stream_);
+    for (float clip : {0.0f, 2.5f}) {
+      // The host flow this replaces: own scales, their max, encode with it.
+      float shared = 0.0f;
+      for (size_t w = 0; w < workers; ++w)
+        shared = std::max(shared, tq::local_scale(tq::compute_stats(xs[w]), clip));
+      for (size_t w = 0; w < workers; ++w)
+        tc::local_scale_async(dx[w]->at<float>(), n, clip, dscales.at<float>() + w, ws, stream_);
+      for (size_t w = 0; w < workers; ++w) {
+        SCOPED_TRACE("n = " + std::to_string(n) + ", clip = " + std::to_string(clip) +
+                     ", worker " + std::to_string(w));
+        tq::EncodeParams p;
+        p.clip_factor = clip;
+        p.seed = 0xC0FFEEull + n;
+        p.step = 12;
+        p.tensor_id = static_cast<uint32_t>(w + 1);
+        tc::encode_shared_async(dx[w]->at<float>(), n, p, dscales.at<float>(), workers,
+                                dout.at<uint8_t>(), tq::max_encoded_bytes(n), ws, stream_);
+        const float gpu_scale = ws.scale(stream_);  // checks too
+        const auto gpu = download(dout.at<uint8_t>(), tq::max_encoded_bytes(n), stream_);
+        p.shared_scale = shared;
+        EXPECT_TRUE(same_bits(cpu_encode(xs[w], p), gpu));
+        EXPECT_EQ(gpu[6], tq::kFlagSharedScale);
+        EXPECT_EQ(bits_of(shared), bits_of(gpu_scale));
+        EXPECT_EQ(bits_of(shared), bits_of(header_scale(gpu)));
+      }
+    }
+  }
+}
+
+TEST_F(CudaCodec, EncodeSliceSharedAsyncMatchesCpuSlice) {
+  const size_t n = 300001;
+  const size_t workers = 3;
+  tc::Workspace ws(n);
+  const auto xs = worker_tensors(n, workers, 31337);
+  std::vector<std::unique_ptr<DeviceBytes>> dx;
+  DeviceBytes dscales(workers * sizeof(float));
+  float shared = 0.0f;
+  for (size_t w = 0; w < workers; ++w) {
+    dx.push_back(std::make_unique<DeviceBytes>(n * sizeof(float)));
+    upload(dx[w]->at<float>(), xs[w], stream_);
+    tc::local_scale_async(dx[w]->at<float>(), n, 2.5f, dscales.at<float>() + w, ws, stream_);
+    shared = std::max(shared, tq::local_scale(tq::compute_stats(xs[w]), 2.5f));
+  }
+  const size_t w = 0;  // the narrowest spread: its own scale is below the shared one
+  const tq::TensorStats whole = tq::compute_stats(xs[w]);
+  const std::vector<uint64_t> cuts = {0, 4, 1000, 65536, 200004, n};
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    SCOPED_TRACE("slice " + std::to_string(cuts[s]) + ".." + std::to_string(cuts[s + 1]));
+    const uint64_t count = cuts[s + 1] - cuts[s];
+    tq::EncodeParams p;
+    p.seed = 78;
+    p.step = 4;
+    p.tensor_id = 2;
+    p.element_offset = cuts[s];
+    DeviceBytes dout(tq::max_encoded_bytes(count));
+    tc::encode_slice_shared_async(dx[w]->at<float>(), n, count, p, dscales.at<float>(), workers,
+                                  dout.at<uint8_t>(), tq::max_encoded_bytes(count), ws, stream_);
+    ws.check(stream_);
+    p.shared_scale = shared;
+    std::vector<uint8_t> cpu(tq::max_encoded_bytes(count));
+    tq::encode_with_stats(std::span<const float>(xs[w].data() + cuts[s], count), whole, p, cpu);
+    EXPECT_TRUE(same_bits(cpu, download(dout.at<uint8_t>(), cpu.size(), stream_)));
+  }
+}
+
+TEST_F(CudaCodec, LocalScaleAsyncNonFiniteWritesNaNAndSharedEncodeRefusesIt) {
+  const size_t n = 9001;
+  tc::Workspace ws(n), ws_other(n);
+  auto bad = gradient(n, 21);
+  bad[4500] = std::nanf("");
+  const auto good = gradient(n, 22);
+  DeviceBytes dbad(n * sizeof(float)), dgood(n * sizeof(float)), dscales(2 * sizeof(float));
+  DeviceBytes dout(tq::max_encoded_bytes(n));
+  upload(dbad.at<float>(), bad, stream_);
+  upload(dgood.at<float>(), good, stream_);
+  tc::local_scale_async(dgood.at<float>(), n, 2.5f, dscales.at<float>(), ws, stream_);
+  tc::local_scale_async(dbad.at<float>(), n, 2.5f, dscales.at<float>() + 1, ws, stream_);
+  EXPECT_CODEC_ERROR(ws.check(stream_), Errc::kNonFinite, "input element 4500 is NaN");
+  const auto scales = download(dscales.at<float>(), 2, stream_);
+  EXPECT_EQ(bits_of(tq::local_scale(tq::compute_stats(good), 2.5f)), bits_of(scales[0]));
+  EXPECT_TRUE(std::isnan(scales[1]));
+
+  // The good worker, in a workspace that never saw the error, still refuses
+  // the poisoned scale and writes nothing.
+  const std::vector<uint8_t> sentinel(tq::max_encoded_bytes(n), 0xA5);
+  upload(dout.at<uint8_t>(), sentinel, stream_);
+  tq::EncodeParams p;
+  tc::encode_shared_async(dgood.at<float>(), n, p, dscales.at<float>(), 2, dout.at<uint8_t>(),
+                          sentinel.size(), ws_other, stream_);
+  EXPECT_CODEC_ERROR(ws_other.check(stream_), Errc::kInvalidArgument, "d_scales[1] = nan");
+  EXPECT_TRUE(same_bits(sentinel, download(dout.at<uint8_t>(), sentinel.size(), stream_)));
+
+  // An error already pending in the workspace: the scale is NaN as well, not stale.
+  tc::local_scale_async(dbad.at<float>(), n, 2.5f, dscales.at<float>() + 1, ws, stream_);
+  tc::local_scale_async(dgood.at<float>(), n, 2.5f, dscales.at<float>(), ws, stream_);
+  EXPECT_CODEC_ERROR(ws.check(stream_), Errc::kNonFinite, "4500");
+  EXPECT_TRUE(std::isnan(download(dscales.at<float>(), 1, stream_)[0]));
+}
+
+TEST_F(CudaCodec, EncodeSharedAsyncRefusesBadDeviceScales) {
+  const size_t n = 4097;
+  tc::Workspace ws(n);
+  const auto x = gradient(n, 23);
+  const float own = tq::local_scale(tq::compute_stats(x), 2.5f);
+  DeviceBytes dx(n * sizeof(float)), dscales(3 * sizeof(float)), dout(tq::max_encoded_bytes(n));
+  upload(dx.at<float>(), x, stream_);
+  const std::vector<uint8_t> sentinel(tq::max_encoded_bytes(n), 0x3C);
+  struct Case {
+    const char* name;
+    std::vector<float> scales;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"max below own", {own * 0.5f, own * 0.25f, 0.0f}, "below this tensor's own scale"},
+      {"-0", {own * 2.0f, -0.0f, own}, "d_scales[1] = -0"},
+      {"negative", {own * 2.0f, own, -1.0f}, "d_scales[2] = -1"},
+      {"+Inf", {std::numeric_limits<float>::infinity(), own, own}, "d_scales[0] = inf"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    upload(dscales.at<float>(), c.scales, stream_);
+    upload(dout.at<uint8_t>(), sentinel, stream_);
+    tq::EncodeParams p;  // clip 2.5, as `own`
+    tc::encode_shared_async(dx.at<float>(), n, p, dscales.at<float>(), 3, dout.at<uint8_t>(),
+                            sentinel.size(), ws, stream_);
+    EXPECT_CODEC_ERROR(ws.check(stream_), Errc::kInvalidArgument, c.message);
+    EXPECT_TRUE(same_bits(sentinel, download(dout.at<uint8_t>(), sentinel.size(), stream_)));
+  }
+  // The CPU refuses the same max below own with the same code.
+  tq::EncodeParams p;
+  p.shared_scale = own * 0.5f;
+  std::vector<uint8_t> cpu_out(tq::max_encoded_bytes(n));
+  EXPECT_EQ(cpu_errc([&] { tq::encode(x, p, cpu_out); }), Errc::kInvalidArgument);
+  // Only num_scales values are read: a bad value past them is ignored.
+  upload(dscales.at<float>(), std::vector<float>{own, own * 3.0f, std::nanf("")}, stream_);
+  tq::EncodeParams q;
+  tc::encode_shared_async(dx.at<float>(), n, q, dscales.at<float>(), 2, dout.at<uint8_t>(),
+                          sentinel.size(), ws, stream_);
+  ws.check(stream_);
+  q.shared_scale = own * 3.0f;
+  EXPECT_TRUE(same_bits(cpu_encode(x, q), download(dout.at<uint8_t>(), sentinel.size(), stream_)));
+}
+
+TEST_F(CudaCodec, ScaleSharingArgumentChecksThrowImmediately) {
+  const size_t n = 1000;
+  tc::Workspace ws(n);
+  DeviceBytes dx((n + 1) * sizeof(float)), dout(tq::max_encoded_bytes(n + 1)), dscales(8 * sizeof(float));
+  float* x = dx.at<float>();
+  uint8_t* out = dout.at<uint8_t>();
+  float* scales = dscales.at<float>();
+  const size_t cap = tq::max_encoded_bytes(n);
+  tq::EncodeParams p;
+
+  EXPECT_CODEC_ERROR(tc::local_scale_async(x, n + 1, 2.5f, scales, ws, stream_), Errc::kInvalidArgument,
+                     "max_elements");
+  EXPECT_CODEC_ERROR(tc::local_scale_async(nullptr, n, 2.5f, scales, ws, stream_), Errc::kInvalidArgument,
+                     "d_x");
+  EXPECT_CODEC_ERROR(tc::local_scale_async(x, n, 2.5f, nullptr, ws, stream_), Errc::kInvalidArgument,
+                     "d_scale_out");
+  EXPECT_CODEC_ERROR(tc::local_scale_async(x, n, 2.5f, reinterpret_cast<float*>(out + 1), ws, stream_),
+                     Errc::kInvalidArgument, "d_scale_out");
+  for (float clip : {-1.0f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(cpu_errc([&] { tq::local_scale(tq::TensorStats{}, clip); }), Errc::kInvalidArgument);
+    EXPECT_CODEC_ERROR(tc::local_scale_async(x, n, clip, scales, ws, stream_), Errc::kInvalidArgument,
+                       "clip_factor");
+  }
+
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n, p, nullptr, 4, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "d_scales is null");
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n, p, scales, 0, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "num_scales is 0");
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n, p, reinterpret_cast<const float*>(out + 2), 4, out, cap,
+                                             ws, stream_),
+                     Errc::kInvalidArgument, "d_scales");
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n + 1, p, scales, 4, out, tq::max_encoded_bytes(n + 1), ws,
+                                             stream_),
+                     Errc::kInvalidArgument, "max_elements");
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(nullptr, n, p, scales, 4, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "d_x");
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n, p, scales, 4, out, cap - 1, ws, stream_),
+                     Errc::kBufferTooSmall, std::to_string(cap - 1));
+  tq::EncodeParams with_host_scale;
+  with_host_scale.shared_scale = 0.5f;
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n, with_host_scale, scales, 4, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "params.shared_scale must be empty");
+  tq::EncodeParams bad_clip;
+  bad_clip.clip_factor = -2.0f;
+  EXPECT_CODEC_ERROR(tc::encode_shared_async(x, n, bad_clip, scales, 4, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "clip_factor");
+
+  tq::EncodeParams outside;
+  outside.element_offset = n - 4;
+  EXPECT_CODEC_ERROR(tc::encode_slice_shared_async(x, n, 8, outside, scales, 4, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "lies outside");
+  EXPECT_CODEC_ERROR(tc::encode_slice_shared_async(x, n, 8, p, scales, 0, out, cap, ws, stream_),
+                     Errc::kInvalidArgument, "num_scales is 0");
+  ws.check(stream_);  // none of these enqueued anything
 }
 
 // ---------------------------------------------------------------- stats

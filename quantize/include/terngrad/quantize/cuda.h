@@ -3,9 +3,11 @@
 //
 // Nothing is synchronized and nothing allocates after the Workspace exists.
 // Errors found on the device (NaN/Inf input, malformed payload, invalid code,
-// a shared scale below the tensor's own) are recorded in the workspace; the
-// kernels after the failing check write nothing, so an accumulator is never
-// half-updated. Workspace::check(stream) synchronizes and throws CodecError.
+// a shared scale below the tensor's own, a device shared scale that is not a
+// finite number >= +0) are recorded in the workspace; the kernels after the
+// failing check write nothing (local_scale_async's NaN scale aside, see
+// there), so an accumulator is never half-updated. Workspace::check(stream)
+// synchronizes and throws CodecError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,11 +37,12 @@ class Workspace {
   // last check recorded an error (and clears it). Returns normally otherwise.
   void check(cudaStream_t stream);
 
-  // Waits for the stream and returns the statistics of the last stats_async()
-  // or encode_async() (throws like check()).
+  // Waits for the stream and returns the statistics of the last stats_async(),
+  // local_scale_async() or encode*_async() (throws like check()).
   TensorStats stats(cudaStream_t stream);
 
-  // Waits for the stream and returns the scale of the last encode_async().
+  // Waits for the stream and returns the scale of the last encode*_async()
+  // (the shared scale when one was used; local_scale_async() leaves it alone).
   float scale(cudaStream_t stream);
 
   struct Device;  // device-resident state, defined in the .cu files
@@ -53,16 +56,53 @@ class Workspace {
 // Statistics of d_x[0, n) into the workspace (read with ws.stats()).
 void stats_async(const float* d_x, uint64_t n, Workspace& ws, cudaStream_t stream);
 
+// *d_scale_out = the tensor's own scale, bit-identical to the CPU's
+// local_scale(compute_stats(x[0, n)), clip_factor): the stats pass of
+// stats_async() whose last kernel also writes the scale (ws.stats() reports
+// the statistics afterwards). Nothing is synchronized, so a worker's scale can
+// feed encode_shared_async() below without a host round trip.
+// clip_factor is checked at the call (negative, NaN or Inf: kInvalidArgument,
+// as local_scale()). NaN/Inf input is recorded for ws.check() as in
+// stats_async(), and then, as also when an earlier unchecked error is pending
+// in ws, *d_scale_out is set to NaN instead of keeping a stale value: an
+// encode_shared_async() reading it, in any workspace, refuses it too.
+void local_scale_async(const float* d_x, uint64_t n, float clip_factor, float* d_scale_out,
+                       Workspace& ws, cudaStream_t stream);
+
 // Encodes d_x[0, n) into d_out, which holds at least max_encoded_bytes(n)
 // bytes. The header (scale included) is written on the device: no host round trip.
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
+// Scale sharing on the device: encode_async() with params.shared_scale =
+// max(d_scales[0, num_scales)), that max being taken by the encode's own
+// stats kernel, so the bytes equal the CPU's encode() with the host's max of
+// the same floats. d_scales is typically the workers' local_scale_async()
+// outputs; it is read in stream order, so the caller orders the other
+// workers' streams before this one (cudaStreamWaitEvent).
+// At the call (kInvalidArgument): params.shared_scale set (one source of the
+// scale only), d_scales null or misaligned, num_scales 0, and encode_async()'s
+// own checks. On the device (ws.check(), nothing written): a d_scales value
+// that is NaN, Inf, negative or -0 (naming its index), a max below this
+// tensor's own scale (the same error as a host shared_scale below it), and
+// NaN/Inf input. The max is a serial loop in one thread: meant for the
+// handful of scales of a worker group, not thousands.
+void encode_shared_async(const float* d_x, uint64_t n, const EncodeParams& params, const float* d_scales,
+                         uint32_t num_scales, uint8_t* d_out, size_t out_capacity, Workspace& ws,
+                         cudaStream_t stream);
 
 // The payload of the slice d_whole[params.element_offset, + count) with the
 // whole tensor's statistics (and so its scale): byte-identical to the CPU's
 // encode_with_stats(slice, compute_stats(whole), params).
 void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
                         uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
+// encode_slice_async() with the shared scale max(d_scales[0, num_scales)) read
+// on the device, as encode_shared_async(): the CPU's encode_with_stats(slice,
+// compute_stats(whole), params with shared_scale = that max).
+void encode_slice_shared_async(const float* d_whole, uint64_t n_whole, uint64_t count,
+                               const EncodeParams& params, const float* d_scales, uint32_t num_scales,
+                               uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
 
 // d_out[0, n) = decoded d_payload. payload_bytes must be max_encoded_bytes(n),
 // and the header's count must equal n (checked on the device).
