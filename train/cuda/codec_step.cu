@@ -63,16 +63,24 @@ VariableCodec VariableCodec::parse(const std::string& spec) {
 size_t gpu_payload_bytes(const VariableCodec& c, uint64_t n) { return c.ternary ? quantize::max_encoded_bytes(n) : 0; }
 
 void encode_variable_async(const VariableCodec& c, const float* d_grad, uint64_t n, uint64_t seed, uint32_t step,
-                           uint32_t tensor_id, float shared_scale, uint8_t* d_out, tqc::Workspace& ws,
-                           cudaStream_t stream) {
+                           uint32_t tensor_id, const float* d_worker_scales, uint32_t num_workers, uint8_t* d_out,
+                           tqc::Workspace& ws, cudaStream_t stream) {
   if (!c.ternary) return;
   quantize::EncodeParams p;
   p.clip_factor = c.clip;
   p.seed = seed;
   p.step = step;
   p.tensor_id = tensor_id;
-  if (c.share_scale && shared_scale >= 0.0f) p.shared_scale = shared_scale;
-  tqc::encode_async(d_grad, n, p, d_out, quantize::max_encoded_bytes(n), ws, stream);
+  if (c.share_scale)
+    tqc::encode_shared_async(d_grad, n, p, d_worker_scales, num_workers, d_out, quantize::max_encoded_bytes(n), ws,
+                             stream);
+  else
+    tqc::encode_async(d_grad, n, p, d_out, quantize::max_encoded_bytes(n), ws, stream);
+}
+
+void local_scale_variable_async(const VariableCodec& c, const float* d_grad, uint64_t n, float* d_scale,
+                                tqc::Workspace& ws, cudaStream_t stream) {
+  if (c.ternary && c.share_scale) tqc::local_scale_async(d_grad, n, c.clip, d_scale, ws, stream);
 }
 
 void aggregate_variable_async(const VariableCodec& c, std::span<const uint8_t* const> d_payloads,

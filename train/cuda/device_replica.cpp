@@ -33,6 +33,7 @@ DeviceReplica::DeviceReplica(const Model& cpu_model, DeviceReplicaConfig cfg)
   staging_.reserve(quantize::sum_payload_bytes(max_n, 2));
   codec_ws_ = std::make_unique<tqc::Workspace>(max_n);
   scales_.assign(ps.size(), 0.0f);
+  device_scales_.reserve(std::max<size_t>(ps.size(), 1) * sizeof(float));
   ctx_.synchronize();
 }
 
@@ -47,17 +48,20 @@ float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t
   TG_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), labels.data(), labels.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, s));
   gpu_.forward_backward(ctx_, ws_, state_->params(), x_, labels_.as<int32_t>(), grads_, loss_.as<float>());
-  for (size_t v = 0; v < ps.size(); ++v)
-    add_weight_decay_async(grads_[v].ptr(), state_->params()[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay, s);
+  // Local scales into device memory (0 where the codec shares none), then
+  // the V scales and the loss come down in one synchronization.
+  float* d_scales = device_scales_.as<float>();
+  TG_CUDA_CHECK(cudaMemsetAsync(d_scales, 0, ps.size() * sizeof(float), s));
   for (size_t v = 0; v < ps.size(); ++v) {
-    scales_[v] = 0.0f;
-    if (!codecs_[v].ternary || !codecs_[v].share_scale) continue;
-    tqc::stats_async(grads_[v].ptr(), ps.params[v].value.size(), *codec_ws_, s);
-    scales_[v] = quantize::local_scale(codec_ws_->stats(s), codecs_[v].clip);  // waits
+    const uint64_t n = ps.params[v].value.size();
+    add_weight_decay_async(grads_[v].ptr(), state_->params()[v].ptr(), n, ps.params[v].weight_decay, s);
+    local_scale_variable_async(codecs_[v], grads_[v].ptr(), n, d_scales + v, *codec_ws_, s);
   }
   float loss = 0;
+  if (!ps.params.empty())
+    TG_CUDA_CHECK(cudaMemcpyAsync(scales_.data(), d_scales, ps.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
   TG_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof loss, cudaMemcpyDeviceToHost, s));
-  ctx_.synchronize();
+  codec_ws_->check(s);  // waits; NaN/Inf gradients surface here with the codec's message
   return loss;
 }
 

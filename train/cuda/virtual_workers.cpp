@@ -17,8 +17,8 @@ struct VirtualWorkers::Worker {
   std::unique_ptr<tqc::Workspace> codec_ws;
   DeviceTensor x;
   DeviceBuffer labels, loss;
-  std::vector<float> scales;
-  cudaEvent_t encoded = nullptr;
+  cudaEvent_t scaled = nullptr;   // its local scales are in worker_scales_
+  cudaEvent_t encoded = nullptr;  // its payloads are ready
 };
 
 VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
@@ -40,6 +40,7 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
   sums_ = gpu_.make_grads();
   counts_.reserve(max_n * sizeof(int16_t));
   agg_ws_ = std::make_unique<tqc::Workspace>(max_n);
+  worker_scales_.reserve(ps.size() * cfg_.num_workers * sizeof(float));
   TG_CUDA_CHECK(cudaEventCreateWithFlags(&params_ready_, cudaEventDisableTiming));
   TG_CUDA_CHECK(cudaEventRecord(params_ready_, agg_->stream()));
   for (int w = 0; w < cfg_.num_workers; ++w) {
@@ -50,15 +51,17 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
       wk->payloads.emplace_back(gpu_payload_bytes(codecs_[v], ps.params[v].value.size()));
     wk->codec_ws = std::make_unique<tqc::Workspace>(max_n);
     wk->loss.reserve(sizeof(float));
-    wk->scales.assign(ps.size(), 0.0f);
+    TG_CUDA_CHECK(cudaEventCreateWithFlags(&wk->scaled, cudaEventDisableTiming));
     TG_CUDA_CHECK(cudaEventCreateWithFlags(&wk->encoded, cudaEventDisableTiming));
     workers_.push_back(std::move(wk));
   }
 }
 
 VirtualWorkers::~VirtualWorkers() {
-  for (auto& w : workers_)
+  for (auto& w : workers_) {
+    if (w->scaled) cudaEventDestroy(w->scaled);
     if (w->encoded) cudaEventDestroy(w->encoded);
+  }
   if (params_ready_) cudaEventDestroy(params_ready_);
 }
 
@@ -71,7 +74,9 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     throw std::invalid_argument("GPU step: one batch and one label vector per worker are needed");
 
   // 1 + 2. Gradients and local scales. Workers are issued in turn; their
-  // kernels overlap on the device through the separate streams.
+  // kernels overlap on the device through the separate streams. The scales
+  // stay on the device: worker_scales_[v * N + w].
+  float* scales = worker_scales_.as<float>();
   for (int w = 0; w < N; ++w) {
     Worker& wk = *workers_[w];
     cudaStream_t s = wk.ctx.stream();
@@ -83,33 +88,26 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     wk.labels.reserve(labels[w].size() * sizeof(int32_t));
     TG_CUDA_CHECK(cudaMemcpyAsync(wk.labels.data(), labels[w].data(), labels[w].size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
-    gpu_.forward_backward(wk.ctx, wk.ws, state_->params(), wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>());
-    for (size_t v = 0; v < V; ++v)
-      add_weight_decay_async(wk.grads[v].ptr(), state_->params()[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay,
-                             s);
-  }
-  for (int w = 0; w < N; ++w) {
-    Worker& wk = *workers_[w];
+    const DeviceParams& params = state_->params();
+    gpu_.forward_backward(wk.ctx, wk.ws, params, wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>());
     for (size_t v = 0; v < V; ++v) {
-      wk.scales[v] = 0.0f;
-      if (!codecs_[v].ternary || !codecs_[v].share_scale) continue;
-      tqc::stats_async(wk.grads[v].ptr(), ps.params[v].value.size(), *wk.codec_ws, wk.ctx.stream());
-      wk.scales[v] = quantize::local_scale(wk.codec_ws->stats(wk.ctx.stream()), codecs_[v].clip);
+      const uint64_t n = ps.params[v].value.size();
+      add_weight_decay_async(wk.grads[v].ptr(), params[v].ptr(), n, ps.params[v].weight_decay, s);
+      local_scale_variable_async(codecs_[v], wk.grads[v].ptr(), n, scales + v * N + w, *wk.codec_ws, s);
     }
+    TG_CUDA_CHECK(cudaEventRecord(wk.scaled, s));
   }
-  // Scale sharing: the max over workers.
-  std::vector<float> shared(V, 0.0f);
-  for (size_t v = 0; v < V; ++v)
-    for (int w = 0; w < N; ++w) shared[v] = std::max(shared[v], workers_[w]->scales[v]);
 
-  // 3. Encode on each worker's stream.
+  // 3. Encode on each worker's stream once every worker's scales are in:
+  // scale sharing's max is taken on the device (what an all-reduce(max) gives).
   for (int w = 0; w < N; ++w) {
     Worker& wk = *workers_[w];
+    for (int other = 0; other < N; ++other)
+      if (other != w) TG_CUDA_CHECK(cudaStreamWaitEvent(wk.ctx.stream(), workers_[other]->scaled, 0));
     for (size_t v = 0; v < V; ++v)
       encode_variable_async(codecs_[v], wk.grads[v].ptr(), ps.params[v].value.size(), cfg_.codec_seeds[w],
-                            static_cast<uint32_t>(step), static_cast<uint32_t>(v),
-                            codecs_[v].share_scale ? std::max(shared[v], wk.scales[v]) : -1.0f,
-                            wk.payloads[v].as<uint8_t>(), *wk.codec_ws, wk.ctx.stream());
+                            static_cast<uint32_t>(step), static_cast<uint32_t>(v), scales + v * N,
+                            static_cast<uint32_t>(N), wk.payloads[v].as<uint8_t>(), *wk.codec_ws, wk.ctx.stream());
     TG_CUDA_CHECK(cudaEventRecord(wk.encoded, wk.ctx.stream()));
     TG_CUDA_CHECK(cudaStreamWaitEvent(agg_->stream(), wk.encoded, 0));
   }

@@ -71,22 +71,18 @@ GpuResult gpu_path(const std::string& spec, const std::vector<Tensor>& grads, ui
   tqc::Workspace ws(kN);
   std::vector<DeviceTensor> d_grads;
   std::vector<DeviceBuffer> d_payloads;
-  std::vector<float> scales(N, 0.0f);
-  float shared = 0.0f;
+  // The workers' local scales stay on the device; each encode takes their max there.
+  DeviceBuffer d_scales(N * sizeof(float));
   for (int w = 0; w < N; ++w) {
     d_grads.push_back(to_device(grads[w]));
     d_payloads.emplace_back(std::max<size_t>(gpu_payload_bytes(c, kN), 1));
-    if (c.ternary && c.share_scale) {
-      tqc::stats_async(d_grads[w].ptr(), kN, ws, ctx.stream());
-      scales[w] = quantize::local_scale(ws.stats(ctx.stream()), c.clip);
-    }
-    shared = std::max(shared, scales[w]);
+    local_scale_variable_async(c, d_grads[w].ptr(), kN, d_scales.as<float>() + w, ws, ctx.stream());
   }
   GpuResult r;
   std::vector<const uint8_t*> pp;
   std::vector<const float*> gp;
   for (int w = 0; w < N; ++w) {
-    encode_variable_async(c, d_grads[w].ptr(), kN, 1000 + w, step, 3, c.share_scale ? std::max(shared, scales[w]) : -1.0f,
+    encode_variable_async(c, d_grads[w].ptr(), kN, 1000 + w, step, 3, d_scales.as<float>(), N,
                           d_payloads[w].as<uint8_t>(), ws, ctx.stream());
     pp.push_back(d_payloads[w].as<uint8_t>());
     gp.push_back(d_grads[w].ptr());

@@ -99,6 +99,7 @@ class DeviceReplica {
   DeviceBuffer labels_, loss_, payload_, staging_;
   std::unique_ptr<quantize::cuda::Workspace> codec_ws_;
   quantize::cuda::SumDecoder sum_decoder_;
+  DeviceBuffer device_scales_;  // the local scales before they come down
   std::vector<float> scales_;
 };
 

@@ -34,10 +34,19 @@ struct VariableCodec {
 size_t gpu_payload_bytes(const VariableCodec& c, uint64_t n);
 
 // TernGrad encode of d_grad[0, n) into d_out (gpu_payload_bytes(c, n)
-// bytes). shared_scale < 0: none. The EncodeParams are the CPU codec's.
+// bytes); the EncodeParams are the CPU codec's. With scale sharing
+// (c.share_scale), d_worker_scales[0, num_workers) holds every worker's
+// local scale on the device (local_scale_variable_async) and the payload
+// takes their max, read on the device: no host round trip. The caller
+// orders all those writes before this call's stream position.
 void encode_variable_async(const VariableCodec& c, const float* d_grad, uint64_t n, uint64_t seed, uint32_t step,
-                           uint32_t tensor_id, float shared_scale, uint8_t* d_out,
+                           uint32_t tensor_id, const float* d_worker_scales, uint32_t num_workers, uint8_t* d_out,
                            quantize::cuda::Workspace& ws, cudaStream_t stream);
+
+// This worker's local scale of d_grad[0, n) into *d_scale (device), for the
+// codecs that share scales (a no-op otherwise).
+void local_scale_variable_async(const VariableCodec& c, const float* d_grad, uint64_t n, float* d_scale,
+                                quantize::cuda::Workspace& ws, cudaStream_t stream);
 
 // d_sum[0, n) = the decoded sum of the workers' contributions: d_payloads[w]
 // for ternary variables, d_grads[w] for fp32 ones. all_share_one_scale: every

@@ -3,10 +3,12 @@
 // cuBLAS/cuDNN handles, activations and gradients; per step:
 //   1. upload its batch (host data pipeline), forward/backward on the device,
 //      weight decay added to the gradient (what TernGrad ternarizes);
-//   2. its local TernGrad scale per variable (the CUDA codec's statistics;
-//      only these scalars reach the host, for the max over workers that an
+//   2. its local TernGrad scale per variable (the CUDA codec's statistics),
+//      written to device memory;
+//   3. once every worker's scales are in (events), encode every ternary
+//      variable with the CUDA codec into a device payload, the shared scale
+//      being the max over workers taken on the device (what an
 //      all-reduce(max) would give);
-//   3. encode every ternary variable with the CUDA codec into a device payload;
 //   4. the aggregation stream sums the payloads on the device (exact counts
 //      for shared scales), averages, and applies the optimizer on the device.
 // Gradients never leave the device. One copy of the weights stands for all
@@ -45,8 +47,7 @@ class VirtualWorkers {
 
   // One synchronous step. batches[w], labels[w]: worker w's batch (labels
   // already validated by the data pipeline). Returns the mean loss over
-  // workers (N floats are read back: the only synchronization of the step
-  // besides the scale exchange).
+  // workers (N floats are read back: the step's only synchronization).
   float step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
              float lr);
 
@@ -80,6 +81,7 @@ class VirtualWorkers {
   std::unique_ptr<quantize::cuda::Workspace> agg_ws_;
   DeviceGrads sums_;
   DeviceBuffer counts_;
+  DeviceBuffer worker_scales_;  // [variable][worker] local TernGrad scales
   cudaEvent_t params_ready_ = nullptr;
 };
 
