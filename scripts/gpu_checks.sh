@@ -36,11 +36,11 @@ exec > >(tee "$OUT") 2>&1
   section "build (sm_90)"
   run cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
   run cmake --build "$BUILD_DIR" -j"$JOBS" --target quantize_cuda_tests train_cuda_tests codec_cuda_bench \
-      gpu_train_step_bench tg-train tg-cluster distributed_tests
+      gpu_train_step_bench tg-train tg-cluster distributed_tests capi_cuda_test
 
   section "CUDA codec: CPU/GPU bit-exactness"
   run "$BUILD_DIR"/tests/quantize_cuda_tests
-  section "GPU layers vs CPU layers, codec in the loop, GPU vs CPU LeNet loss curves"
+  section "GPU layers vs CPU layers, codec in the loop, GPU vs CPU LeNet loss curves, checkpoints, EMA"
   run "$BUILD_DIR"/tests/train/cuda/train_cuda_tests
   # A skip here means the device was not usable: count it as a failure.
   if "$BUILD_DIR"/tests/train/cuda/train_cuda_tests --gtest_brief=1 2>&1 | grep -q "SKIPPED"; then
@@ -48,7 +48,7 @@ exec > >(tee "$OUT") 2>&1
     status=1
   fi
 
-  section "distributed GPU replicas: 1-ps 2-worker GPU cluster vs in-process GPU trainer; GPU refusals"
+  section "distributed GPU replicas: GPU cluster vs in-process GPU trainer, resume, async"
   run "$BUILD_DIR"/tests/distributed/distributed_tests --gtest_filter='*Gpu*'
   if "$BUILD_DIR"/tests/distributed/distributed_tests --gtest_filter='*Gpu*' --gtest_brief=1 2>&1 | grep -q "SKIPPED"; then
     echo "the GPU cluster test SKIPPED on a machine meant to have a GPU"
@@ -59,6 +59,9 @@ exec > >(tee "$OUT") 2>&1
     status=1
   fi
 
+  section "C API: device-pointer functions vs the host ones (exit 77 = skipped = failure here)"
+  run "$BUILD_DIR"/tests/capi/capi_cuda_test
+
   section "benchmark: CUDA codec vs D2D copy bandwidth"
   "$BUILD_DIR"/bench/codec_cuda_bench
   section "benchmark: GPU train step, 4 virtual workers x batch 64 (+ PyTorch eager reference)"
@@ -66,12 +69,12 @@ exec > >(tee "$OUT") 2>&1
   section "PyTorch reference: TernGrad encode and train steps on the GPU"
   python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 || echo "PyTorch reference unavailable"
 
-  section "tg-train --device=gpu: LeNet, 4 workers, TernGrad, 500 steps (synthetic data unless the IDX files exist)"
+  section "tg-train --device=gpu: LeNet, 4 workers, TernGrad, 500 steps, EMA (synthetic data unless the IDX files exist)"
   data=/usr/share/datasets/fashion-mnist
   ds=""
   [ -d "$data" ] || ds="--dataset_name=synthetic"
   run "$BUILD_DIR"/experiments/tg-train --net=lenet --device=gpu --num_nodes=4 --batch_size=16 --max_steps=500 \
-      --grad_bits=2 --moving_average_decay=0 --data_dir="$data" $ds
+      --grad_bits=2 --data_dir="$data" $ds
 
   section "summary"
   echo "tests: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
