@@ -67,7 +67,7 @@ class GpuConv2D final : public GpuLayer {
   std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<ConvGpuScratch>(); }
 
   void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
-               GpuScratch* scratch) const override {
+               GpuScratch* scratch, const ForwardContext&) const override {
     auto& s = prepare(ctx, x.shape, scratch);
     const Conv2DConfig& c = conv_.config();
     const Shape out = output_shape(x.shape);

@@ -37,7 +37,7 @@ DeviceReplica::DeviceReplica(const Model& cpu_model, DeviceReplicaConfig cfg)
   ctx_.synchronize();
 }
 
-float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t>& labels) {
+float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t>& labels, uint64_t dropout_seed) {
   const ParamSet& ps = model_.params();
   cudaStream_t s = ctx_.stream();
   if (static_cast<int64_t>(labels.size()) != x.dim(0))
@@ -47,7 +47,8 @@ float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t
   labels_.reserve(labels.size() * sizeof(int32_t));
   TG_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), labels.data(), labels.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, s));
-  gpu_.forward_backward(ctx_, ws_, params_, x_, labels_.as<int32_t>(), grads_, loss_.as<float>());
+  gpu_.forward_backward(ctx_, ws_, params_, x_, labels_.as<int32_t>(), grads_, loss_.as<float>(),
+                        ForwardContext{true, dropout_seed});
   for (size_t v = 0; v < ps.size(); ++v)
     add_weight_decay_async(grads_[v].ptr(), params_[v].ptr(), ps.params[v].value.size(), ps.params[v].weight_decay, s);
   for (size_t v = 0; v < ps.size(); ++v) {

@@ -5,13 +5,11 @@
 
 namespace terngrad::train::cuda::detail {
 
-namespace {
-
-constexpr int kThreads = 256;
-
 unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535 * 8));
 }
+
+namespace {
 
 __global__ void add_bias_act_kernel(float* y, const float* b, int64_t n, int64_t f, bool relu) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {

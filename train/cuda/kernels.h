@@ -9,6 +9,11 @@
 
 namespace terngrad::train::cuda::detail {
 
+// Launch shape of the grid-stride kernels: kThreads per block, enough blocks
+// for one element per thread up to a cap (the loop covers the rest).
+inline constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n);
+
 // y[r, f] = y[r, f] + b[f], then max(., 0) when relu (Conv2D / Dense forward tail).
 void add_bias_act(float* y, const float* b, int64_t rows, int64_t f, bool relu, cudaStream_t s);
 

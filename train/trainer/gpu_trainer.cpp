@@ -7,7 +7,11 @@
 //   - the moving average of the weights (the run reports no EMA accuracy);
 //   - checkpoints/resume (optimizer slots live on the device; the run exports
 //     model.safetensors and metrics.jsonl only);
-//   - rmsprop and the fp16 codec (refused with a message).
+//   - rmsprop and the fp16 codec (refused with a message);
+//   - AlexNet's conv1: 11x11 stride 4 SAME on 224 pads 3 before and 4 after,
+//     which the GPU Conv2D refuses naming the layer (cuDNN pads
+//     symmetrically; train/cuda/conv2d.cpp). Its Dropout layers are ported:
+//     each worker gets the CPU run's dropout seed, so both drop the same units.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +45,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   wc.optimizer.name = cfg.optimizer;
   wc.optimizer.momentum = static_cast<float>(cfg.momentum);
   for (int w = 0; w < N; ++w) wc.codec_seeds.push_back(stream_seed(cfg.seed, 0, w, Purpose::kCodec));
+  wc.dropout_seed = [seed = cfg.seed](int64_t step, int w) { return stream_seed(seed, step, w, Purpose::kDropout); };
   cuda::VirtualWorkers workers(s.model(), wc);
   if (cfg.moving_average_decay > 0 && !cfg.quiet)
     std::fprintf(stderr, "--device=gpu: the moving average of the weights is not computed on the GPU yet; "

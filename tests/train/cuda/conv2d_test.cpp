@@ -56,7 +56,7 @@ TEST(GpuConv2D, RefusesAsymmetricSamePadding) {
   for (const Param& p : params.params) dp.push_back(to_device(p.value));
   const DeviceTensor x = to_device(testing::random_tensor({1, 8, 8, 1}, 2));
   DeviceTensor y;
-  EXPECT_THROW(gpu->forward(ctx, dp, x, y, s.get()), std::invalid_argument);
+  EXPECT_THROW(gpu->forward(ctx, dp, x, y, s.get(), ForwardContext{true, 0}), std::invalid_argument);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ struct VirtualWorkersConfig {
   // Seed of worker w's codec stream (the CPU trainer's
   // stream_seed(seed, 0, w, Purpose::kCodec)), one per worker.
   std::vector<uint64_t> codec_seeds;
+  // Seed of worker w's dropout masks at a step (the CPU trainer's
+  // stream_seed(seed, step, w, Purpose::kDropout), so GPU and CPU runs drop
+  // the same units). Required, even for nets without dropout.
+  std::function<uint64_t(int64_t step, int worker)> dropout_seed;
 };
 
 class VirtualWorkers {
