@@ -32,4 +32,13 @@ void bias_grad(float* db, const float* dz, int64_t rows, int64_t f, float* parti
 // out[c, r] = in[r, c] (+ out[c, r] when accumulate), in is [rows, cols].
 void transpose(float* out, const float* in, int64_t rows, int64_t cols, bool accumulate, cudaStream_t s);
 
+// Explicit zero padding of an NHWC tensor and its inverse (Conv2D's
+// asymmetric SAME padding, which cuDNN cannot express):
+// pad_nhwc: out [n, out_h, out_w, c] = in [n, h, w, c] placed at (top, left), zeros around;
+// crop_nhwc: out [n, h, w, c] = the window of in [n, in_h, in_w, c] at (top, left).
+void pad_nhwc(float* out, const float* in, int64_t n, int64_t h, int64_t w, int64_t c, int64_t top, int64_t left,
+              int64_t out_h, int64_t out_w, cudaStream_t s);
+void crop_nhwc(float* out, const float* in, int64_t n, int64_t h, int64_t w, int64_t c, int64_t top, int64_t left,
+               int64_t in_h, int64_t in_w, cudaStream_t s);
+
 }  // namespace terngrad::train::cuda::detail

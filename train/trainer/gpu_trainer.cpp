@@ -7,11 +7,9 @@
 //   - the moving average of the weights (the run reports no EMA accuracy);
 //   - checkpoints/resume (optimizer slots live on the device; the run exports
 //     model.safetensors and metrics.jsonl only);
-//   - rmsprop and the fp16 codec (refused with a message);
-//   - AlexNet's conv1: 11x11 stride 4 SAME on 224 pads 3 before and 4 after,
-//     which the GPU Conv2D refuses naming the layer (cuDNN pads
-//     symmetrically; train/cuda/conv2d.cpp). Its Dropout layers are ported:
-//     each worker gets the CPU run's dropout seed, so both drop the same units.
+//   - rmsprop and the fp16 codec (refused with a message).
+// All three nets run, AlexNet's Dropout included: each worker gets the CPU
+// run's dropout seed for the step, so both drop the same units.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
