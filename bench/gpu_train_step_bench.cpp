@@ -41,6 +41,7 @@ double examples_per_sec(const std::string& net, const std::string& codec, int wo
   cfg.num_workers = workers;
   cfg.plan.assign(model->params().size(), codec);
   for (int w = 0; w < workers; ++w) cfg.codec_seeds.push_back(1000 + w);
+  cfg.dropout_seed = [](int64_t step, int w) { return static_cast<uint64_t>(step) * 1000 + w; };  // any distinct seeds
   tc::VirtualWorkers vw(*model, cfg);
   tt::Shape in{batch};
   for (int64_t d : model->input_shape()) in.push_back(d);

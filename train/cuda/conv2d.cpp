@@ -10,8 +10,11 @@
 //
 // Padding: cuDNN pads symmetrically. TF's SAME padding is symmetric exactly
 // when the total padding is even (5x5 stride 1, all of LeNet's and
-// CifarNet's convolutions); other cases are refused with the layer's name
-// rather than computed with shifted windows.
+// CifarNet's convolutions), and then cuDNN pads. Otherwise (AlexNet's conv1:
+// 11x11 stride 4 on 224 pads 3 before and 4 after) the input is zero-padded
+// explicitly into a scratch buffer, cuDNN convolves it unpadded, and
+// backward crops the padded input gradient: the same sums over the same
+// zeros as the CPU layer's im2col.
 //
 // Determinism and precision: only algorithms cuDNN reports as deterministic
 // are used, with CUDNN_FMA_MATH (plain fp32, no TF32), so a run repeats
@@ -39,6 +42,11 @@ struct ConvGpuScratch final : GpuScratch {
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo{};
   size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
   DeviceBuffer w_krsc, dw_krsc, dz, partials;
+  // Asymmetric SAME padding: the explicitly padded input's shape (empty when
+  // cuDNN pads), the input's offset in it, and the padded x and dx.
+  Shape padded;
+  int64_t pad_top = 0, pad_left = 0;
+  DeviceBuffer x_pad, dx_pad;
 
   ~ConvGpuScratch() override {
     if (x_desc) cudnnDestroyTensorDescriptor(x_desc);
@@ -67,7 +75,7 @@ class GpuConv2D final : public GpuLayer {
   std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<ConvGpuScratch>(); }
 
   void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
-               GpuScratch* scratch) const override {
+               GpuScratch* scratch, const ForwardContext&) const override {
     auto& s = prepare(ctx, x.shape, scratch);
     const Conv2DConfig& c = conv_.config();
     const Shape out = output_shape(x.shape);
@@ -77,9 +85,9 @@ class GpuConv2D final : public GpuLayer {
     const int64_t k = w.size() / c.filters;
     detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
     const float one = 1.0f, zero = 0.0f;
-    TG_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &one, s.x_desc, x.ptr(), s.w_desc, s.w_krsc.data(), s.conv_desc,
-                                           s.fwd_algo, ctx.workspace(s.fwd_bytes), s.fwd_bytes, &zero, s.y_desc,
-                                           y.ptr()));
+    TG_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &one, s.x_desc, conv_input(ctx, s, x), s.w_desc,
+                                           s.w_krsc.data(), s.conv_desc, s.fwd_algo, ctx.workspace(s.fwd_bytes),
+                                           s.fwd_bytes, &zero, s.y_desc, y.ptr()));
     detail::add_bias_act(y.ptr(), b.ptr(), numel(out) / c.filters, c.filters, c.relu, ctx.stream());
   }
 
@@ -103,8 +111,10 @@ class GpuConv2D final : public GpuLayer {
     detail::bias_grad(db.ptr(), dz, rows, c.filters, s.partials.as<float>(), ctx.stream());
 
     const float one = 1.0f, zero = 0.0f;
-    TG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &one, s.x_desc, x.ptr(), s.y_desc, dz, s.conv_desc,
-                                                  s.bwd_filter_algo, ctx.workspace(s.bwd_filter_bytes),
+    // x is padded again (when it needs to be) rather than taken from
+    // forward: backward does not rely on a forward on this scratch.
+    TG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &one, s.x_desc, conv_input(ctx, s, x), s.y_desc, dz,
+                                                  s.conv_desc, s.bwd_filter_algo, ctx.workspace(s.bwd_filter_bytes),
                                                   s.bwd_filter_bytes, &zero, s.w_desc, s.dw_krsc.data()));
     detail::transpose(dw.ptr(), s.dw_krsc.as<float>(), c.filters, k, true, ctx.stream());
     if (dx) {
@@ -113,13 +123,25 @@ class GpuConv2D final : public GpuLayer {
       // must not rely on the caller having run forward on this scratch with
       // the same params: transpose again (a few KB).
       detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
+      float* dx_conv = s.padded.empty() ? dx->ptr() : s.dx_pad.as<float>();
       TG_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn(), &one, s.w_desc, s.w_krsc.data(), s.y_desc, dz,
                                                   s.conv_desc, s.bwd_data_algo, ctx.workspace(s.bwd_data_bytes),
-                                                  s.bwd_data_bytes, &zero, s.x_desc, dx->ptr()));
+                                                  s.bwd_data_bytes, &zero, s.x_desc, dx_conv));
+      if (!s.padded.empty())
+        detail::crop_nhwc(dx->ptr(), dx_conv, x.shape[0], x.shape[1], x.shape[2], x.shape[3], s.pad_top, s.pad_left,
+                          s.padded[1], s.padded[2], ctx.stream());
     }
   }
 
  private:
+  // What cuDNN convolves: x itself, or x zero-padded into s.x_pad.
+  const float* conv_input(GpuContext& ctx, ConvGpuScratch& s, const DeviceTensor& x) const {
+    if (s.padded.empty()) return x.ptr();
+    detail::pad_nhwc(s.x_pad.as<float>(), x.ptr(), x.shape[0], x.shape[1], x.shape[2], x.shape[3], s.pad_top,
+                     s.pad_left, s.padded[1], s.padded[2], ctx.stream());
+    return s.x_pad.as<float>();
+  }
+
   // Descriptors, algorithms and buffers for input shape `in` (cached: only a
   // new shape, e.g. the last partial batch, redoes this).
   ConvGpuScratch& prepare(GpuContext& ctx, const Shape& in, GpuScratch* scratch) const {
@@ -132,10 +154,18 @@ class GpuConv2D final : public GpuLayer {
     const WindowGeometry gx = window_geometry(in[2], c.kernel_w, c.stride, c.padding);
     const int64_t pad_h_total = std::max<int64_t>((gy.out - 1) * c.stride + c.kernel_h - in[1], 0);
     const int64_t pad_w_total = std::max<int64_t>((gx.out - 1) * c.stride + c.kernel_w - in[2], 0);
-    if (c.padding == Padding::kSame && (pad_h_total % 2 != 0 || pad_w_total % 2 != 0))
-      fail(conv_.name(), "SAME padding of input " + shape_string(in) +
-                             " is asymmetric (TF puts the extra cell after), which cuDNN cannot express");
-    const int pad_h = static_cast<int>(gy.pad_before), pad_w = static_cast<int>(gx.pad_before);
+    int pad_h = static_cast<int>(gy.pad_before), pad_w = static_cast<int>(gx.pad_before);
+    Shape conv_in = in;  // the input cuDNN sees
+    s->padded.clear();
+    if (c.padding == Padding::kSame && (pad_h_total % 2 != 0 || pad_w_total % 2 != 0)) {
+      // TF puts the extra cell after, which cuDNN cannot express: pad here.
+      conv_in = {in[0], in[1] + pad_h_total, in[2] + pad_w_total, in[3]};
+      s->padded = conv_in;
+      s->pad_top = gy.pad_before, s->pad_left = gx.pad_before;
+      s->x_pad.reserve(static_cast<size_t>(numel(conv_in)) * sizeof(float));
+      s->dx_pad.reserve(static_cast<size_t>(numel(conv_in)) * sizeof(float));
+      pad_h = pad_w = 0;
+    }
     const int cin = static_cast<int>(in[3]), cg = static_cast<int>(in[3] / c.groups);
 
     if (!s->x_desc) {
@@ -144,8 +174,9 @@ class GpuConv2D final : public GpuLayer {
       TG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&s->w_desc));
       TG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&s->conv_desc));
     }
-    TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(in[0]),
-                                              cin, static_cast<int>(in[1]), static_cast<int>(in[2])));
+    TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s->x_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                              static_cast<int>(conv_in[0]), cin, static_cast<int>(conv_in[1]),
+                                              static_cast<int>(conv_in[2])));
     TG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(s->y_desc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(out[0]),
                                               static_cast<int>(out[3]), static_cast<int>(out[1]),
                                               static_cast<int>(out[2])));

@@ -30,7 +30,7 @@ class GpuDense final : public GpuLayer {
   std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<DenseGpuScratch>(); }
 
   void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
-               GpuScratch*) const override {
+               GpuScratch*, const ForwardContext&) const override {
     const Shape out = output_shape(x.shape);  // validates like the CPU layer
     const int n = static_cast<int>(out[0]), u = static_cast<int>(out[1]);
     const int d = static_cast<int>(x.size() / std::max<int64_t>(out[0], 1));

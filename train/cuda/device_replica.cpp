@@ -37,7 +37,7 @@ DeviceReplica::DeviceReplica(const Model& cpu_model, DeviceReplicaConfig cfg)
   ctx_.synchronize();
 }
 
-float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t>& labels) {
+float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t>& labels, uint64_t dropout_seed) {
   const ParamSet& ps = model_.params();
   cudaStream_t s = ctx_.stream();
   if (static_cast<int64_t>(labels.size()) != x.dim(0))
@@ -47,7 +47,8 @@ float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t
   labels_.reserve(labels.size() * sizeof(int32_t));
   TG_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), labels.data(), labels.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, s));
-  gpu_.forward_backward(ctx_, ws_, state_->params(), x_, labels_.as<int32_t>(), grads_, loss_.as<float>());
+  gpu_.forward_backward(ctx_, ws_, state_->params(), x_, labels_.as<int32_t>(), grads_, loss_.as<float>(),
+                        ForwardContext{true, dropout_seed});
   // Local scales into device memory (0 where the codec shares none), then
   // the V scales and the loss come down in one synchronization.
   float* d_scales = device_scales_.as<float>();

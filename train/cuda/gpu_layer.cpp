@@ -10,7 +10,8 @@ std::unique_ptr<GpuLayer> make_gpu_layer(const Layer& cpu) {
   if (auto* l = dynamic_cast<const LocalResponseNorm*>(&cpu)) return make_gpu_lrn(*l);
   if (auto* d = dynamic_cast<const Dense*>(&cpu)) return make_gpu_dense(*d);
   if (auto* r = dynamic_cast<const ReLU*>(&cpu)) return make_gpu_relu(*r);
-  throw std::invalid_argument(cpu.name() + ": this layer type has no GPU implementation yet (Dropout is not ported)");
+  if (auto* d = dynamic_cast<const Dropout*>(&cpu)) return make_gpu_dropout(*d);
+  throw std::invalid_argument(cpu.name() + ": this layer type has no GPU implementation");
 }
 
 }  // namespace terngrad::train::cuda

@@ -14,5 +14,6 @@ std::unique_ptr<GpuLayer> make_gpu_max_pool(const MaxPool& cpu);
 std::unique_ptr<GpuLayer> make_gpu_lrn(const LocalResponseNorm& cpu);
 std::unique_ptr<GpuLayer> make_gpu_dense(const Dense& cpu);
 std::unique_ptr<GpuLayer> make_gpu_relu(const ReLU& cpu);
+std::unique_ptr<GpuLayer> make_gpu_dropout(const Dropout& cpu);
 
 }  // namespace terngrad::train::cuda

@@ -41,11 +41,12 @@ DeviceGrads GpuModel::make_grads() const {
 }
 
 void GpuModel::forward_backward(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x,
-                                const int32_t* d_labels, DeviceGrads& grads, float* d_loss) const {
+                                const int32_t* d_labels, DeviceGrads& grads, float* d_loss,
+                                const ForwardContext& fwd) const {
   for (DeviceTensor& g : grads) g.zero(ctx.stream());
   const DeviceTensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(ctx, params, *in, ws.acts[i + 1], ws.scratch[i].get());
+    layers_[i]->forward(ctx, params, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
     in = &ws.acts[i + 1];
   }
   softmax_cross_entropy(ctx, *in, d_labels, ws.dlogits, d_loss, ws.row_loss);
@@ -62,7 +63,7 @@ const DeviceTensor& GpuModel::predict(GpuContext& ctx, Workspace& ws, const Devi
                                       const DeviceTensor& x) const {
   const DeviceTensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(ctx, params, *in, ws.acts[i + 1], ws.scratch[i].get());
+    layers_[i]->forward(ctx, params, *in, ws.acts[i + 1], ws.scratch[i].get(), ForwardContext{});
     in = &ws.acts[i + 1];
   }
   return *in;

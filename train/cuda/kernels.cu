@@ -5,13 +5,11 @@
 
 namespace terngrad::train::cuda::detail {
 
-namespace {
-
-constexpr int kThreads = 256;
-
 unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535 * 8));
 }
+
+namespace {
 
 __global__ void add_bias_act_kernel(float* y, const float* b, int64_t n, int64_t f, bool relu) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -119,6 +117,39 @@ void transpose(float* out, const float* in, int64_t rows, int64_t cols, bool acc
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
   transpose_kernel<<<grid, dim3(32, 8), 0, s>>>(out, in, rows, cols, accumulate);
   TG_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// out[b, y, x, c] = in[b, y + dy, x + dx, c] where that lies inside in's
+// [ih, iw] plane, else 0 (one thread per output element).
+__global__ void shifted_copy_kernel(float* out, int64_t oh, int64_t ow, const float* in, int64_t ih, int64_t iw,
+                                    int64_t total, int64_t c, int64_t dy, int64_t dx) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ch = i % c, x = (i / c) % ow, y = (i / c / ow) % oh, b = i / c / ow / oh;
+    const int64_t sy = y + dy, sx = x + dx;
+    out[i] = sy >= 0 && sy < ih && sx >= 0 && sx < iw ? in[((b * ih + sy) * iw + sx) * c + ch] : 0.0f;
+  }
+}
+
+void shifted_copy(float* out, int64_t oh, int64_t ow, const float* in, int64_t ih, int64_t iw, int64_t n, int64_t c,
+                  int64_t dy, int64_t dx, cudaStream_t s) {
+  const int64_t total = n * oh * ow * c;
+  if (total == 0) return;
+  shifted_copy_kernel<<<blocks_for(total), kThreads, 0, s>>>(out, oh, ow, in, ih, iw, total, c, dy, dx);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void pad_nhwc(float* out, const float* in, int64_t n, int64_t h, int64_t w, int64_t c, int64_t top, int64_t left,
+              int64_t out_h, int64_t out_w, cudaStream_t s) {
+  shifted_copy(out, out_h, out_w, in, h, w, n, c, -top, -left, s);
+}
+
+void crop_nhwc(float* out, const float* in, int64_t n, int64_t h, int64_t w, int64_t c, int64_t top, int64_t left,
+               int64_t in_h, int64_t in_w, cudaStream_t s) {
+  shifted_copy(out, h, w, in, in_h, in_w, n, c, top, left, s);
 }
 
 }  // namespace terngrad::train::cuda::detail

@@ -78,7 +78,7 @@ class GpuLrn final : public GpuLayer {
   std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<LrnGpuScratch>(); }
 
   void forward(GpuContext& ctx, const DeviceParams&, const DeviceTensor& x, DeviceTensor& y,
-               GpuScratch* scratch) const override {
+               GpuScratch* scratch, const ForwardContext&) const override {
     auto& s = scratch_of(scratch);
     y.resize(output_shape(x.shape));
     s.scale.reserve(static_cast<size_t>(x.size()) * sizeof(float));

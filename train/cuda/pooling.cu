@@ -81,7 +81,7 @@ class GpuMaxPool final : public GpuLayer {
   std::unique_ptr<GpuScratch> make_scratch() const override { return std::make_unique<PoolGpuScratch>(); }
 
   void forward(GpuContext& ctx, const DeviceParams&, const DeviceTensor& x, DeviceTensor& y,
-               GpuScratch* scratch) const override {
+               GpuScratch* scratch, const ForwardContext&) const override {
     auto& s = scratch_of(scratch);
     const Geom g = geometry(x.shape);
     y.resize({g.n, g.oh, g.ow, g.c});

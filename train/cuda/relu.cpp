@@ -14,7 +14,7 @@ class GpuReLU final : public GpuLayer {
   explicit GpuReLU(const ReLU& cpu) : GpuLayer(cpu) {}
 
   void forward(GpuContext& ctx, const DeviceParams&, const DeviceTensor& x, DeviceTensor& y,
-               GpuScratch*) const override {
+               GpuScratch*, const ForwardContext&) const override {
     y.resize(output_shape(x.shape));
     detail::relu_forward(y.ptr(), x.ptr(), x.size(), ctx.stream());
   }

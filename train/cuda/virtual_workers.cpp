@@ -30,6 +30,7 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
                                 " entries for " + std::to_string(ps.size()) + " variables");
   if (cfg_.codec_seeds.size() != static_cast<size_t>(cfg_.num_workers))
     throw std::invalid_argument("GPU virtual workers: one codec seed per worker is needed");
+  if (!cfg_.dropout_seed) throw std::invalid_argument("GPU virtual workers: the dropout seed function is not set");
   uint64_t max_n = 1;
   for (size_t v = 0; v < ps.size(); ++v) {
     codecs_.push_back(VariableCodec::parse(cfg_.plan[v]));
@@ -89,7 +90,8 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     TG_CUDA_CHECK(cudaMemcpyAsync(wk.labels.data(), labels[w].data(), labels[w].size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
     const DeviceParams& params = state_->params();
-    gpu_.forward_backward(wk.ctx, wk.ws, params, wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>());
+    gpu_.forward_backward(wk.ctx, wk.ws, params, wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>(),
+                          ForwardContext{true, cfg_.dropout_seed(step, w)});
     for (size_t v = 0; v < V; ++v) {
       const uint64_t n = ps.params[v].value.size();
       add_weight_decay_async(wk.grads[v].ptr(), params[v].ptr(), n, ps.params[v].weight_decay, s);

@@ -22,7 +22,8 @@ class CudaReplicaStep final : public GpuReplicaStep {
 
   float compute_gradient(int64_t step) override {
     s_.next_batch(0, step, x_, labels_);
-    return replica_.compute_gradient(x_, labels_);
+    return replica_.compute_gradient(x_, labels_,
+                                     stream_seed(s_.cfg().seed, step, s_.workers().at(0), Purpose::kDropout));
   }
 
   const std::vector<float>& local_scales() const override { return replica_.local_scales(); }

@@ -7,6 +7,8 @@
 // after restoring): a run can move between --device=cpu and --device=gpu.
 //
 // Not on the GPU (refused with a message): rmsprop and the fp16 codec.
+// All three nets run, AlexNet's Dropout included: each worker gets the CPU
+// run's dropout seed for the step, so both drop the same units.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,6 +42,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   wc.optimizer.momentum = static_cast<float>(cfg.momentum);
   wc.moving_average = s.ema() != nullptr;
   for (int w = 0; w < N; ++w) wc.codec_seeds.push_back(stream_seed(cfg.seed, 0, w, Purpose::kCodec));
+  wc.dropout_seed = [seed = cfg.seed](int64_t step, int w) { return stream_seed(seed, step, w, Purpose::kDropout); };
   cuda::VirtualWorkers workers(s.model(), wc);
   const cuda::HostTrainState host{&s.params(), &s.optimizer(), s.ema()};
   if (start_step > 0) workers.upload_state(host);

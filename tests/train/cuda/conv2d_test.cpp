@@ -42,21 +42,15 @@ TEST(GpuConv2D, Grouped) {
   check_conv({.name = "g", .filters = 6, .kernel_h = 3, .kernel_w = 3, .groups = 2, .relu = true}, {2, 8, 8, 4});
 }
 
-TEST(GpuConv2D, RefusesAsymmetricSamePadding) {
+TEST(GpuConv2D, AsymmetricSamePaddingIsPaddedExplicitly) {
   TG_REQUIRE_GPU();
-  // 3x3 stride 2 SAME on 8: total padding 1, TF puts it after; cuDNN cannot.
-  Conv2D conv({.name = "asym", .filters = 2, .kernel_h = 3, .kernel_w = 3, .stride = 2});
-  ParamSet params;
-  std::mt19937_64 rng(1);
-  conv.create_params({1, 8, 8, 1}, params, rng);
-  GpuContext ctx;
-  auto gpu = make_gpu_layer(conv);
-  auto s = gpu->make_scratch();
-  DeviceParams dp;
-  for (const Param& p : params.params) dp.push_back(to_device(p.value));
-  const DeviceTensor x = to_device(testing::random_tensor({1, 8, 8, 1}, 2));
-  DeviceTensor y;
-  EXPECT_THROW(gpu->forward(ctx, dp, x, y, s.get()), std::invalid_argument);
+  // 3x3 stride 2 SAME on 8: total padding 1, TF puts it after (0 before).
+  check_conv({.name = "asym", .filters = 2, .kernel_h = 3, .kernel_w = 3, .stride = 2}, {1, 8, 8, 1});
+  // AlexNet's conv1 geometry (11x11 stride 4 SAME) on 32x32: 3 before, 4 after.
+  check_conv({.name = "conv1", .filters = 8, .kernel_h = 11, .kernel_w = 11, .stride = 4, .relu = true},
+             {2, 32, 32, 3});
+  // Only one axis asymmetric: 8 tall (total 1), 9 wide (total 2).
+  check_conv({.name = "mixed", .filters = 3, .kernel_h = 3, .kernel_w = 3, .stride = 2}, {2, 8, 9, 2});
 }
 
 }  // namespace

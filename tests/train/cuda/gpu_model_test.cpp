@@ -1,7 +1,9 @@
-// The whole GPU model against the CPU Model: forward_backward of LeNet and
-// CifarNet on the same batch and weights. Loss to 1e-5 relative; every
+// The whole GPU model against the CPU Model: forward_backward of LeNet,
+// CifarNet, AlexNet and AlexNet's classifier alone (fc6, dropout6, fc7,
+// dropout7, logits; two seeds) on the same batch, weights and dropout seed. Loss to 1e-5 relative; every
 // parameter gradient to 1e-4 of its largest magnitude (the per-layer bounds,
-// compounded through 6 and 9 layers).
+// compounded through the layers; the dropout masks are identical, so they
+// add no difference of their own).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -15,19 +17,20 @@
 namespace terngrad::train::cuda {
 namespace {
 
-void check_model(const std::string& net, int64_t batch) {
-  auto model = make_model(net, ModelOptions{}, 3);
+void check_model(const Model& model, int64_t batch, uint64_t dropout_seed = 0) {
+  const std::string& net = model.name();
   Shape in{batch};
-  for (int64_t d : model->input_shape()) in.push_back(d);
+  for (int64_t d : model.input_shape()) in.push_back(d);
   const Tensor x = testing::random_tensor(in, 4);
   std::vector<int32_t> labels(batch);
   for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(i % 10);
 
-  auto ws = model->make_workspace();
-  GradSet grads = model->make_grads();
-  const float loss = model->forward_backward(ws, x, labels, grads, ForwardContext{true, 0});
+  auto ws = model.make_workspace();
+  GradSet grads = model.make_grads();
+  const ForwardContext fwd{true, dropout_seed};
+  const float loss = model.forward_backward(ws, x, labels, grads, fwd);
 
-  GpuModel gpu(*model);
+  GpuModel gpu(model);
   GpuContext ctx;
   auto gws = gpu.make_workspace();
   const DeviceParams params = gpu.upload_params(ctx.stream());
@@ -35,39 +38,76 @@ void check_model(const std::string& net, int64_t batch) {
   const DeviceTensor dx = to_device(x);
   DeviceBuffer dlabels(batch * sizeof(int32_t)), dloss(sizeof(float));
   TG_CUDA_CHECK(cudaMemcpy(dlabels.data(), labels.data(), batch * sizeof(int32_t), cudaMemcpyHostToDevice));
-  gpu.forward_backward(ctx, gws, params, dx, dlabels.as<int32_t>(), dgrads, dloss.as<float>());
+  gpu.forward_backward(ctx, gws, params, dx, dlabels.as<int32_t>(), dgrads, dloss.as<float>(), fwd);
   ctx.synchronize();
   float gloss = 0;
   TG_CUDA_CHECK(cudaMemcpy(&gloss, dloss.data(), sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT_NEAR(gloss, loss, 1e-5 * std::abs(loss)) << net;
   for (size_t v = 0; v < grads.size(); ++v)
-    EXPECT_LE(testing::relative_error(to_host(dgrads[v]), grads[v]), 1e-4) << net << " " << model->params().params[v].name;
+    EXPECT_LE(testing::relative_error(to_host(dgrads[v]), grads[v]), 1e-4) << net << " " << model.params().params[v].name;
 }
 
 TEST(GpuModel, LeNetForwardBackwardMatchesCpu) {
   TG_REQUIRE_GPU();
-  check_model("lenet", 16);
+  check_model(*make_model("lenet", ModelOptions{}, 3), 16);
 }
 
 TEST(GpuModel, CifarNetForwardBackwardMatchesCpu) {
   TG_REQUIRE_GPU();
-  check_model("cifarnet", 8);
+  check_model(*make_model("cifarnet", ModelOptions{}, 3), 8);
 }
 
-TEST(GpuModel, DropoutIsRefusedNamingTheLayer) {
-  // Dropout (AlexNet) has no GPU twin yet: construction must fail with the
-  // layer's name. Host code: runs without a device.
+TEST(GpuModel, AlexNetClassifierWithDropoutMatchesCpu) {
+  TG_REQUIRE_GPU();
+  // Two seeds: fc6's and fc7's gradients depend on the masks, so both
+  // matching means the GPU drew the CPU's masks for each.
+  const auto m = testing::alexnet_classifier();
+  check_model(*m, 8, 12345);
+  check_model(*m, 8, 0xDEADBEEFCAFE);
+}
+
+TEST(GpuModel, AlexNetForwardBackwardMatchesCpu) {
+  TG_REQUIRE_GPU();
+  // The whole net at its 224x224 input, a batch of 2: conv1's asymmetric
+  // padding, grouped convolutions, LRN, and both dropout layers.
+  const auto m = make_model("alexnet", ModelOptions{}, 3);
+  check_model(*m, 2, 12345);
+}
+
+// A layer type with no GPU twin (a test-only one: every trainer layer has one).
+class Unported final : public Layer {
+ public:
+  Unported() : Layer("unported7") {}
+  Shape output_shape(const Shape& in) const override { return in; }
+  void forward(const ParamSet&, const Tensor& x, Tensor& y, LayerScratch*, const ForwardContext&) const override {
+    y = x;
+  }
+  void backward(const ParamSet&, const Tensor&, const Tensor&, const Tensor& dy, Tensor* dx, GradSet&,
+                LayerScratch*) const override {
+    if (dx) *dx = dy;
+  }
+};
+
+TEST(GpuModel, LayerWithoutGpuTwinIsRefusedNamingIt) {
+  // Construction must fail with the layer's name. Host code: runs without a device.
   Model m("tiny", {4, 4, 1}, 10);
   m.add(std::make_unique<Dense>(DenseConfig{.name = "fc", .units = 8, .relu = true}));
-  m.add(std::make_unique<Dropout>(DropoutConfig{"dropout6", 0.5f}));
+  m.add(std::make_unique<Unported>());
   m.add(std::make_unique<Dense>(DenseConfig{.name = "logits", .units = 10, .is_logits = true}));
   m.build(1);
   try {
     GpuModel gpu(m);
-    FAIL() << "a model with dropout was accepted";
+    FAIL() << "a model with an unported layer was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("dropout6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unported7"), std::string::npos) << e.what();
   }
+}
+
+TEST(GpuModel, EveryAlexNetLayerHasAGpuTwin) {
+  // Dropout included. Host code: building the GPU layers allocates nothing
+  // on the device.
+  auto model = make_model("alexnet", ModelOptions{}, 3);
+  EXPECT_NO_THROW(GpuModel gpu(*model));
 }
 
 }  // namespace

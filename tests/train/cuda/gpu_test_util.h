@@ -1,5 +1,6 @@
 // Shared by the GPU layer tests: the skip without a device, random inputs,
-// and the CPU-vs-GPU comparison of one layer's forward and backward.
+// the CPU-vs-GPU comparison of one layer's forward and backward, and a small
+// model with dropout.
 //
 // Error measure: max_i |gpu_i - cpu_i| / max_i |cpu_i| (relative to the
 // tensor's largest magnitude, so the many near-zero elements of a gradient
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -17,6 +19,8 @@
 #include "terngrad/train/cuda/device_tensor.h"
 #include "terngrad/train/cuda/gpu_layer.h"
 #include "terngrad/train/layer.h"
+#include "terngrad/train/layers.h"
+#include "terngrad/train/model.h"
 
 #define TG_REQUIRE_GPU()                                                                       \
   do {                                                                                         \
@@ -55,15 +59,15 @@ inline double relative_error(const Tensor& gpu, const Tensor& cpu) {
   return mag > 0 ? diff / mag : diff;
 }
 
-// Runs `layer` on the CPU and its GPU twin with the same parameters, input
-// and output gradient; checks y, dx and every parameter gradient against
-// `bound`. params must already hold the layer's variables.
+// Runs `layer` on the CPU and its GPU twin with the same parameters, input,
+// output gradient and ForwardContext; checks y, dx and every parameter
+// gradient against `bound`. params must already hold the layer's variables.
 inline void expect_layer_matches(const Layer& layer, const ParamSet& params, const Tensor& x, double bound,
-                                 uint64_t seed = 7) {
+                                 uint64_t seed = 7, const ForwardContext& fwd = ForwardContext{true, 0}) {
   // CPU.
   auto cpu_scratch = layer.make_scratch();
   Tensor y, dx;
-  layer.forward(params, x, y, cpu_scratch.get(), ForwardContext{true, 0});
+  layer.forward(params, x, y, cpu_scratch.get(), fwd);
   const Tensor dy = random_tensor(y.shape, seed);
   GradSet grads;
   for (const Param& p : params.params) grads.emplace_back(p.value.shape);
@@ -83,7 +87,7 @@ inline void expect_layer_matches(const Layer& layer, const ParamSet& params, con
   }
   const DeviceTensor dx_in = to_device(x), ddy = to_device(dy);
   DeviceTensor dy_out, ddx;
-  gpu->forward(ctx, dparams, dx_in, dy_out, gpu_scratch.get());
+  gpu->forward(ctx, dparams, dx_in, dy_out, gpu_scratch.get(), fwd);
   gpu->backward(ctx, dparams, dx_in, dy_out, ddy, &ddx, dgrads, gpu_scratch.get());
   ctx.synchronize();
 
@@ -109,6 +113,19 @@ void expect_biased_layer_matches(BiasedLayer& layer, const Shape& in, uint64_t i
   layer.create_params(in, params, rng);
   for (float& b : params.params[layer.biases_index()].value.data) b = 0.1f;
   expect_layer_matches(layer, params, random_tensor(in, input_seed), bound);
+}
+
+// AlexNet's classifier (fc6, dropout6, fc7, dropout7, logits) at a small
+// width: the part of AlexNet with dropout, cheap enough to run on the CPU.
+inline std::unique_ptr<Model> alexnet_classifier() {
+  auto m = std::make_unique<Model>("alexnet_classifier", Shape{6, 6, 16}, 10);
+  m->add(std::make_unique<Dense>(DenseConfig{.name = "fc6", .units = 256, .relu = true}));
+  m->add(std::make_unique<Dropout>(DropoutConfig{"dropout6", 0.5f}));
+  m->add(std::make_unique<Dense>(DenseConfig{.name = "fc7", .units = 256, .relu = true}));
+  m->add(std::make_unique<Dropout>(DropoutConfig{"dropout7", 0.5f}));
+  m->add(std::make_unique<Dense>(DenseConfig{.name = "logits", .units = 10, .is_logits = true}));
+  m->build(3);
+  return m;
 }
 
 }  // namespace terngrad::train::cuda::testing

@@ -219,7 +219,8 @@ class ReLU final : public Layer {
 // Whether element i (flat index in the batch tensor) is kept is a pure hash
 // of (ctx.dropout_seed, this layer's name, i): deterministic per seed, the
 // same whatever the thread scheduling, and different between two dropout
-// layers that see the same seed. Backward recomputes the same mask.
+// layers that see the same seed. Backward recomputes the same mask. The
+// hash is terngrad/train/dropout_mask.h, which the GPU twin shares.
 struct DropoutConfig {
   std::string name;
   float keep_prob = 0.5f;  // in (0, 1]
@@ -239,6 +240,9 @@ class Dropout final : public Layer {
 
   // Whether flat element `index` is kept under `seed` (what forward uses).
   bool kept(uint64_t seed, uint64_t index) const;
+  // The dropout_mask parameters forward uses (the GPU twin reads them).
+  uint64_t mask_salt() const { return salt_; }
+  uint64_t mask_threshold() const { return threshold_; }
 
  private:
   DropoutConfig cfg_;

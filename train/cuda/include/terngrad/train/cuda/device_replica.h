@@ -46,8 +46,9 @@ class DeviceReplica {
   DeviceReplica(const Model& cpu_model, DeviceReplicaConfig cfg);
 
   // Gradient of the batch (weight decay included) and the local scales;
-  // waits for the device and returns the mean cross-entropy.
-  float compute_gradient(const Tensor& x, const std::vector<int32_t>& labels);
+  // waits for the device and returns the mean cross-entropy. dropout_seed:
+  // this worker's at this step (stream_seed(seed, step, w, kDropout)).
+  float compute_gradient(const Tensor& x, const std::vector<int32_t>& labels, uint64_t dropout_seed);
   // Local TernGrad scale per variable (0 where the codec shares none).
   const std::vector<float>& local_scales() const { return scales_; }
   bool ternary(size_t v) const { return codecs_.at(v).ternary; }

@@ -8,7 +8,8 @@
 // Supported: Conv2D (cuDNN), MaxPool (own kernel: TF's asymmetric SAME
 // padding and first-wins tie rule, which cuDNN pooling cannot express),
 // LocalResponseNorm (own NHWC kernel, TF's un-normalized alpha), Dense
-// (cuBLAS), ReLU. Dropout is not ported yet: make_gpu_layer throws naming it.
+// (cuBLAS), ReLU, Dropout (the CPU layer's counter-based mask,
+// terngrad/train/dropout_mask.h, so both draw the same mask from one seed).
 #pragma once
 
 #include <memory>
@@ -39,9 +40,11 @@ class GpuLayer {
 
   // Same contracts as Layer::forward / Layer::backward, ordered on ctx's
   // stream: y is resized; backward writes *dx (when non-null) and ADDS the
-  // parameter gradients into grads.
+  // parameter gradients into grads. fwd is the CPU layer's ForwardContext
+  // (training flag, dropout seed): only Dropout reads it, and a forward with
+  // the same fwd as the CPU layer's draws the same mask.
   virtual void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
-                       GpuScratch* scratch) const = 0;
+                       GpuScratch* scratch, const ForwardContext& fwd) const = 0;
   virtual void backward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, const DeviceTensor& y,
                         const DeviceTensor& dy, DeviceTensor* dx, DeviceGrads& grads, GpuScratch* scratch) const = 0;
 

@@ -31,11 +31,12 @@ class GpuModel {
   DeviceGrads make_grads() const;                            // zero-filled, shaped like the params
 
   // Model::forward_backward on the device: grads are zeroed, then filled;
-  // the mean cross-entropy goes to *d_loss (device memory, no sync).
+  // the mean cross-entropy goes to *d_loss (device memory, no sync). fwd as
+  // the CPU Model's (training, and the dropout seed of this step and worker).
   void forward_backward(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x,
-                        const int32_t* d_labels, DeviceGrads& grads, float* d_loss) const;
+                        const int32_t* d_labels, DeviceGrads& grads, float* d_loss, const ForwardContext& fwd) const;
 
-  // Forward only; returns the logits inside ws.
+  // Forward only, in evaluation mode (as Model::predict); returns the logits inside ws.
   const DeviceTensor& predict(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x) const;
 
   const Model& cpu() const { return cpu_; }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct VirtualWorkersConfig {
   std::vector<uint64_t> codec_seeds;
   // Keep a moving average of the weights on the device (update_average()).
   bool moving_average = false;
+  // Seed of worker w's dropout masks at a step (the CPU trainer's
+  // stream_seed(seed, step, w, Purpose::kDropout), so GPU and CPU runs drop
+  // the same units). Required, even for nets without dropout.
+  std::function<uint64_t(int64_t step, int worker)> dropout_seed;
 };
 
 class VirtualWorkers {
