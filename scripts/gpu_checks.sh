@@ -42,8 +42,9 @@ exec > >(tee "$OUT") 2>&1
   run "$BUILD_DIR"/tests/quantize_cuda_tests
   section "GPU layers vs CPU layers, codec in the loop, GPU vs CPU LeNet loss curves, checkpoints, EMA"
   run "$BUILD_DIR"/tests/train/cuda/train_cuda_tests
-  # A skip here means the device was not usable: count it as a failure.
-  if "$BUILD_DIR"/tests/train/cuda/train_cuda_tests --gtest_brief=1 2>&1 | grep -q "SKIPPED"; then
+  # A skip here means the device was not usable: count it as a failure (except
+  # the two-GPU check on a one-GPU machine, which says so).
+  if "$BUILD_DIR"/tests/train/cuda/train_cuda_tests --gtest_brief=1 --gtest_filter='-*TwoGpus*' 2>&1 | grep -q "SKIPPED"; then
     echo "some GPU tests SKIPPED on a machine meant to have a GPU"
     status=1
   fi

@@ -6,10 +6,12 @@
 
 namespace terngrad::train::cuda {
 
-bool gpu_available() {
+int gpu_count() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
+
+bool gpu_available() { return gpu_count() > 0; }
 
 std::string gpu_unavailable_reason() {
   int n = 0;
@@ -17,6 +19,16 @@ std::string gpu_unavailable_reason() {
   if (e != cudaSuccess) return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(e);
   if (n == 0) return "cudaGetDeviceCount found no device";
   return "";
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  TG_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (device != previous_) TG_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = previous_;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
 }
 
 GpuContext::GpuContext() {

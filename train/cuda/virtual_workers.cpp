@@ -3,13 +3,36 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "terngrad/train/cuda/context.h"
 #include "terngrad/train/cuda/errors.h"
 
 namespace terngrad::train::cuda {
 
 namespace tqc = terngrad::quantize::cuda;
 
+// One GPU's share of the run: its copy of the weights (with optimizer and
+// average), the aggregation stream, every worker's local scales, and copies
+// of the payloads (and fp32 gradients) of the workers on other GPUs.
+struct VirtualWorkers::Device {
+  int ordinal = 0;
+  std::unique_ptr<GpuContext> agg;
+  std::unique_ptr<DeviceTrainState> state;
+  std::unique_ptr<tqc::Workspace> agg_ws;
+  DeviceGrads sums;
+  DeviceBuffer counts;
+  DeviceBuffer scales;  // [variable][worker]: scales[v * N + w]
+  // [worker][variable], filled only for workers on other GPUs.
+  std::vector<std::vector<DeviceBuffer>> remote_payloads;
+  std::vector<DeviceGrads> remote_grads;
+  cudaEvent_t params_ready = nullptr;  // this GPU's weights are updated
+
+  ~Device() {
+    if (params_ready) cudaEventDestroy(params_ready);
+  }
+};
+
 struct VirtualWorkers::Worker {
+  int device = 0;  // index into devices_
   GpuContext ctx;
   GpuModel::Workspace ws;
   DeviceGrads grads;
@@ -17,35 +40,86 @@ struct VirtualWorkers::Worker {
   std::unique_ptr<tqc::Workspace> codec_ws;
   DeviceTensor x;
   DeviceBuffer labels, loss;
-  cudaEvent_t scaled = nullptr;   // its local scales are in worker_scales_
-  cudaEvent_t encoded = nullptr;  // its payloads are ready
+  cudaEvent_t scaled = nullptr;   // its local scales are on every GPU
+  cudaEvent_t encoded = nullptr;  // its payloads are on every GPU
+
+  ~Worker() {
+    if (scaled) cudaEventDestroy(scaled);
+    if (encoded) cudaEventDestroy(encoded);
+  }
 };
+
+namespace {
+
+// Lets each GPU read the others' memory directly where the hardware allows;
+// cudaMemcpyPeerAsync works either way (staged by the driver otherwise).
+void enable_peer_access(const std::vector<int>& ordinals) {
+  for (int a : ordinals)
+    for (int b : ordinals) {
+      int can = 0;
+      if (a == b || cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can) continue;
+      DeviceGuard guard(a);
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();  // clear the sticky-free error
+      else TG_CUDA_CHECK(e);
+    }
+}
+
+}  // namespace
 
 VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
     : model_(cpu_model), cfg_(std::move(cfg)), gpu_(cpu_model) {
   const ParamSet& ps = model_.params();
-  if (cfg_.num_workers < 1) throw std::invalid_argument("GPU virtual workers: num_workers must be >= 1");
+  const int N = cfg_.num_workers;
+  if (N < 1) throw std::invalid_argument("GPU virtual workers: num_workers must be >= 1");
   if (cfg_.plan.size() != ps.size())
     throw std::invalid_argument("GPU virtual workers: codec plan has " + std::to_string(cfg_.plan.size()) +
                                 " entries for " + std::to_string(ps.size()) + " variables");
-  if (cfg_.codec_seeds.size() != static_cast<size_t>(cfg_.num_workers))
+  if (cfg_.codec_seeds.size() != static_cast<size_t>(N))
     throw std::invalid_argument("GPU virtual workers: one codec seed per worker is needed");
   if (!cfg_.dropout_seed) throw std::invalid_argument("GPU virtual workers: the dropout seed function is not set");
+  if (cfg_.devices.empty()) {
+    int current = 0;
+    TG_CUDA_CHECK(cudaGetDevice(&current));
+    cfg_.devices = {current};
+  }
+  const int D = static_cast<int>(cfg_.devices.size());
+  if (D > N)
+    throw std::invalid_argument("GPU virtual workers: " + std::to_string(D) + " devices for " + std::to_string(N) +
+                                " workers (every device needs at least one worker)");
+  const int count = gpu_count();
+  for (int d : cfg_.devices)
+    if (d < 0 || d >= count)
+      throw std::invalid_argument("GPU virtual workers: device " + std::to_string(d) + " does not exist (" +
+                                  std::to_string(count) + " CUDA devices)");
+  enable_peer_access(cfg_.devices);
+
   uint64_t max_n = 1;
   for (size_t v = 0; v < ps.size(); ++v) {
     codecs_.push_back(VariableCodec::parse(cfg_.plan[v]));
     max_n = std::max<uint64_t>(max_n, ps.params[v].value.size());
   }
-  agg_ = std::make_unique<GpuContext>();
-  state_ = std::make_unique<DeviceTrainState>(ps, cfg_.optimizer, cfg_.moving_average, agg_->stream());
-  sums_ = gpu_.make_grads();
-  counts_.reserve(max_n * sizeof(int16_t));
-  agg_ws_ = std::make_unique<tqc::Workspace>(max_n);
-  worker_scales_.reserve(ps.size() * cfg_.num_workers * sizeof(float));
-  TG_CUDA_CHECK(cudaEventCreateWithFlags(&params_ready_, cudaEventDisableTiming));
-  TG_CUDA_CHECK(cudaEventRecord(params_ready_, agg_->stream()));
-  for (int w = 0; w < cfg_.num_workers; ++w) {
+  for (int d = 0; d < D; ++d) {
+    auto dev = std::make_unique<Device>();
+    dev->ordinal = cfg_.devices[d];
+    DeviceGuard guard(dev->ordinal);
+    dev->agg = std::make_unique<GpuContext>();
+    dev->state = std::make_unique<DeviceTrainState>(ps, cfg_.optimizer, cfg_.moving_average, dev->agg->stream());
+    dev->sums = gpu_.make_grads();
+    dev->counts.reserve(max_n * sizeof(int16_t));
+    dev->agg_ws = std::make_unique<tqc::Workspace>(max_n);
+    dev->scales.reserve(std::max<size_t>(ps.size(), 1) * N * sizeof(float));
+    dev->remote_payloads.resize(N);
+    dev->remote_grads.resize(N);
+    TG_CUDA_CHECK(cudaEventCreateWithFlags(&dev->params_ready, cudaEventDisableTiming));
+    TG_CUDA_CHECK(cudaEventRecord(dev->params_ready, dev->agg->stream()));
+    devices_.push_back(std::move(dev));
+  }
+  for (int w = 0; w < N; ++w) {
+    const int d = static_cast<int>(static_cast<int64_t>(w) * D / N);
+    DeviceGuard guard(cfg_.devices[d]);
     auto wk = std::make_unique<Worker>();
+    wk->device = d;
     wk->ws = gpu_.make_workspace();
     wk->grads = gpu_.make_grads();
     for (size_t v = 0; v < ps.size(); ++v)
@@ -56,113 +130,189 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
     TG_CUDA_CHECK(cudaEventCreateWithFlags(&wk->encoded, cudaEventDisableTiming));
     workers_.push_back(std::move(wk));
   }
+  // Receive buffers on every GPU for the workers of the other GPUs.
+  for (int e = 0; e < D; ++e) {
+    Device& dev = *devices_[e];
+    DeviceGuard guard(dev.ordinal);
+    for (int w = 0; w < N; ++w) {
+      if (workers_[w]->device == e) continue;
+      dev.remote_grads[w].resize(ps.size());
+      for (size_t v = 0; v < ps.size(); ++v) {
+        dev.remote_payloads[w].emplace_back(gpu_payload_bytes(codecs_[v], ps.params[v].value.size()));
+        if (!codecs_[v].ternary) dev.remote_grads[w][v].resize(ps.params[v].value.shape);  // fp32 travels as is
+      }
+    }
+  }
+  for (auto& dev : devices_) {
+    DeviceGuard guard(dev->ordinal);
+    dev->agg->synchronize();
+  }
 }
 
+// Streams and library handles are released with their own device current.
 VirtualWorkers::~VirtualWorkers() {
-  for (auto& w : workers_) {
-    if (w->scaled) cudaEventDestroy(w->scaled);
-    if (w->encoded) cudaEventDestroy(w->encoded);
+  try {
+    for (auto& wk : workers_) {
+      DeviceGuard guard(devices_[wk->device]->ordinal);
+      wk.reset();
+    }
+    for (auto& dev : devices_) {
+      DeviceGuard guard(dev->ordinal);
+      dev.reset();
+    }
+  } catch (...) {  // a device that cannot be made current: the rest is freed as it can be
   }
-  if (params_ready_) cudaEventDestroy(params_ready_);
 }
 
 float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
                            const std::vector<std::vector<int32_t>>& labels, float lr) {
   const int N = cfg_.num_workers;
+  const int D = static_cast<int>(devices_.size());
   const ParamSet& ps = model_.params();
   const size_t V = ps.size();
   if (batches.size() != static_cast<size_t>(N) || labels.size() != static_cast<size_t>(N))
     throw std::invalid_argument("GPU step: one batch and one label vector per worker are needed");
-
-  // 1 + 2. Gradients and local scales. Workers are issued in turn; their
-  // kernels overlap on the device through the separate streams. The scales
-  // stay on the device: worker_scales_[v * N + w].
-  float* scales = worker_scales_.as<float>();
-  for (int w = 0; w < N; ++w) {
-    Worker& wk = *workers_[w];
-    cudaStream_t s = wk.ctx.stream();
-    TG_CUDA_CHECK(cudaStreamWaitEvent(s, params_ready_, 0));  // last step's update
-    wk.x.upload(batches[w], s);
+  for (int w = 0; w < N; ++w)
     if (static_cast<int64_t>(labels[w].size()) != batches[w].dim(0))
       throw std::invalid_argument("GPU step: worker " + std::to_string(w) + " has " + std::to_string(labels[w].size()) +
                                   " labels for a batch of " + std::to_string(batches[w].dim(0)));
+
+  // 1 + 2. Gradients and local scales. Workers are issued in turn; their
+  // kernels overlap on the devices through the separate streams. The scales
+  // stay on the devices: scales[v * N + w] on every GPU.
+  for (int w = 0; w < N; ++w) {
+    Worker& wk = *workers_[w];
+    Device& home = *devices_[wk.device];
+    DeviceGuard guard(home.ordinal);
+    cudaStream_t s = wk.ctx.stream();
+    TG_CUDA_CHECK(cudaStreamWaitEvent(s, home.params_ready, 0));  // last step's update
+    wk.x.upload(batches[w], s);
     wk.labels.reserve(labels[w].size() * sizeof(int32_t));
     TG_CUDA_CHECK(cudaMemcpyAsync(wk.labels.data(), labels[w].data(), labels[w].size() * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s));
-    const DeviceParams& params = state_->params();
+    const DeviceParams& params = home.state->params();
     gpu_.forward_backward(wk.ctx, wk.ws, params, wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>(),
                           ForwardContext{true, cfg_.dropout_seed(step, w)});
+    float* scales = home.scales.as<float>();
     for (size_t v = 0; v < V; ++v) {
       const uint64_t n = ps.params[v].value.size();
       add_weight_decay_async(wk.grads[v].ptr(), params[v].ptr(), n, ps.params[v].weight_decay, s);
       local_scale_variable_async(codecs_[v], wk.grads[v].ptr(), n, scales + v * N + w, *wk.codec_ws, s);
+      if (!codecs_[v].ternary || !codecs_[v].share_scale) continue;
+      for (int e = 0; e < D; ++e)
+        if (e != wk.device)
+          TG_CUDA_CHECK(cudaMemcpyPeerAsync(devices_[e]->scales.as<float>() + v * N + w, devices_[e]->ordinal,
+                                            scales + v * N + w, home.ordinal, sizeof(float), s));
     }
     TG_CUDA_CHECK(cudaEventRecord(wk.scaled, s));
   }
 
   // 3. Encode on each worker's stream once every worker's scales are in:
-  // scale sharing's max is taken on the device (what an all-reduce(max) gives).
+  // scale sharing's max is taken on the device (what an all-reduce(max)
+  // gives); then the payloads go to the other GPUs (the all-gather).
   for (int w = 0; w < N; ++w) {
     Worker& wk = *workers_[w];
+    Device& home = *devices_[wk.device];
+    DeviceGuard guard(home.ordinal);
+    cudaStream_t s = wk.ctx.stream();
     for (int other = 0; other < N; ++other)
-      if (other != w) TG_CUDA_CHECK(cudaStreamWaitEvent(wk.ctx.stream(), workers_[other]->scaled, 0));
-    for (size_t v = 0; v < V; ++v)
-      encode_variable_async(codecs_[v], wk.grads[v].ptr(), ps.params[v].value.size(), cfg_.codec_seeds[w],
-                            static_cast<uint32_t>(step), static_cast<uint32_t>(v), scales + v * N,
-                            static_cast<uint32_t>(N), wk.payloads[v].as<uint8_t>(), *wk.codec_ws, wk.ctx.stream());
-    TG_CUDA_CHECK(cudaEventRecord(wk.encoded, wk.ctx.stream()));
-    TG_CUDA_CHECK(cudaStreamWaitEvent(agg_->stream(), wk.encoded, 0));
+      if (other != w) TG_CUDA_CHECK(cudaStreamWaitEvent(s, workers_[other]->scaled, 0));
+    for (size_t v = 0; v < V; ++v) {
+      const uint64_t n = ps.params[v].value.size();
+      encode_variable_async(codecs_[v], wk.grads[v].ptr(), n, cfg_.codec_seeds[w], static_cast<uint32_t>(step),
+                            static_cast<uint32_t>(v), home.scales.as<float>() + v * N, static_cast<uint32_t>(N),
+                            wk.payloads[v].as<uint8_t>(), *wk.codec_ws, s);
+      for (int e = 0; e < D; ++e) {
+        if (e == wk.device || n == 0) continue;
+        Device& dst = *devices_[e];
+        if (codecs_[v].ternary)
+          TG_CUDA_CHECK(cudaMemcpyPeerAsync(dst.remote_payloads[w][v].data(), dst.ordinal, wk.payloads[v].data(),
+                                            home.ordinal, gpu_payload_bytes(codecs_[v], n), s));
+        else
+          TG_CUDA_CHECK(cudaMemcpyPeerAsync(dst.remote_grads[w][v].ptr(), dst.ordinal, wk.grads[v].ptr(),
+                                            home.ordinal, n * sizeof(float), s));
+      }
+    }
+    TG_CUDA_CHECK(cudaEventRecord(wk.encoded, s));
   }
 
-  // 4. Aggregate, average, update on the aggregation stream.
+  // 4. On every GPU: aggregate all N workers in order, average, update.
   std::vector<const uint8_t*> payloads(N);
   std::vector<const float*> grads(N);
-  for (size_t v = 0; v < V; ++v) {
-    const uint64_t n = ps.params[v].value.size();
-    for (int w = 0; w < N; ++w) {
-      payloads[w] = workers_[w]->payloads[v].as<uint8_t>();
-      grads[w] = workers_[w]->grads[v].ptr();
+  for (int e = 0; e < D; ++e) {
+    Device& dev = *devices_[e];
+    DeviceGuard guard(dev.ordinal);
+    cudaStream_t s = dev.agg->stream();
+    for (int w = 0; w < N; ++w) TG_CUDA_CHECK(cudaStreamWaitEvent(s, workers_[w]->encoded, 0));
+    for (size_t v = 0; v < V; ++v) {
+      const uint64_t n = ps.params[v].value.size();
+      for (int w = 0; w < N; ++w) {
+        const bool local = workers_[w]->device == e;
+        payloads[w] = local ? workers_[w]->payloads[v].as<uint8_t>() : dev.remote_payloads[w][v].as<uint8_t>();
+        grads[w] = local ? workers_[w]->grads[v].ptr() : dev.remote_grads[w][v].ptr();
+      }
+      aggregate_variable_async(codecs_[v], payloads, grads, n, codecs_[v].share_scale, dev.sums[v].ptr(),
+                               dev.counts.as<int16_t>(), *dev.agg_ws, s);
+      scale_async(dev.sums[v].ptr(), n, 1.0f / static_cast<float>(N), s);
     }
-    aggregate_variable_async(codecs_[v], payloads, grads, n, codecs_[v].share_scale, sums_[v].ptr(),
-                             counts_.as<int16_t>(), *agg_ws_, agg_->stream());
-    scale_async(sums_[v].ptr(), n, 1.0f / static_cast<float>(N), agg_->stream());
+    dev.state->apply(dev.sums, lr, s);
+    TG_CUDA_CHECK(cudaEventRecord(dev.params_ready, s));
   }
-  state_->apply(sums_, lr, agg_->stream());
-  TG_CUDA_CHECK(cudaEventRecord(params_ready_, agg_->stream()));
 
   // Codec errors (NaN gradients, ...) surface here with the codec's message.
   double loss = 0;
   for (int w = 0; w < N; ++w) {
     Worker& wk = *workers_[w];
+    DeviceGuard guard(devices_[wk.device]->ordinal);
     wk.codec_ws->check(wk.ctx.stream());
     float l = 0;
     TG_CUDA_CHECK(cudaMemcpyAsync(&l, wk.loss.data(), sizeof(float), cudaMemcpyDeviceToHost, wk.ctx.stream()));
     wk.ctx.synchronize();
     loss += l;
   }
-  agg_ws_->check(agg_->stream());
+  for (auto& dev : devices_) {
+    DeviceGuard guard(dev->ordinal);
+    dev->agg_ws->check(dev->agg->stream());
+  }
   return static_cast<float>(loss / N);
 }
 
 void VirtualWorkers::update_average(float one_minus_decay) {
-  if (!state_->has_average())
+  if (!cfg_.moving_average)
     throw std::logic_error("GPU virtual workers: update_average without config.moving_average");
-  state_->update_average(one_minus_decay, agg_->stream());
+  for (auto& dev : devices_) {
+    DeviceGuard guard(dev->ordinal);
+    dev->state->update_average(one_minus_decay, dev->agg->stream());
+  }
 }
 
-void VirtualWorkers::download_params(ParamSet& params) { state_->download_params(params, agg_->stream()); }
+const DeviceParams& VirtualWorkers::params() const { return devices_.front()->state->params(); }
 
-void VirtualWorkers::download_state(const HostTrainState& host) { state_->download(host, agg_->stream()); }
+void VirtualWorkers::download_params(ParamSet& params) {
+  Device& first = *devices_.front();
+  DeviceGuard guard(first.ordinal);
+  first.state->download_params(params, first.agg->stream());
+}
+
+void VirtualWorkers::download_state(const HostTrainState& host) {
+  Device& first = *devices_.front();
+  DeviceGuard guard(first.ordinal);
+  first.state->download(host, first.agg->stream());
+}
 
 void VirtualWorkers::upload_state(const HostTrainState& host) {
-  state_->upload(host, agg_->stream());
-  TG_CUDA_CHECK(cudaEventRecord(params_ready_, agg_->stream()));
+  for (auto& dev : devices_) {
+    DeviceGuard guard(dev->ordinal);
+    dev->state->upload(host, dev->agg->stream());
+    TG_CUDA_CHECK(cudaEventRecord(dev->params_ready, dev->agg->stream()));
+  }
 }
 
 std::vector<uint8_t> VirtualWorkers::payload_to_host(int w, size_t v) {
   const size_t bytes = gpu_payload_bytes(codecs_.at(v), model_.params().params.at(v).value.size());
   std::vector<uint8_t> out(bytes);
   Worker& wk = *workers_.at(w);
+  DeviceGuard guard(devices_[wk.device]->ordinal);
   wk.ctx.synchronize();
   if (bytes > 0) TG_CUDA_CHECK(cudaMemcpy(out.data(), wk.payloads[v].data(), bytes, cudaMemcpyDeviceToHost));
   return out;

@@ -371,6 +371,10 @@ TrainResult run_task(const TrainConfig& cfg_in, const comm::ClusterSpec& c) {
   // the evaluator aggregate packed bytes and evaluate checkpoints on the CPU.
   // Async replicas pull float32 values (the ps holds the weights), upload
   // them and compute and encode their gradient on the device.
+  if (cfg.num_gpus != 1)
+    throw std::invalid_argument("--num_gpus=" + std::to_string(cfg.num_gpus) +
+                                ": a cluster replica is one worker on one GPU (choose it with CUDA_VISIBLE_DEVICES); "
+                                "--num_gpus spreads the in-process trainer's virtual workers");
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   switch (c.task_type) {
     case comm::TaskType::kPs: return run_ps(cfg, c);

@@ -43,6 +43,11 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   wc.moving_average = s.ema() != nullptr;
   for (int w = 0; w < N; ++w) wc.codec_seeds.push_back(stream_seed(cfg.seed, 0, w, Purpose::kCodec));
   wc.dropout_seed = [seed = cfg.seed](int64_t step, int w) { return stream_seed(seed, step, w, Purpose::kDropout); };
+  const int available = cuda::gpu_count();
+  if (cfg.num_gpus > available)
+    throw std::invalid_argument("--num_gpus=" + std::to_string(cfg.num_gpus) + " but " + std::to_string(available) +
+                                " CUDA device" + (available == 1 ? " is" : "s are") + " visible");
+  for (int d = 0; d < cfg.num_gpus; ++d) wc.devices.push_back(d);
   cuda::VirtualWorkers workers(s.model(), wc);
   const cuda::HostTrainState host{&s.params(), &s.optimizer(), s.ema()};
   if (start_step > 0) workers.upload_state(host);

@@ -66,6 +66,8 @@ const std::vector<Flag>& flags() {
        [](TrainConfig& c, const std::string& v) { c.net = one_of("net", v, {"lenet", "cifarnet", "alexnet"}); }},
       {"device", "cpu | gpu (CUDA backend: cuDNN/cuBLAS layers, CUDA codec on the device; sgd, momentum, adam)",
        [](TrainConfig& c, const std::string& v) { c.device = one_of("device", v, {"cpu", "gpu"}); }},
+      {"num_gpus", "GPUs the virtual workers are spread over (--device=gpu; devices 0..num_gpus-1)",
+       [](TrainConfig& c, const std::string& v) { c.num_gpus = static_cast<int>(to_int("num_gpus", v)); }},
       {"dataset_name", "mnist (IDX, also Fashion-MNIST) | cifar10 (binary) | synthetic; default per net",
        [](TrainConfig& c, const std::string& v) {
          c.dataset = one_of("dataset_name", v, {"mnist", "cifar10", "synthetic"});
@@ -185,6 +187,10 @@ void validate(const TrainConfig& c) {
     if (!ok) throw std::invalid_argument(what);
   };
   require(c.num_nodes >= 1 && c.num_nodes <= 1024, "--num_nodes must be in [1, 1024], got " + std::to_string(c.num_nodes));
+  require(c.num_gpus >= 1 && c.num_gpus <= c.num_nodes,
+          "--num_gpus must be in [1, --num_nodes = " + std::to_string(c.num_nodes) + "], got " +
+              std::to_string(c.num_gpus));
+  require(c.num_gpus == 1 || c.device == "gpu", "--num_gpus=" + std::to_string(c.num_gpus) + " needs --device=gpu");
   require(c.batch_size >= 1, "--batch_size must be >= 1, got " + std::to_string(c.batch_size));
   require(c.max_steps >= 0, "--max_steps must be >= 0, got " + std::to_string(c.max_steps));
   require(c.initial_learning_rate > 0, "--initial_learning_rate must be > 0");

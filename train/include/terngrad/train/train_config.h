@@ -75,6 +75,11 @@ struct TrainConfig {
   // the CUDA codec in the loop, num_nodes virtual workers on one GPU); needs
   // a CUDA build and a device, and fails with a message saying which is missing.
   std::string device = "cpu";
+  // gpu: the virtual workers are spread over devices 0..num_gpus-1 in
+  // contiguous blocks; each GPU keeps a copy of the weights and receives the
+  // others' packed payloads (the in-process trainer only; a cluster replica
+  // is one worker on one GPU).
+  int num_gpus = 1;
   bool quiet = false;               // no console progress
 };
 

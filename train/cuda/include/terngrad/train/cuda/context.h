@@ -17,6 +17,23 @@ bool gpu_available();
 // A sentence for error messages and test skips ("no CUDA device: ...").
 std::string gpu_unavailable_reason();
 
+// Number of CUDA devices (0 when none can be used).
+int gpu_count();
+
+// Makes `device` the calling thread's current CUDA device for the scope and
+// restores the previous one: streams, handles and allocations are created on
+// the current device, and kernels launch there.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 class GpuContext {
  public:
   GpuContext();

@@ -1,18 +1,22 @@
-// N virtual workers on one GPU, the GPU form of the in-process trainer's step
-// (train/trainer/trainer.cpp, session.h). Each worker has its own stream,
-// cuBLAS/cuDNN handles, activations and gradients; per step:
+// N virtual workers on one or several GPUs, the GPU form of the in-process
+// trainer's step (train/trainer/trainer.cpp, session.h). Each worker has its
+// own stream, cuBLAS/cuDNN handles, activations and gradients; per step:
 //   1. upload its batch (host data pipeline), forward/backward on the device,
 //      weight decay added to the gradient (what TernGrad ternarizes);
 //   2. its local TernGrad scale per variable (the CUDA codec's statistics),
-//      written to device memory;
+//      written to device memory (and copied to the other GPUs);
 //   3. once every worker's scales are in (events), encode every ternary
 //      variable with the CUDA codec into a device payload, the shared scale
 //      being the max over workers taken on the device (what an
-//      all-reduce(max) would give);
-//   4. the aggregation stream sums the payloads on the device (exact counts
-//      for shared scales), averages, and applies the optimizer on the device.
-// Gradients never leave the device. One copy of the weights stands for all
-// workers (parameter localization: identical updates everywhere).
+//      all-reduce(max) would give); with several GPUs the packed payloads
+//      (and fp32 gradients) are copied to every other GPU: an all-gather of
+//      exactly the bytes TernGrad puts on the wire;
+//   4. every GPU's aggregation stream sums all N payloads in worker order on
+//      its device (exact counts for shared scales), averages, and applies the
+//      optimizer (and moving average) to its copy of the weights.
+// Gradients never leave the devices. Parameter localization: every GPU holds
+// the weights and applies the same update to the same sums in the same
+// order, so the copies stay bit-identical without broadcasting weights.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +46,11 @@ struct VirtualWorkersConfig {
   // stream_seed(seed, step, w, Purpose::kDropout), so GPU and CPU runs drop
   // the same units). Required, even for nets without dropout.
   std::function<uint64_t(int64_t step, int worker)> dropout_seed;
+  // CUDA devices the workers are spread over, in contiguous blocks (worker w
+  // on devices[w * size / num_workers]); empty: the current device. A device
+  // may be listed twice (separate weight copies on one GPU: what the tests
+  // use to run the several-GPU path on one).
+  std::vector<int> devices;
 };
 
 class VirtualWorkers {
@@ -72,22 +81,19 @@ class VirtualWorkers {
   // Payload bytes one worker produces per step (fp32 variables counted as 4n).
   double bytes_per_worker_step() const;
 
-  const DeviceParams& params() const { return state_->params(); }
+  // The first GPU's weights (every GPU's copy is the same).
+  const DeviceParams& params() const;
+  int num_devices() const { return static_cast<int>(devices_.size()); }
 
  private:
+  struct Device;  // one GPU's weights, optimizer and aggregation
   struct Worker;
   const Model& model_;
   VirtualWorkersConfig cfg_;
   GpuModel gpu_;
   std::vector<VariableCodec> codecs_;
-  std::unique_ptr<GpuContext> agg_;  // aggregation + update stream
-  std::unique_ptr<DeviceTrainState> state_;
+  std::vector<std::unique_ptr<Device>> devices_;  // destroyed after the workers
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::unique_ptr<quantize::cuda::Workspace> agg_ws_;
-  DeviceGrads sums_;
-  DeviceBuffer counts_;
-  DeviceBuffer worker_scales_;  // [variable][worker] local TernGrad scales
-  cudaEvent_t params_ready_ = nullptr;
 };
 
 }  // namespace terngrad::train::cuda
