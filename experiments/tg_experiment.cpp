@@ -2,7 +2,7 @@
 // a grid (codec x workers x seeds), and reports them.
 //
 //   tg-experiment check CONFIG...                    parse, validate, show the runs
-//   tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--steps=N] [--out=runs]
+//   tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--steps=N] [--device=cpu|gpu] [--out=runs]
 //   tg-experiment report RUN_DIR... --out=DIR        tables (md, csv) and PNG plots
 //
 // Each grid point runs in <out>/<name>/w<workers>/seed<seed>/, which holds
@@ -47,11 +47,12 @@ struct UsageError : std::invalid_argument {
 const char kUsage[] =
     "usage:\n"
     "  tg-experiment check CONFIG...\n"
-    "  tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--steps=N] [--out=DIR]\n"
+    "  tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--steps=N] [--device=cpu|gpu] [--out=DIR]\n"
     "  tg-experiment report RUN_DIR... --out=DIR [--title=TEXT]\n"
     "CONFIG: an ExperimentConfig in protobuf text (experiments/config/experiment_config.proto).\n"
     "--workers, --seeds: the grid (default: the config's cluster.num_workers and seeds);\n"
     "--steps: shorter runs than the config's (recorded in each run's config.pbtxt);\n"
+    "--device: run on the CPU or the GPU whatever the config says (recorded likewise);\n"
     "--out: where run directories go (default runs).\n";
 
 template <typename T>
@@ -74,6 +75,7 @@ struct Options {
   std::vector<int> workers;
   std::vector<uint64_t> seeds;
   int64_t steps = 0;
+  std::string device;  // "" = the config's
   std::string out = "runs";
   std::string title;
 };
@@ -91,6 +93,10 @@ Options parse_options(const std::vector<std::string>& args) {
       const auto steps = parse_list<int64_t>("--steps", v);
       if (steps.size() != 1) throw UsageError(std::string("--steps=") + v + ": one number of steps for every run");
       o.steps = steps[0];
+    }
+    else if (const char* v = value("device")) {
+      o.device = v;
+      if (o.device != "cpu" && o.device != "gpu") throw UsageError(std::string("--device=") + v + ": cpu or gpu");
     }
     else if (const char* v = value("out")) o.out = v;
     else if (const char* v = value("title")) o.title = v;
@@ -127,6 +133,8 @@ std::vector<GridPoint> plan(const Options& o) {
         GridPoint p;
         p.source = path;
         p.cfg = tx::at_grid_point(cfg, w, s, o.steps, path);
+        if (!o.device.empty())
+          p.cfg.mutable_cluster()->set_device(o.device == "gpu" ? tx::Cluster::GPU : tx::Cluster::CPU);
         p.flags = tx::train_flags(p.cfg, train_examples);
         p.steps = tx::training_steps(p.cfg, train_examples);
         tt::TrainConfig check;

@@ -127,6 +127,12 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
     bad(source, "cluster.sync", "virtual workers in one process are synchronous; async needs mode: LOCAL_CLUSTER", "false");
   if (c.mode() == Cluster::IN_PROCESS && c.evaluator())
     bad(source, "cluster.evaluator", "an evaluator process needs mode: LOCAL_CLUSTER", "true");
+  if (c.num_gpus() < 1) bad(source, "cluster.num_gpus", "must be >= 1", num(c.num_gpus()));
+  if (c.num_gpus() > 1 && c.device() != Cluster::GPU)
+    bad(source, "cluster.num_gpus", "several GPUs need device: GPU", num(c.num_gpus()));
+  if (c.num_gpus() > 1 && c.mode() != Cluster::IN_PROCESS)
+    bad(source, "cluster.num_gpus", "a LOCAL_CLUSTER replica is one worker on one GPU; several GPUs need mode: IN_PROCESS",
+        num(c.num_gpus()));
   if (c.mode() == Cluster::IN_PROCESS && c.replicas_to_aggregate() > 0)
     bad(source, "cluster.replicas_to_aggregate", "backup workers need mode: LOCAL_CLUSTER", num(c.replicas_to_aggregate()));
 
@@ -193,6 +199,8 @@ ExperimentConfig at_grid_point(const ExperimentConfig& cfg, int workers, uint64_
   if (t.has_total_batch() && t.total_batch() % workers != 0)
     bad(source, "training.total_batch", "does not divide among " + std::to_string(workers) + " workers",
         num(t.total_batch()));
+  if (p.cluster().num_gpus() > workers)
+    bad(source, "cluster.num_gpus", "exceeds the " + std::to_string(workers) + " workers", num(p.cluster().num_gpus()));
   if (p.cluster().replicas_to_aggregate() > workers)
     bad(source, "cluster.replicas_to_aggregate", "exceeds the " + std::to_string(workers) + " workers",
         num(p.cluster().replicas_to_aggregate()));
@@ -258,6 +266,8 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
   flag("moving_average_decay", num(p.model().moving_average_decay()));
 
   flag("num_nodes", std::to_string(workers));
+  if (p.cluster().device() == Cluster::GPU) flag("device", "gpu");
+  if (p.cluster().num_gpus() > 1) flag("num_gpus", std::to_string(p.cluster().num_gpus()));
   flag("batch_size", std::to_string(per_worker));
   flag("max_steps", std::to_string(steps));
 

@@ -146,6 +146,9 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
       {{"seeds: [3, 3]"}, "seeds"},
       {{"name: \"a/b\""}, "name"},
       {{"paper { workers: 2 top1: 99.2 }"}, "paper[0].top1"},
+      {{"cluster { num_gpus: 0 device: GPU }"}, "cluster.num_gpus"},
+      {{"cluster { num_gpus: 2 }"}, "cluster.num_gpus"},
+      {{"cluster { mode: LOCAL_CLUSTER num_gpus: 2 device: GPU }"}, "cluster.num_gpus"},
   };
   for (const auto& c : cases) {
     std::string text = kValid;
@@ -157,6 +160,28 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
   std::string no_batch = kValid;
   no_batch.replace(no_batch.find("total_batch: 64 "), 16, "");
   EXPECT_NE(error_of(no_batch).find("training: needs batch_per_worker or total_batch"), std::string::npos);
+}
+
+TEST(ExperimentConfig, GpuRunsReachTheTrainer) {
+  auto cfg = tx::parse_experiment_config(with_line(kValid, "cluster { device: GPU num_gpus: 2 }"), "t");
+  const auto flags = tx::train_flags(tx::at_grid_point(cfg, 4, 1, 0, "t"), 0);
+  EXPECT_TRUE(has_flag(flags, "--device=gpu"));
+  EXPECT_TRUE(has_flag(flags, "--num_gpus=2"));
+  terngrad::train::TrainConfig check;
+  terngrad::train::parse_train_flags(flags, check);
+  EXPECT_NO_THROW(terngrad::train::validate(check));
+  EXPECT_EQ(check.num_gpus, 2);
+  // More GPUs than workers at a grid point is refused naming the field.
+  try {
+    tx::at_grid_point(cfg, 1, 1, 0, "t");
+    FAIL() << "2 GPUs for 1 worker";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster.num_gpus"), std::string::npos) << e.what();
+  }
+  // A CPU config says nothing about devices: its flags are what they were.
+  cfg = tx::parse_experiment_config(kValid, "t");
+  for (const auto& f : tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 0))
+    EXPECT_TRUE(f.rfind("--device", 0) != 0 && f.rfind("--num_gpus", 0) != 0) << f;
 }
 
 TEST(ExperimentConfig, GridPointsThatCannotSplitTheBatchAreRefused) {
