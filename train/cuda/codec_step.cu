@@ -5,14 +5,16 @@
 #include "terngrad/quantize/ternary_sum.h"
 #include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/cuda/gpu_codec_step.h"
+#include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using detail::blocks_for;
+using detail::kThreads;
 
 namespace tqc = terngrad::quantize::cuda;
 
 namespace {
-
-unsigned blocks_for(uint64_t n) { return static_cast<unsigned>(std::clamp<uint64_t>((n + 255) / 256, 1, 65535 * 8)); }
 
 // out[i] = scale * float(count[i]), the scale read from the first payload's
 // header on the device (bytes 16..19, little-endian float32: FORMAT.md), so
@@ -90,7 +92,7 @@ void aggregate_variable_async(const VariableCodec& c, std::span<const uint8_t* c
   if (!c.ternary) {
     TG_CUDA_CHECK(cudaMemsetAsync(d_sum, 0, n * sizeof(float), stream));
     for (const float* g : d_grads) {
-      add_into<<<blocks_for(n), 256, 0, stream>>>(d_sum, g, n);
+      add_into<<<blocks_for(n), kThreads, 0, stream>>>(d_sum, g, n);
       TG_CUDA_CHECK_LAUNCH();
     }
     return;
@@ -103,7 +105,7 @@ void aggregate_variable_async(const VariableCodec& c, std::span<const uint8_t* c
   if (all_share_one_scale && d_payloads.size() <= quantize::kMaxSumContributions) {
     TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
     for (const uint8_t* p : d_payloads) tqc::accumulate_counts_async(p, bytes, d_counts, n, ws, stream);
-    counts_to_sum<<<blocks_for(n), 256, 0, stream>>>(d_counts, d_payloads[0], d_sum, n);
+    counts_to_sum<<<blocks_for(n), kThreads, 0, stream>>>(d_counts, d_payloads[0], d_sum, n);
     TG_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -114,13 +116,13 @@ void aggregate_variable_async(const VariableCodec& c, std::span<const uint8_t* c
 
 void scale_async(float* d_x, uint64_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n), 256, 0, stream>>>(d_x, n, factor);
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(d_x, n, factor);
   TG_CUDA_CHECK_LAUNCH();
 }
 
 void add_weight_decay_async(float* d_g, const float* d_w, uint64_t n, float wd, cudaStream_t stream) {
   if (n == 0 || wd == 0.0f) return;
-  weight_decay_kernel<<<blocks_for(n), 256, 0, stream>>>(d_g, d_w, n, wd);
+  weight_decay_kernel<<<blocks_for(n), kThreads, 0, stream>>>(d_g, d_w, n, wd);
   TG_CUDA_CHECK_LAUNCH();
 }
 

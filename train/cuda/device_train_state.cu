@@ -6,8 +6,12 @@
 
 #include "terngrad/train/cuda/device_train_state.h"
 #include "terngrad/train/cuda/errors.h"
+#include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using detail::blocks_for;
+using detail::kThreads;
 
 namespace {
 
@@ -16,8 +20,6 @@ __global__ void moving_average_kernel(float* shadow, const float* value, int64_t
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     shadow[i] -= one_minus_decay * (shadow[i] - value[i]);
 }
-
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
 
 void require_same_size(const Tensor& host, const DeviceTensor& dev, const std::string& name) {
   if (host.size() != dev.size())
@@ -65,7 +67,7 @@ void DeviceTrainState::update_average(float one_minus_decay, cudaStream_t stream
   for (size_t v = 0; v < shadows_.size(); ++v) {
     const int64_t n = shadows_[v].size();
     if (n == 0) continue;
-    moving_average_kernel<<<blocks_for(n), 256, 0, stream>>>(shadows_[v].ptr(), params_[v].ptr(), n, one_minus_decay);
+    moving_average_kernel<<<blocks_for(n), kThreads, 0, stream>>>(shadows_[v].ptr(), params_[v].ptr(), n, one_minus_decay);
     TG_CUDA_CHECK_LAUNCH();
   }
 }

@@ -11,8 +11,12 @@
 
 #include "gpu_layers.h"
 #include "terngrad/train/cuda/errors.h"
+#include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using detail::blocks_for;
+using detail::kThreads;
 
 namespace {
 
@@ -65,8 +69,6 @@ __global__ void lrn_backward(const float* x, const float* dy, const float* scale
   }
 }
 
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
-
 struct LrnGpuScratch final : GpuScratch {
   DeviceBuffer scale, t;
 };
@@ -83,7 +85,7 @@ class GpuLrn final : public GpuLayer {
     y.resize(output_shape(x.shape));
     s.scale.reserve(static_cast<size_t>(x.size()) * sizeof(float));
     if (x.size() == 0) return;
-    lrn_forward<<<blocks_for(x.size()), 256, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.scale.as<float>(), params(x));
+    lrn_forward<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.scale.as<float>(), params(x));
     TG_CUDA_CHECK_LAUNCH();
   }
 
@@ -100,10 +102,10 @@ class GpuLrn final : public GpuLayer {
     s.t.reserve(static_cast<size_t>(x.size()) * sizeof(float));
     if (x.size() == 0) return;
     const LrnParams p = params(x);
-    lrn_backward_terms<<<blocks_for(x.size()), 256, 0, ctx.stream()>>>(x.ptr(), dy.ptr(), s.scale.as<float>(),
+    lrn_backward_terms<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), dy.ptr(), s.scale.as<float>(),
                                                                        s.t.as<float>(), p);
     TG_CUDA_CHECK_LAUNCH();
-    lrn_backward<<<blocks_for(x.size()), 256, 0, ctx.stream()>>>(x.ptr(), dy.ptr(), s.scale.as<float>(),
+    lrn_backward<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), dy.ptr(), s.scale.as<float>(),
                                                                  s.t.as<float>(), dx->ptr(), p);
     TG_CUDA_CHECK_LAUNCH();
   }

@@ -6,12 +6,14 @@
 
 #include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/cuda/gpu_optimizer.h"
+#include "kernels.h"
 
 namespace terngrad::train::cuda {
 
-namespace {
+using detail::blocks_for;
+using detail::kThreads;
 
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
+namespace {
 
 __global__ void sgd_kernel(float* w, const float* g, int64_t n, float lr) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -75,12 +77,12 @@ void GpuOptimizer::apply(std::vector<DeviceTensor>& params, const std::vector<De
     if (grads[v].size() != n) throw std::invalid_argument("GPU optimizer: gradient " + std::to_string(v) + " size mismatch");
     if (n == 0) continue;
     if (o_.name == "sgd") {
-      sgd_kernel<<<blocks_for(n), 256, 0, stream>>>(params[v].ptr(), grads[v].ptr(), n, lr);
+      sgd_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params[v].ptr(), grads[v].ptr(), n, lr);
     } else if (o_.name == "momentum") {
-      momentum_kernel<<<blocks_for(n), 256, 0, stream>>>(params[v].ptr(), grads[v].ptr(), slots_[v][0].ptr(), n, lr,
+      momentum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params[v].ptr(), grads[v].ptr(), slots_[v][0].ptr(), n, lr,
                                                           o_.momentum, o_.nesterov);
     } else {
-      adam_kernel<<<blocks_for(n), 256, 0, stream>>>(
+      adam_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
           params[v].ptr(), grads[v].ptr(), slots_[v][0].ptr(), slots_[v][1].ptr(), n, lr_t,
           static_cast<float>(o_.beta1), static_cast<float>(o_.beta2), static_cast<float>(1.0 - o_.beta1),
           static_cast<float>(1.0 - o_.beta2), o_.epsilon);

@@ -10,8 +10,12 @@
 
 #include "gpu_layers.h"
 #include "terngrad/train/cuda/errors.h"
+#include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using detail::blocks_for;
+using detail::kThreads;
 
 namespace {
 
@@ -68,8 +72,6 @@ __global__ void max_pool_backward(const float* dy, const int32_t* argmax, float*
   }
 }
 
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535 * 8)); }
-
 struct PoolGpuScratch final : GpuScratch {
   DeviceBuffer argmax;
 };
@@ -87,7 +89,7 @@ class GpuMaxPool final : public GpuLayer {
     y.resize({g.n, g.oh, g.ow, g.c});
     s.argmax.reserve(static_cast<size_t>(y.size()) * sizeof(int32_t));
     if (y.size() == 0) return;
-    max_pool_forward<<<blocks_for(y.size()), 256, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.argmax.as<int32_t>(), g);
+    max_pool_forward<<<blocks_for(y.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.argmax.as<int32_t>(), g);
     TG_CUDA_CHECK_LAUNCH();
   }
 
@@ -102,7 +104,7 @@ class GpuMaxPool final : public GpuLayer {
       throw std::invalid_argument(pool_.name() + " (GPU): backward without a forward on this scratch");
     dx->resize(x.shape);
     if (x.size() == 0) return;
-    max_pool_backward<<<blocks_for(x.size()), 256, 0, ctx.stream()>>>(dy.ptr(), s.argmax.as<int32_t>(), dx->ptr(), g);
+    max_pool_backward<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(dy.ptr(), s.argmax.as<int32_t>(), dx->ptr(), g);
     TG_CUDA_CHECK_LAUNCH();
   }
 
