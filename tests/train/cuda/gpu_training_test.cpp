@@ -134,6 +134,19 @@ double checkpoint_difference(const Checkpoint& a, const Checkpoint& b, size_t* c
   return worst;
 }
 
+// The last checkpoints of a GPU run and its CPU reference agree within the
+// fp32 loss-curve bound on every one of `tensors` tensors; both dirs go.
+void expect_close_checkpoints(const std::string& gpu_dir, const std::string& cpu_dir, size_t tensors) {
+  const auto a = load_latest_checkpoint(gpu_dir), b = load_latest_checkpoint(cpu_dir);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->step, b->step);
+  size_t compared = 0;
+  EXPECT_LE(checkpoint_difference(*a, *b, &compared), 2e-3);
+  EXPECT_EQ(compared, tensors);
+  std::filesystem::remove_all(gpu_dir);
+  std::filesystem::remove_all(cpu_dir);
+}
+
 // 20 steps straight, against 10 steps, a restart from the step-10
 // checkpoint and 10 more: same checkpoint bits (weights, Momentum slots,
 // moving average), since the GPU step is deterministic and the state
@@ -174,13 +187,7 @@ TEST(GpuTraining, MovingAverageTracksCpu) {
   c.train_dir = gpu_dir;
   const TrainResult r = run_training(c);
   EXPECT_GE(r.ema_top1, 0.0) << "no EMA accuracy reported";
-  const auto a = load_latest_checkpoint(gpu_dir), b = load_latest_checkpoint(cpu_dir);
-  ASSERT_TRUE(a && b);
-  size_t compared = 0;
-  EXPECT_LE(checkpoint_difference(*a, *b, &compared), 2e-3);
-  EXPECT_EQ(compared, 3 * 8u);
-  std::filesystem::remove_all(cpu_dir);
-  std::filesystem::remove_all(gpu_dir);
+  expect_close_checkpoints(gpu_dir, cpu_dir, 3 * 8u);
 }
 
 // A run moves between devices: 10 CPU steps, then 10 GPU steps from the CPU
@@ -197,14 +204,7 @@ TEST(GpuTraining, ResumesCpuCheckpoint) {
   c.device = "gpu";
   c.max_steps = 20;
   run_training(c);
-  const auto a = load_latest_checkpoint(moved), b = load_latest_checkpoint(cpu_dir);
-  ASSERT_TRUE(a && b);
-  EXPECT_EQ(a->step, 20);
-  size_t compared = 0;
-  EXPECT_LE(checkpoint_difference(*a, *b, &compared), 2e-3);
-  EXPECT_EQ(compared, 2 * 8u);
-  std::filesystem::remove_all(cpu_dir);
-  std::filesystem::remove_all(moved);
+  expect_close_checkpoints(moved, cpu_dir, 2 * 8u);
 }
 
 TEST(GpuTraining, AlexNetFp32LossCurveMatchesCpu) {
