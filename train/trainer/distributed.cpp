@@ -136,7 +136,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     std::unique_ptr<detail::GpuReplicaStep> gpu;
     if (on_gpu) {
       gpu = detail::make_gpu_replica_step(s);
-      if (restored > 0) gpu->upload_state();
+      // Async: the pulled values are uploaded every step and the ps holds the rest.
+      if (restored > 0 && cfg.sync_replicas) gpu->upload_state();
     }
     // A sync GPU replica updates its state on the device; an async one
     // computes gradients at pulled values and the ps holds the state.
