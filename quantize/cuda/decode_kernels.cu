@@ -231,4 +231,11 @@ void accumulate_counts_async(const uint8_t* d_payload, size_t payload_bytes, int
                                               payload_bytes, d_counts, n, ws, stream);
 }
 
+void begin_counts_async(Workspace& ws, cudaStream_t stream) {
+  // counts_scale_bits and counts_scale_set, adjacent in the host view.
+  static_assert(offsetof(detail::HostView, counts_scale_set) ==
+                offsetof(detail::HostView, counts_scale_bits) + sizeof(uint32_t));
+  TG_CUDA_CHECK(cudaMemsetAsync(&ws.device()->view.counts_scale_bits, 0, 2 * sizeof(uint32_t), stream));
+}
+
 }  // namespace terngrad::quantize::cuda

@@ -975,6 +975,44 @@ TEST_F(CudaCodec, ScaleMismatchBetweenSummedPayloads) {
   EXPECT_TRUE(same_bits(only_a, download(dc.at<int16_t>(), n, stream_)));
 }
 
+// One workspace sums two variables with different shared scales in stream
+// order, checked once: begin_counts_async starts the second sum.
+TEST_F(CudaCodec, BeginCountsStartsANewSumWithoutACheck) {
+  const size_t n = 5003;
+  tc::Workspace ws(n);
+  tq::EncodeParams p;
+  p.shared_scale = 0.5f;
+  const auto a1 = cpu_encode(gradient(n, 21), p), a2 = cpu_encode(gradient(n, 22), p);
+  p.shared_scale = 0.25f;
+  const auto b1 = cpu_encode(gradient(n, 23), p), b2 = cpu_encode(gradient(n, 24), p);
+  DeviceBytes da1(a1.size()), da2(a2.size()), db1(b1.size()), db2(b2.size());
+  DeviceBytes dca(n * sizeof(int16_t)), dcb(n * sizeof(int16_t));
+  upload(da1.at<uint8_t>(), a1, stream_);
+  upload(da2.at<uint8_t>(), a2, stream_);
+  upload(db1.at<uint8_t>(), b1, stream_);
+  upload(db2.at<uint8_t>(), b2, stream_);
+  upload(dca.at<int16_t>(), std::vector<int16_t>(n, 0), stream_);
+  upload(dcb.at<int16_t>(), std::vector<int16_t>(n, 0), stream_);
+  tc::begin_counts_async(ws, stream_);
+  tc::accumulate_counts_async(da1.at<uint8_t>(), a1.size(), dca.at<int16_t>(), n, ws, stream_);
+  tc::accumulate_counts_async(da2.at<uint8_t>(), a2.size(), dca.at<int16_t>(), n, ws, stream_);
+  tc::begin_counts_async(ws, stream_);
+  tc::accumulate_counts_async(db1.at<uint8_t>(), b1.size(), dcb.at<int16_t>(), n, ws, stream_);
+  tc::accumulate_counts_async(db2.at<uint8_t>(), b2.size(), dcb.at<int16_t>(), n, ws, stream_);
+  ws.check(stream_);
+  std::vector<int16_t> want_a(n), want_b(n);
+  std::vector<std::span<const uint8_t>> as = {a1, a2}, bs = {b1, b2};
+  EXPECT_EQ(tq::sum_shared(as, want_a), 0.5f);
+  EXPECT_EQ(tq::sum_shared(bs, want_b), 0.25f);
+  EXPECT_TRUE(same_bits(want_a, download(dca.at<int16_t>(), n, stream_)));
+  EXPECT_TRUE(same_bits(want_b, download(dcb.at<int16_t>(), n, stream_)));
+  // A mismatch inside one sum is still caught after a begin.
+  tc::begin_counts_async(ws, stream_);
+  tc::accumulate_counts_async(da1.at<uint8_t>(), a1.size(), dca.at<int16_t>(), n, ws, stream_);
+  tc::accumulate_counts_async(db1.at<uint8_t>(), b1.size(), dca.at<int16_t>(), n, ws, stream_);
+  EXPECT_CODEC_ERROR(ws.check(stream_), Errc::kScaleMismatch, "0.25");
+}
+
 TEST_F(CudaCodec, PendingErrorBlocksLaterOperationsUntilCheck) {
   const size_t n = 20000;
   tc::Workspace ws(n);

@@ -103,6 +103,9 @@ void aggregate_variable_async(const VariableCodec& c, std::span<const uint8_t* c
     return;
   }
   if (all_share_one_scale && d_payloads.size() <= quantize::kMaxSumContributions) {
+    // This variable's sum has its own shared scale: a new sum for the
+    // workspace (the step sums every variable through it before one check).
+    tqc::begin_counts_async(ws, stream);
     TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
     for (const uint8_t* p : d_payloads) tqc::accumulate_counts_async(p, bytes, d_counts, n, ws, stream);
     counts_to_sum<<<blocks_for(n), kThreads, 0, stream>>>(d_counts, d_payloads[0], d_sum, n);

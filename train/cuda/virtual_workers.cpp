@@ -1,6 +1,7 @@
 #include "terngrad/train/cuda/virtual_workers.h"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 
 #include "terngrad/train/cuda/context.h"
@@ -176,6 +177,11 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     if (static_cast<int64_t>(labels[w].size()) != batches[w].dim(0))
       throw std::invalid_argument("GPU step: worker " + std::to_string(w) + " has " + std::to_string(labels[w].size()) +
                                   " labels for a batch of " + std::to_string(batches[w].dim(0)));
+  require_usable("step");
+  // Until this step completes: a codec error (NaN gradients, ...) is found
+  // only after the update was enqueued, so a step that throws leaves weights
+  // that must not be used again (the CPU trainer throws before its update).
+  failed_ = true;
 
   // 1 + 2. Gradients and local scales. Workers are issued in turn; their
   // kernels overlap on the devices through the separate streams. The scales
@@ -259,25 +265,52 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     TG_CUDA_CHECK(cudaEventRecord(dev.params_ready, s));
   }
 
-  // Codec errors (NaN gradients, ...) surface here with the codec's message.
+  // Codec errors (NaN gradients, ...) surface here with the codec's message;
+  // every workspace is checked (and every stream waited for) before one is
+  // rethrown: the cause (a non-finite gradient) rather than its echo in
+  // other workers (a NaN shared scale refused by their encodes). The
+  // aggregation checks also end the step: the next step's peer copies must
+  // not land in buffers still being summed.
   double loss = 0;
+  std::exception_ptr first_error;
+  bool cause_found = false;
+  auto settle = [&](tqc::Workspace& ws, cudaStream_t s) {
+    try {
+      ws.check(s);
+    } catch (const quantize::CodecError& e) {
+      const bool cause = e.code() == quantize::Errc::kNonFinite;
+      if (!first_error || (cause && !cause_found)) first_error = std::current_exception();
+      cause_found |= cause;
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  };
   for (int w = 0; w < N; ++w) {
     Worker& wk = *workers_[w];
     DeviceGuard guard(devices_[wk.device]->ordinal);
-    wk.codec_ws->check(wk.ctx.stream());
     float l = 0;
     TG_CUDA_CHECK(cudaMemcpyAsync(&l, wk.loss.data(), sizeof(float), cudaMemcpyDeviceToHost, wk.ctx.stream()));
-    wk.ctx.synchronize();
+    settle(*wk.codec_ws, wk.ctx.stream());
     loss += l;
   }
   for (auto& dev : devices_) {
     DeviceGuard guard(dev->ordinal);
-    dev->agg_ws->check(dev->agg->stream());
+    settle(*dev->agg_ws, dev->agg->stream());
   }
+  if (first_error) std::rethrow_exception(first_error);
+  failed_ = false;
   return static_cast<float>(loss / N);
 }
 
+void VirtualWorkers::require_usable(const char* what) const {
+  if (failed_)
+    throw std::logic_error(std::string("GPU virtual workers: ") + what +
+                           " after a failed step (its update may have been applied in part); restore a checkpoint "
+                           "with upload_state() first");
+}
+
 void VirtualWorkers::update_average(float one_minus_decay) {
+  require_usable("update_average");
   if (!cfg_.moving_average)
     throw std::logic_error("GPU virtual workers: update_average without config.moving_average");
   for (auto& dev : devices_) {
@@ -289,12 +322,14 @@ void VirtualWorkers::update_average(float one_minus_decay) {
 const DeviceParams& VirtualWorkers::params() const { return devices_.front()->state->params(); }
 
 void VirtualWorkers::download_params(ParamSet& params) {
+  require_usable("download_params");
   Device& first = *devices_.front();
   DeviceGuard guard(first.ordinal);
   first.state->download_params(params, first.agg->stream());
 }
 
 void VirtualWorkers::download_state(const HostTrainState& host) {
+  require_usable("download_state");
   Device& first = *devices_.front();
   DeviceGuard guard(first.ordinal);
   first.state->download(host, first.agg->stream());
@@ -306,6 +341,7 @@ void VirtualWorkers::upload_state(const HostTrainState& host) {
     dev->state->upload(host, dev->agg->stream());
     TG_CUDA_CHECK(cudaEventRecord(dev->params_ready, dev->agg->stream()));
   }
+  failed_ = false;  // a complete state again
 }
 
 std::vector<uint8_t> VirtualWorkers::payload_to_host(int w, size_t v) {

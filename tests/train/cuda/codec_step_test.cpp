@@ -134,6 +134,40 @@ TEST(GpuCodecStep, Fp32SumsInWorkerOrder) {
   expect_same("fp32", 4);
 }
 
+// The training step sums every variable through one aggregation workspace
+// and checks it once: shared-scale variables with different scales are
+// separate sums, not a scale mismatch (regression: they used to be).
+TEST(GpuCodecStep, SharedScaleVariablesShareOneWorkspace) {
+  TG_REQUIRE_GPU();
+  const std::string spec = "terngrad:clip=2.5,share_scale=1";
+  const VariableCodec c = VariableCodec::parse(comm::make_codec(spec)->spec());
+  constexpr int N = 3;
+  GpuContext ctx;
+  tqc::Workspace ws(kN);
+  DeviceBuffer counts(kN * sizeof(int16_t));
+  std::vector<CpuResult> cpu;
+  std::vector<DeviceTensor> sums;
+  std::vector<std::vector<DeviceBuffer>> payloads(2);
+  for (int var = 0; var < 2; ++var) {
+    auto grads = worker_grads(N);
+    for (Tensor& g : grads)
+      for (float& x : g.data) x *= 3.0f * (var + 1);  // a different shared scale per variable
+    cpu.push_back(cpu_path(spec, grads, 5));
+    std::vector<const uint8_t*> pp;
+    for (int w = 0; w < N; ++w) {
+      const auto& bytes = cpu.back().payloads[w];
+      payloads[var].emplace_back(bytes.size());
+      TG_CUDA_CHECK(cudaMemcpy(payloads[var][w].data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      pp.push_back(payloads[var][w].as<uint8_t>());
+    }
+    sums.emplace_back(Shape{static_cast<int64_t>(kN)});
+    const std::vector<const float*> unused(N, nullptr);
+    aggregate_variable_async(c, pp, unused, kN, true, sums.back().ptr(), counts.as<int16_t>(), ws, ctx.stream());
+  }
+  ws.check(ctx.stream());
+  for (int var = 0; var < 2; ++var) EXPECT_EQ(to_host(sums[var]).data, cpu[var].sum) << "variable " << var;
+}
+
 TEST(VariableCodec, ParsesTheTrainersSpecs) {
   // Runs without a device: plan parsing is host code.
   const VariableCodec t = VariableCodec::parse(comm::make_codec("terngrad:clip=1.5,share_scale=0")->spec());

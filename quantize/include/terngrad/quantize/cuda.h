@@ -114,7 +114,15 @@ void decode_accumulate_async(const uint8_t* d_payload, size_t payload_bytes, flo
                              uint64_t n, Workspace& ws, cudaStream_t stream);
 
 // d_counts[0, n) += signed codes of d_payload (exact shared-scale summation).
+// Every payload summed into one workspace until the next check() or
+// begin_counts_async() must carry the same scale (else kScaleMismatch).
 void accumulate_counts_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts,
                              uint64_t n, Workspace& ws, cudaStream_t stream);
+
+// Starts a new shared-scale sum in `ws` without a check(): the next
+// accumulate_counts_async takes its payload's scale as the sum's. Lets one
+// workspace sum several variables (each with its own shared scale) in
+// stream order and be checked once. Pending errors are kept.
+void begin_counts_async(Workspace& ws, cudaStream_t stream);
 
 }  // namespace terngrad::quantize::cuda

@@ -62,6 +62,8 @@ class VirtualWorkers {
   // One synchronous step. batches[w], labels[w]: worker w's batch (labels
   // already validated by the data pipeline). Returns the mean loss over
   // workers (N floats are read back: the step's only synchronization).
+  // A step that throws (NaN gradients, a malformed payload, a CUDA error)
+  // leaves the object unusable until upload_state() restores a state.
   float step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
              float lr);
 
@@ -94,6 +96,8 @@ class VirtualWorkers {
   std::vector<VariableCodec> codecs_;
   std::vector<std::unique_ptr<Device>> devices_;  // destroyed after the workers
   std::vector<std::unique_ptr<Worker>> workers_;
+  bool failed_ = false;  // the last step threw after enqueuing work: see step()
+  void require_usable(const char* what) const;
 };
 
 }  // namespace terngrad::train::cuda

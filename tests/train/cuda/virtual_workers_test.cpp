@@ -1,0 +1,55 @@
+// VirtualWorkers' failure contract: NaN gradients are reported with the
+// codec's message (naming the non-finite element), and since the update was
+// already enqueued when the device found them, the object refuses further
+// use until a state is uploaded again.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "terngrad/train/cuda/virtual_workers.h"
+#include "terngrad/train/models.h"
+#include "terngrad/train/optimizer.h"
+
+namespace terngrad::train::cuda {
+namespace {
+
+TEST(VirtualWorkers, NonFiniteGradientsFailTheStepAndPoisonTheState) {
+  TG_REQUIRE_GPU();
+  const auto m = make_model("lenet", ModelOptions{}, 3);
+  VirtualWorkersConfig cfg;
+  cfg.num_workers = 2;
+  cfg.plan.assign(m->params().size(), "terngrad:clip=2.5,share_scale=1");
+  cfg.optimizer.name = "momentum";
+  cfg.codec_seeds = {1, 2};
+  cfg.dropout_seed = [](int64_t, int w) { return static_cast<uint64_t>(w); };
+  VirtualWorkers vw(*m, cfg);
+
+  std::vector<Tensor> batches = {testing::random_tensor({4, 28, 28, 1}, 1), testing::random_tensor({4, 28, 28, 1}, 2)};
+  const std::vector<std::vector<int32_t>> labels = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  EXPECT_TRUE(std::isfinite(vw.step(0, batches, labels, 0.01f)));
+
+  batches[1].data[17] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    vw.step(1, batches, labels, 0.01f);
+    FAIL() << "a NaN input (so NaN gradients) was not reported";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("is NaN"), std::string::npos) << e.what();
+  }
+  ParamSet host = m->params();
+  EXPECT_THROW(vw.download_params(host), std::logic_error);
+  EXPECT_THROW(vw.step(2, batches, labels, 0.01f), std::logic_error);
+
+  // A complete state again: usable.
+  auto optimizer = make_optimizer("momentum");
+  optimizer->init(host);
+  vw.upload_state(HostTrainState{&host, optimizer.get(), nullptr});
+  batches[1].data[17] = 0.5f;
+  EXPECT_TRUE(std::isfinite(vw.step(2, batches, labels, 0.01f)));
+}
+
+}  // namespace
+}  // namespace terngrad::train::cuda
