@@ -54,7 +54,8 @@ packages=(
   dataset-fashion-mnist
 )
 
-rm -rf "$DEST"
+# An unpacked root/ from a local test is dropped too: it must not travel.
+rm -rf "$DEST" .device-deps/root .device-deps/root.tmp
 mkdir -p "$DEST"
 specs=()
 for p in "${packages[@]}"; do
