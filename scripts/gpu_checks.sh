@@ -7,6 +7,26 @@
 #
 # BUILD_DIR (default build-gpu) and JOBS (default nproc) override the build.
 # Exit status: 0 when every test passed, 1 otherwise (benchmarks never fail it).
+#
+# On a lent GPU machine without our Debian packages (no network there): make
+# the package bundle first, here, in the checkout that the device tool sends
+# (the session's own checkout):
+#
+#   bash scripts/device_bundle.sh        # -> .device-deps/debs (git-ignored, ~40 MiB)
+#
+# then call the device tool's `run` with
+#
+#   carry:     [".device-deps/debs"]      (not ".device-deps": an unpacked root/ there is too big)
+#   command:   bash scripts/gpu_checks.sh "$OUT/gpu_checks.txt"
+#   timeout_s: 600
+#
+# and read gpu_checks.txt from the files that come back. When .device-deps/debs
+# exists (TG_DEVICE_DEPS names another bundle folder; TG_NO_BUNDLE=1 ignores
+# it), scripts/unpack_device_deps.sh unpacks it into .device-deps/root and is
+# sourced: CMake then finds Eigen, ZLIB, Protobuf, gRPC (and absl, re2,
+# c-ares, OpenSSL), GTest and benchmark there, the programs load their shared
+# libraries from there, and tg-train reads the Fashion-MNIST files from there.
+# Without a bundle the system's packages are used (scripts/install_deps.sh).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu_checks_$(date -u +%Y%m%dT%H%M%SZ).txt}
@@ -33,8 +53,29 @@ exec > >(tee "$OUT") 2>&1
   nvidia-smi || echo "nvidia-smi failed: no driver/GPU visible"
   nvcc --version | tail -1
 
+  section "dependencies"
+  deps_args=()
+  deps_dir=${TG_DEVICE_DEPS:-.device-deps}
+  if [ -d "$deps_dir/debs" ] && [ -z "${TG_NO_BUNDLE:-}" ]; then
+    echo "package bundle $deps_dir/debs:"
+    cat "$deps_dir/debs/MANIFEST" 2>/dev/null
+    export TG_DEVICE_DEPS=$deps_dir
+    if source scripts/unpack_device_deps.sh; then
+      read -ra deps_args <<<"$TG_DEPS_CMAKE_ARGS"
+      echo "unpacked in $TG_DEPS_ROOT; CMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH"
+    else
+      echo "unpacking the bundle failed: building against the system's packages"
+      status=1
+    fi
+  else
+    echo "no package bundle ($deps_dir/debs): the system's packages"
+  fi
+
   section "build (sm_90)"
-  run cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+  run cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      "${deps_args[@]}"
+  grep -E '^(Eigen3_DIR|ZLIB_LIBRARY_RELEASE|Protobuf_LIBRARY|Protobuf_PROTOC_EXECUTABLE|gRPC_DIR|absl_DIR|GTest_DIR|benchmark_DIR)[:=]' \
+      "$BUILD_DIR/CMakeCache.txt" 2>/dev/null
   run cmake --build "$BUILD_DIR" -j"$JOBS" --target quantize_cuda_tests train_cuda_tests codec_cuda_bench \
       gpu_train_step_bench tg-train tg-cluster distributed_tests capi_cuda_test
 
@@ -68,10 +109,16 @@ exec > >(tee "$OUT") 2>&1
   section "benchmark: GPU train step, 4 virtual workers x batch 64 (+ PyTorch eager reference)"
   "$BUILD_DIR"/bench/gpu_train_step_bench --workers=4 --batch=64
   section "PyTorch reference: TernGrad encode and train steps on the GPU"
-  python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 || echo "PyTorch reference unavailable"
+  # (with the machine's own LD_LIBRARY_PATH: PyTorch needs none of the bundle)
+  if [ -n "${TG_DEPS_ROOT:-}" ]; then
+    LD_LIBRARY_PATH=${TG_ORIG_LD_LIBRARY_PATH:-} python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 ||
+      echo "PyTorch reference unavailable"
+  else
+    python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 || echo "PyTorch reference unavailable"
+  fi
 
   section "tg-train --device=gpu: LeNet, 4 workers, TernGrad, 500 steps, EMA (synthetic data unless the IDX files exist)"
-  data=/usr/share/datasets/fashion-mnist
+  data=${TG_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
   ds=""
   [ -d "$data" ] || ds="--dataset_name=synthetic"
   run "$BUILD_DIR"/experiments/tg-train --net=lenet --device=gpu --num_nodes=4 --batch_size=16 --max_steps=500 \
