@@ -71,9 +71,27 @@ exec > >(tee "$OUT") 2>&1
     echo "no package bundle ($deps_dir/debs): the system's packages"
   fi
 
+  section "cuDNN and cuBLAS"
+  # train/cuda needs cudnn.h and libcudnn. Images that ship cuDNN only inside
+  # PyTorch's pip wheel (nvidia-cudnn-*) have no copy in the CUDA toolkit:
+  # point the build there (TG_CUDNN_ROOT) and let the loader find its parts.
+  cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+  echo "CUDA toolkit: $cuda_home"
+  ls "$cuda_home"/lib64 2>/dev/null | grep -E '^lib(cublas|cudnn)[^_]*\.so' | head
+  if [ -z "${TG_CUDNN_ROOT:-}" ] && ! ls "$cuda_home"/include/cudnn.h "$cuda_home"/targets/*/include/cudnn.h >/dev/null 2>&1; then
+    wheel=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/cudnn.h" ]; then
+      export TG_CUDNN_ROOT=$wheel
+      export LD_LIBRARY_PATH="$wheel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "cuDNN from the Python wheel: $wheel ($(ls "$wheel"/lib | tr '\n' ' '))"
+    else
+      echo "no cuDNN found (toolkit or Python wheel): train/cuda will not be built"
+    fi
+  fi
+
   section "build (sm_90)"
   run cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTG_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      "${deps_args[@]}"
+      ${TG_CUDNN_ROOT:+-DTG_CUDNN_ROOT="$TG_CUDNN_ROOT"} "${deps_args[@]}"
   grep -E '^(Eigen3_DIR|ZLIB_LIBRARY_RELEASE|Protobuf_LIBRARY|Protobuf_PROTOC_EXECUTABLE|gRPC_DIR|absl_DIR|GTest_DIR|benchmark_DIR)[:=]' \
       "$BUILD_DIR/CMakeCache.txt" 2>/dev/null
   run cmake --build "$BUILD_DIR" -j"$JOBS" --target quantize_cuda_tests train_cuda_tests codec_cuda_bench \
