@@ -2,15 +2,20 @@
 // GPU (default 4 x batch 64): device forward/backward, TernGrad encode with
 // the CUDA codec, on-device aggregation, momentum update
 // (terngrad/train/cuda/virtual_workers.h). Also fp32 (no codec) for the
-// codec's share of the step. Prints one line per configuration and, when
-// bench/pytorch_gpu_reference.py runs (python3 with torch and CUDA), the
-// PyTorch eager figures of the same step and the ratio.
+// codec's share of the step. Before timing, the first step's loss is checked
+// against the CPU model's loss on the same batches and weights (1e-4
+// relative). Prints one line per configuration and, given the JSON lines of
+// bench/pytorch_gpu_reference.py run on the same GPU (--reference), the
+// PyTorch eager rate of the same step and the ratio (target: >= 2x).
 //
-//   ./build/bench/gpu_train_step_bench [--workers=4] [--batch=64] [--steps=100]
+//   ./build/bench/gpu_train_step_bench [--workers=4] [--batch=64] [--steps=100] [--reference=FILE]
 //
 // Without a device it prints "no CUDA device: ..." and exits 0 (so the
 // check script can run it everywhere).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -35,13 +40,38 @@ int flag(int argc, char** argv, const std::string& name, int fallback) {
   return fallback;
 }
 
+std::string text_flag(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--" + name + "=", 0) == 0) return a.substr(name.size() + 3);
+  }
+  return "";
+}
+
+// examples_per_sec of the train_step line for (net, codec) in the reference
+// script's JSON lines; 0 when absent.
+double reference_rate(const std::string& path, const std::string& net, const std::string& codec) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"train_step\"") == std::string::npos || line.find("\"net\": \"" + net + "\"") == std::string::npos ||
+        line.find("\"codec\": \"" + codec + "\"") == std::string::npos)
+      continue;
+    const std::string key = "\"examples_per_sec\": ";
+    const size_t at = line.find(key);
+    if (at != std::string::npos) return std::atof(line.c_str() + at + key.size());
+  }
+  return 0;
+}
+
+uint64_t dropout_seed(int64_t step, int w) { return static_cast<uint64_t>(step) * 1000 + static_cast<uint64_t>(w); }
+
 double examples_per_sec(const std::string& net, const std::string& codec, int workers, int batch, int steps) {
   auto model = tt::make_model(net, tt::ModelOptions{}, 1);
   tc::VirtualWorkersConfig cfg;
   cfg.num_workers = workers;
   cfg.plan.assign(model->params().size(), codec);
   for (int w = 0; w < workers; ++w) cfg.codec_seeds.push_back(1000 + w);
-  cfg.dropout_seed = [](int64_t step, int w) { return static_cast<uint64_t>(step) * 1000 + w; };  // any distinct seeds
+  cfg.dropout_seed = dropout_seed;
   tc::VirtualWorkers vw(*model, cfg);
   tt::Shape in{batch};
   for (int64_t d : model->input_shape()) in.push_back(d);
@@ -53,7 +83,22 @@ double examples_per_sec(const std::string& net, const std::string& codec, int wo
     for (float& v : t.data) v = nd(rng);
   for (auto& l : y)
     for (int32_t& v : l) v = static_cast<int32_t>(rng() % 10);
-  for (int s = 0; s < 10; ++s) vw.step(s, x, y, 0.01f);  // warm-up: cuDNN algorithm choice, allocations
+  // Correct before fast: step 0's loss is the CPU model's mean loss at the
+  // same (initial) weights, batches and dropout seeds.
+  double cpu_loss = 0;
+  for (int w = 0; w < workers; ++w) {
+    auto ws = model->make_workspace();
+    tt::GradSet g = model->make_grads();
+    cpu_loss += model->forward_backward(ws, x[w], y[w], g, tt::ForwardContext{true, dropout_seed(0, w)});
+  }
+  cpu_loss /= workers;
+  const float gpu_loss = vw.step(0, x, y, 0.01f);
+  if (!(std::abs(gpu_loss - cpu_loss) <= 1e-4 * std::max(1.0, std::abs(cpu_loss)))) {
+    std::printf("%s %s: GPU step loss %.7g differs from the CPU model's %.7g: not timed\n", net.c_str(),
+                codec.c_str(), gpu_loss, cpu_loss);
+    std::exit(1);
+  }
+  for (int s = 1; s < 10; ++s) vw.step(s, x, y, 0.01f);  // warm-up: cuDNN algorithm choice, allocations
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -72,22 +117,23 @@ int main(int argc, char** argv) {
   }
   const int workers = flag(argc, argv, "workers", 4), batch = flag(argc, argv, "batch", 64);
   const int steps = flag(argc, argv, "steps", 100);
-  std::printf("net       codec     workers batch  examples/s  ms/step\n");
+  const std::string reference = text_flag(argc, argv, "reference");
+  std::printf("net       codec     workers batch  examples/s  ms/step  PyTorch ex/s  x PyTorch\n");
   for (const char* net : {"lenet", "cifarnet"}) {
     for (const char* codec : {"terngrad:clip=2.5,share_scale=1", "fp32"}) {
+      const std::string label = std::string(codec).substr(0, std::string(codec).find(':'));
       const double eps = examples_per_sec(net, codec, workers, batch, steps);
-      std::printf("%-9s %-9s %7d %5d %11.0f %8.3f\n", net, std::string(codec).substr(0, 8).c_str(), workers, batch, eps,
-                  1e3 * workers * batch / eps);
+      const double ref = reference.empty() ? 0 : reference_rate(reference, net, label);
+      std::printf("%-9s %-9s %7d %5d %11.0f %8.3f", net, label.c_str(), workers, batch, eps, 1e3 * workers * batch / eps);
+      if (ref > 0)
+        std::printf(" %13.0f %10.2f\n", ref, eps / ref);
+      else
+        std::printf(" %13s %10s\n", "-", "-");
     }
   }
   std::fflush(stdout);
-#ifdef TG_PYTORCH_GPU_SCRIPT
-  // The PyTorch reference, same GPU, same workers and batch.
-  const std::string cmd = "python3 " TG_PYTORCH_GPU_SCRIPT " --workers=" + std::to_string(workers) +
-                          " --batch=" + std::to_string(batch);
-  std::printf("PyTorch reference: %s\n", cmd.c_str());
-  std::fflush(stdout);
-  if (std::system(cmd.c_str()) != 0) std::printf("PyTorch reference did not run (python3 with torch+CUDA needed)\n");
-#endif
+  // The PyTorch eager reference (bench/pytorch_gpu_reference.py, same workers
+  // and batch) runs right after this program in scripts/gpu_checks.sh, with
+  // the machine's own library path.
   return 0;
 }

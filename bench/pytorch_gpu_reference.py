@@ -53,10 +53,27 @@ def terngrad_encode(g, clip=2.5):
 def ternarize(g, clip=2.5):
     sigma = g.std(unbiased=False)
     s = torch.minimum(g.abs().max(), clip * sigma)
-    if s == 0:
-        return torch.zeros_like(g)
-    keep = torch.rand_like(g) < g.abs().clamp(max=s) / s
+    # s == 0 keeps nothing (p = 0 / 1) without a host sync to test for it.
+    p = g.abs().clamp(max=s) / torch.where(s > 0, s, torch.ones_like(s))
+    keep = torch.rand_like(g) < p
     return torch.where(keep, s * torch.sign(g), torch.zeros_like(g))
+
+
+def check_encode(n=10007):
+    """Before timing: the packed codes decode to s*sign(g) or 0, never the other
+    sign, and their mean over draws approaches the clipped gradient."""
+    g = torch.randn(n, device="cuda")
+    total = torch.zeros_like(g)
+    draws = 200
+    for _ in range(draws):
+        s, packed = terngrad_encode(g)
+        c = torch.stack([(packed >> k) & 3 for k in (0, 2, 4, 6)], dim=1).reshape(-1)[:n]
+        if bool((c == 3).any()) or bool(((c == 1) & (g <= 0)).any()) or bool(((c == 2) & (g >= 0)).any()):
+            raise SystemExit("PyTorch reference encode: a code contradicts its gradient's sign")
+        total += torch.where(c == 1, s, torch.where(c == 2, -s, torch.zeros_like(s)))
+    err = (total / draws - g.clamp(-float(s), float(s))).abs().mean().item()
+    if err > 0.1:
+        raise SystemExit("PyTorch reference encode: mean of %d draws is %.3f off the clipped gradient" % (draws, err))
 
 
 def train_step_examples_per_sec(cls, workers, batch, codec):
@@ -96,6 +113,7 @@ def main():
         print(json.dumps({"error": "no CUDA device visible to torch"}))
         return
     torch.backends.cudnn.benchmark = True
+    check_encode()
     n = a.codec_elements
     g = torch.randn(n, device="cuda")
     out = torch.empty_like(g)

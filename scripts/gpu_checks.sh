@@ -138,16 +138,14 @@ exec > >(tee "$OUT") 2>&1
   if stage bench; then
   section "benchmark: CUDA codec vs D2D copy bandwidth"
   "$BUILD_DIR"/bench/codec_cuda_bench
-  section "benchmark: GPU train step, 4 virtual workers x batch 64 (+ PyTorch eager reference)"
-  "$BUILD_DIR"/bench/gpu_train_step_bench --workers=4 --batch=64
-  section "PyTorch reference: TernGrad encode and train steps on the GPU"
+  section "PyTorch reference on this GPU: TernGrad encode and train steps (eager)"
   # (with the machine's own LD_LIBRARY_PATH: PyTorch needs none of the bundle)
-  if [ -n "${TG_DEPS_ROOT:-}" ]; then
-    LD_LIBRARY_PATH=${TG_ORIG_LD_LIBRARY_PATH:-} python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 ||
-      echo "PyTorch reference unavailable"
-  else
-    python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 || echo "PyTorch reference unavailable"
-  fi
+  ref="$BUILD_DIR/pytorch_gpu_reference.jsonl"
+  LD_LIBRARY_PATH=${TG_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}} \
+    python3 bench/pytorch_gpu_reference.py --workers=4 --batch=64 >"$ref" || echo "PyTorch reference unavailable"
+  cat "$ref"
+  section "benchmark: GPU train step, 4 virtual workers x batch 64, against the PyTorch lines above"
+  "$BUILD_DIR"/bench/gpu_train_step_bench --workers=4 --batch=64 --reference="$ref"
   fi
 
   if stage train; then

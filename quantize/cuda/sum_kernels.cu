@@ -54,7 +54,10 @@ unsigned grid(uint64_t n) {
 
 SumDecoder::SumDecoder() {
   TG_CUDA_CHECK(cudaMalloc(&d_bad_, sizeof(unsigned long long)));
+  // Finished before any caller's stream (non-blocking streams do not wait
+  // for the legacy stream the memset runs on).
   TG_CUDA_CHECK(cudaMemset(d_bad_, 0xFF, sizeof(unsigned long long)));
+  TG_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 SumDecoder::~SumDecoder() {
@@ -84,7 +87,9 @@ void SumDecoder::check(cudaStream_t stream) {
   unsigned long long bad = kNone;
   TG_CUDA_CHECK(cudaMemcpy(&bad, d_bad_, sizeof bad, cudaMemcpyDeviceToHost));
   if (bad == kNone) return;
-  TG_CUDA_CHECK(cudaMemset(d_bad_, 0xFF, sizeof(unsigned long long)));
+  // Reset on the caller's stream and wait: the next decode on it sees the reset.
+  TG_CUDA_CHECK(cudaMemsetAsync(d_bad_, 0xFF, sizeof(unsigned long long), stream));
+  TG_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (bad == kPadding)
     detail::fail(Errc::kInvalidCode, "ternary sum payload: nonzero padding bits in the last byte");
   detail::fail(Errc::kInvalidCode, "ternary sum payload: element " + std::to_string(bad) +

@@ -60,12 +60,20 @@ struct ConvGpuScratch final : GpuScratch {
   throw std::invalid_argument(layer + " (GPU): " + what);
 }
 
+// Scratch one convolution pass may ask for; algorithms wanting more are passed over.
+constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
+
 template <class Perf>
 const Perf& pick_deterministic(const std::vector<Perf>& perf, int returned, const std::string& layer, const char* pass) {
-  // cuDNN returns the algorithms fastest first (by its heuristics).
+  // cuDNN returns the algorithms fastest first (by its heuristics). Plain
+  // fp32 only (a tensor-op entry would be TF32) and a bounded workspace.
   for (int i = 0; i < returned; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC) return perf[i];
-  fail(layer, std::string("cuDNN offers no deterministic ") + pass + " algorithm for this shape");
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
+        (perf[i].mathType == CUDNN_FMA_MATH || perf[i].mathType == CUDNN_DEFAULT_MATH) &&
+        perf[i].memory <= kMaxWorkspaceBytes)
+      return perf[i];
+  fail(layer, std::string("cuDNN offers no deterministic fp32 ") + pass + " algorithm within " +
+                  std::to_string(kMaxWorkspaceBytes >> 20) + " MiB of workspace for this shape");
 }
 
 class GpuConv2D final : public GpuLayer {
@@ -205,7 +213,11 @@ class GpuConv2D final : public GpuLayer {
                                                           count, &returned, fwd.data()));
     const auto& f = pick_deterministic(fwd, returned, conv_.name(), "forward");
     s->fwd_algo = f.algo;
-    s->fwd_bytes = f.memory;
+    // The heuristic's figure, or the exact query's if larger.
+    size_t bytes = 0;
+    TG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc,
+                                                           s->y_desc, f.algo, &bytes));
+    s->fwd_bytes = std::max(f.memory, bytes);
 
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn(), &count));
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(count);
@@ -213,7 +225,9 @@ class GpuConv2D final : public GpuLayer {
                                                                s->x_desc, count, &returned, bd.data()));
     const auto& d = pick_deterministic(bd, returned, conv_.name(), "backward-data");
     s->bwd_data_algo = d.algo;
-    s->bwd_data_bytes = d.memory;
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
+                                                                s->x_desc, d.algo, &bytes));
+    s->bwd_data_bytes = std::max(d.memory, bytes);
 
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(ctx.cudnn(), &count));
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(count);
@@ -221,7 +235,9 @@ class GpuConv2D final : public GpuLayer {
                                                                  s->w_desc, count, &returned, bf.data()));
     const auto& bfp = pick_deterministic(bf, returned, conv_.name(), "backward-filter");
     s->bwd_filter_algo = bfp.algo;
-    s->bwd_filter_bytes = bfp.memory;
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
+                                                                  s->w_desc, bfp.algo, &bytes));
+    s->bwd_filter_bytes = std::max(bfp.memory, bytes);
 
     const size_t wbytes = static_cast<size_t>(c.filters) * c.kernel_h * c.kernel_w * cg * sizeof(float);
     s->w_krsc.reserve(wbytes);

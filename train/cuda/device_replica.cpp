@@ -43,6 +43,7 @@ float DeviceReplica::compute_gradient(const Tensor& x, const std::vector<int32_t
   if (static_cast<int64_t>(labels.size()) != x.dim(0))
     throw std::invalid_argument("GPU replica: " + std::to_string(labels.size()) + " labels for a batch of " +
                                 std::to_string(x.dim(0)));
+  gpu_.check_labels(labels, "GPU replica");
   x_.upload(x, s);
   labels_.reserve(labels.size() * sizeof(int32_t));
   TG_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), labels.data(), labels.size() * sizeof(int32_t),

@@ -1,5 +1,8 @@
 #include "terngrad/train/cuda/gpu_model.h"
 
+#include <stdexcept>
+#include <string>
+
 #include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/cuda/loss.h"
 
@@ -67,6 +70,13 @@ const DeviceTensor& GpuModel::predict(GpuContext& ctx, Workspace& ws, const Devi
     in = &ws.acts[i + 1];
   }
   return *in;
+}
+
+void GpuModel::check_labels(std::span<const int32_t> labels, const std::string& who) const {
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] < 0 || labels[i] >= cpu_.num_classes())
+      throw std::invalid_argument(who + ": label " + std::to_string(i) + " is " + std::to_string(labels[i]) +
+                                  ", outside [0, " + std::to_string(cpu_.num_classes()) + ")");
 }
 
 }  // namespace terngrad::train::cuda

@@ -173,10 +173,12 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
   const size_t V = ps.size();
   if (batches.size() != static_cast<size_t>(N) || labels.size() != static_cast<size_t>(N))
     throw std::invalid_argument("GPU step: one batch and one label vector per worker are needed");
-  for (int w = 0; w < N; ++w)
+  for (int w = 0; w < N; ++w) {
     if (static_cast<int64_t>(labels[w].size()) != batches[w].dim(0))
       throw std::invalid_argument("GPU step: worker " + std::to_string(w) + " has " + std::to_string(labels[w].size()) +
                                   " labels for a batch of " + std::to_string(batches[w].dim(0)));
+    gpu_.check_labels(labels[w], "GPU step: worker " + std::to_string(w));
+  }
   require_usable("step");
   // Until this step completes: a codec error (NaN gradients, ...) is found
   // only after the update was enqueued, so a step that throws leaves weights

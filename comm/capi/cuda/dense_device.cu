@@ -200,7 +200,9 @@ DenseDevice::DenseDevice() {
   void* p = nullptr;
   cuda_try(cudaMalloc(&p, sizeof(DenseFaultRecord)), "cudaMalloc (fault record)");
   rec_ = static_cast<DenseFaultRecord*>(p);
-  const cudaError_t err = cudaMemset(rec_, 0, sizeof(DenseFaultRecord));
+  // Synchronized: callers' non-blocking streams do not wait for the legacy stream.
+  cudaError_t err = cudaMemset(rec_, 0, sizeof(DenseFaultRecord));
+  if (err == cudaSuccess) err = cudaStreamSynchronize(cudaStreamLegacy);
   if (err != cudaSuccess) {
     cudaFree(rec_);
     rec_ = nullptr;

@@ -30,8 +30,10 @@
  * return without waiting, except tg_codec_local_scale_device(), which waits
  * for the scale. Errors found on the device (NaN input, a malformed payload)
  * are reported by tg_codec_device_check(), which waits for the stream; the
- * device work after a failed check writes nothing. Without CUDA they return
- * TG_ERR_UNSUPPORTED.
+ * device work after a failed check writes nothing. A codec handle holds one
+ * device workspace: use it on one stream at a time (or synchronize between
+ * streams); give each concurrent stream its own handle. Without CUDA they
+ * return TG_ERR_UNSUPPORTED.
  *
  * Payload formats: terngrad is quantize/FORMAT.md (40-byte header, 2 bits per
  * element); fp32 and fp16 are a 16-byte header followed by the values.

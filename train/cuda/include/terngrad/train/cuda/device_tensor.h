@@ -61,7 +61,9 @@ struct DeviceTensor {
   void zero(cudaStream_t stream);
 };
 
-// Synchronous conveniences for tests and set-up code.
+// Synchronous conveniences for tests and set-up code. They run on the legacy
+// default stream, which the GPU contexts' non-blocking streams do not wait
+// for: synchronize the context that produced a tensor before to_host().
 DeviceTensor to_device(const Tensor& t);
 Tensor to_host(const DeviceTensor& t);
 

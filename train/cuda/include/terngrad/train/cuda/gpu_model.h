@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "terngrad/train/cuda/gpu_layer.h"
@@ -40,6 +42,11 @@ class GpuModel {
   const DeviceTensor& predict(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x) const;
 
   const Model& cpu() const { return cpu_; }
+
+  // Throws std::invalid_argument naming the first label outside
+  // [0, num_classes) and `who` (the CPU loss refuses those; on the device
+  // they would index outside the logits).
+  void check_labels(std::span<const int32_t> labels, const std::string& who) const;
 
  private:
   const Model& cpu_;
