@@ -133,8 +133,11 @@ std::vector<GridPoint> plan(const Options& o) {
         GridPoint p;
         p.source = path;
         p.cfg = tx::at_grid_point(cfg, w, s, o.steps, path);
-        if (!o.device.empty())
-          p.cfg.mutable_cluster()->set_device(o.device == "gpu" ? tx::Cluster::GPU : tx::Cluster::CPU);
+        if (o.device == "gpu") p.cfg.mutable_cluster()->set_device(tx::Cluster::GPU);
+        if (o.device == "cpu") {  // one device: a GPU count means nothing there
+          p.cfg.mutable_cluster()->set_device(tx::Cluster::CPU);
+          p.cfg.mutable_cluster()->clear_num_gpus();
+        }
         p.flags = tx::train_flags(p.cfg, train_examples);
         p.steps = tx::training_steps(p.cfg, train_examples);
         tt::TrainConfig check;

@@ -6,7 +6,7 @@
 #
 #   bash scripts/device_bundle.sh          -> .device-deps/debs/*.deb (git-ignored)
 #
-# Then carry ".device-deps" to the device; there, scripts/unpack_device_deps.sh
+# Then carry ".device-deps/debs" to the device; there, scripts/unpack_device_deps.sh
 # (sourced by gpu_checks.sh) unpacks them with `dpkg -x` into
 # .device-deps/root, never into /.
 #

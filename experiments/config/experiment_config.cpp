@@ -267,7 +267,8 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
 
   flag("num_nodes", std::to_string(workers));
   if (p.cluster().device() == Cluster::GPU) flag("device", "gpu");
-  if (p.cluster().num_gpus() > 1) flag("num_gpus", std::to_string(p.cluster().num_gpus()));
+  if (p.cluster().device() == Cluster::GPU && p.cluster().num_gpus() > 1)
+    flag("num_gpus", std::to_string(p.cluster().num_gpus()));
   flag("batch_size", std::to_string(per_worker));
   flag("max_steps", std::to_string(steps));
 

@@ -168,9 +168,6 @@ VirtualWorkers::~VirtualWorkers() {
 float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
                            const std::vector<std::vector<int32_t>>& labels, float lr) {
   const int N = cfg_.num_workers;
-  const int D = static_cast<int>(devices_.size());
-  const ParamSet& ps = model_.params();
-  const size_t V = ps.size();
   if (batches.size() != static_cast<size_t>(N) || labels.size() != static_cast<size_t>(N))
     throw std::invalid_argument("GPU step: one batch and one label vector per worker are needed");
   for (int w = 0; w < N; ++w) {
@@ -184,6 +181,27 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
   // only after the update was enqueued, so a step that throws leaves weights
   // that must not be used again (the CPU trainer throws before its update).
   failed_ = true;
+  std::vector<float> losses(N);
+  try {
+    enqueue_step(step, batches, labels, lr, losses);
+  } catch (...) {
+    (void)settle_all();  // no stream left running, no stale error record
+    throw;
+  }
+  if (std::exception_ptr error = settle_all()) std::rethrow_exception(error);
+  failed_ = false;
+  double loss = 0;
+  for (float l : losses) loss += l;
+  return static_cast<float>(loss / N);
+}
+
+void VirtualWorkers::enqueue_step(int64_t step, const std::vector<Tensor>& batches,
+                                  const std::vector<std::vector<int32_t>>& labels, float lr,
+                                  std::vector<float>& losses) {
+  const int N = cfg_.num_workers;
+  const int D = static_cast<int>(devices_.size());
+  const ParamSet& ps = model_.params();
+  const size_t V = ps.size();
 
   // 1 + 2. Gradients and local scales. Workers are issued in turn; their
   // kernels overlap on the devices through the separate streams. The scales
@@ -267,17 +285,26 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
     TG_CUDA_CHECK(cudaEventRecord(dev.params_ready, s));
   }
 
-  // Codec errors (NaN gradients, ...) surface here with the codec's message;
-  // every workspace is checked (and every stream waited for) before one is
-  // rethrown: the cause (a non-finite gradient) rather than its echo in
-  // other workers (a NaN shared scale refused by their encodes). The
-  // aggregation checks also end the step: the next step's peer copies must
-  // not land in buffers still being summed.
-  double loss = 0;
+  // The losses come down once the workers' streams get there (settle_all waits).
+  for (int w = 0; w < N; ++w) {
+    Worker& wk = *workers_[w];
+    DeviceGuard guard(devices_[wk.device]->ordinal);
+    TG_CUDA_CHECK(cudaMemcpyAsync(&losses[w], wk.loss.data(), sizeof(float), cudaMemcpyDeviceToHost, wk.ctx.stream()));
+  }
+}
+
+// Codec errors (NaN gradients, ...) surface here with the codec's message:
+// every workspace is checked (which waits for its stream and clears its
+// record) before one error is returned: the cause (a non-finite gradient)
+// rather than its echo in other workers (a NaN shared scale refused by their
+// encodes). Waiting for the aggregation streams also ends the step: the next
+// step's peer copies must not land in buffers still being summed.
+std::exception_ptr VirtualWorkers::settle_all() {
   std::exception_ptr first_error;
   bool cause_found = false;
-  auto settle = [&](tqc::Workspace& ws, cudaStream_t s) {
+  auto settle = [&](int ordinal, tqc::Workspace& ws, cudaStream_t s) {
     try {
+      DeviceGuard guard(ordinal);
       ws.check(s);
     } catch (const quantize::CodecError& e) {
       const bool cause = e.code() == quantize::Errc::kNonFinite;
@@ -287,21 +314,9 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
       if (!first_error) first_error = std::current_exception();
     }
   };
-  for (int w = 0; w < N; ++w) {
-    Worker& wk = *workers_[w];
-    DeviceGuard guard(devices_[wk.device]->ordinal);
-    float l = 0;
-    TG_CUDA_CHECK(cudaMemcpyAsync(&l, wk.loss.data(), sizeof(float), cudaMemcpyDeviceToHost, wk.ctx.stream()));
-    settle(*wk.codec_ws, wk.ctx.stream());
-    loss += l;
-  }
-  for (auto& dev : devices_) {
-    DeviceGuard guard(dev->ordinal);
-    settle(*dev->agg_ws, dev->agg->stream());
-  }
-  if (first_error) std::rethrow_exception(first_error);
-  failed_ = false;
-  return static_cast<float>(loss / N);
+  for (auto& wk : workers_) settle(devices_[wk->device]->ordinal, *wk->codec_ws, wk->ctx.stream());
+  for (auto& dev : devices_) settle(dev->ordinal, *dev->agg_ws, dev->agg->stream());
+  return first_error;
 }
 
 void VirtualWorkers::require_usable(const char* what) const {
@@ -315,10 +330,12 @@ void VirtualWorkers::update_average(float one_minus_decay) {
   require_usable("update_average");
   if (!cfg_.moving_average)
     throw std::logic_error("GPU virtual workers: update_average without config.moving_average");
+  failed_ = true;  // until every GPU's average is updated
   for (auto& dev : devices_) {
     DeviceGuard guard(dev->ordinal);
     dev->state->update_average(one_minus_decay, dev->agg->stream());
   }
+  failed_ = false;
 }
 
 const DeviceParams& VirtualWorkers::params() const { return devices_.front()->state->params(); }
@@ -338,6 +355,8 @@ void VirtualWorkers::download_state(const HostTrainState& host) {
 }
 
 void VirtualWorkers::upload_state(const HostTrainState& host) {
+  failed_ = true;              // until every GPU holds the host state
+  (void)settle_all();          // after a failed step: streams idle, error records cleared
   for (auto& dev : devices_) {
     DeviceGuard guard(dev->ordinal);
     dev->state->upload(host, dev->agg->stream());

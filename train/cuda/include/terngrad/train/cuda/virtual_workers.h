@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -96,8 +97,13 @@ class VirtualWorkers {
   std::vector<VariableCodec> codecs_;
   std::vector<std::unique_ptr<Device>> devices_;  // destroyed after the workers
   std::vector<std::unique_ptr<Worker>> workers_;
-  bool failed_ = false;  // the last step threw after enqueuing work: see step()
+  bool failed_ = false;  // the last step (or state change) threw part-way: see step()
   void require_usable(const char* what) const;
+  void enqueue_step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
+                    float lr, std::vector<float>& losses);
+  // Waits for every stream and clears every workspace's error record;
+  // returns the error to report, if any.
+  std::exception_ptr settle_all();
 };
 
 }  // namespace terngrad::train::cuda
