@@ -153,6 +153,10 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
 // Streams and library handles are released with their own device current.
 VirtualWorkers::~VirtualWorkers() {
   try {
+    if (evaluator_) {
+      DeviceGuard guard(devices_.front()->ordinal);
+      evaluator_.reset();
+    }
     for (auto& wk : workers_) {
       DeviceGuard guard(devices_[wk->device]->ordinal);
       wk.reset();
@@ -363,6 +367,24 @@ void VirtualWorkers::upload_state(const HostTrainState& host) {
     TG_CUDA_CHECK(cudaEventRecord(dev->params_ready, dev->agg->stream()));
   }
   failed_ = false;  // a complete state again
+}
+
+void VirtualWorkers::predict(const Tensor& x, bool average, Tensor& logits) {
+  require_usable("predict");
+  if (average && !cfg_.moving_average)
+    throw std::logic_error("GPU virtual workers: predict with the average without config.moving_average");
+  Device& first = *devices_.front();
+  DeviceGuard guard(first.ordinal);
+  if (!evaluator_) {
+    evaluator_ = std::make_unique<Worker>();
+    evaluator_->ws = gpu_.make_workspace();
+  }
+  Worker& ev = *evaluator_;
+  first.agg->synchronize();  // the last update and average are in
+  ev.x.upload(x, ev.ctx.stream());
+  const DeviceParams& weights = average ? first.state->average() : first.state->params();
+  gpu_.predict(ev.ctx, ev.ws, weights, ev.x).download(logits, ev.ctx.stream());
+  ev.ctx.synchronize();
 }
 
 std::vector<uint8_t> VirtualWorkers::payload_to_host(int w, size_t v) {

@@ -1,10 +1,11 @@
 // --device=gpu: the in-process run of trainer.cpp with the step on the GPU
 // (terngrad/train/cuda/virtual_workers.h). Data, schedule, codec plan,
-// seeds, evaluation, the moving average's rule and the checkpoints come from
-// the same TrainingSession as the CPU run, so the two differ only where the
-// arithmetic runs. Checkpoints are the CPU trainer's (the device state is
-// copied into the session's optimizer and average before saving and back
-// after restoring): a run can move between --device=cpu and --device=gpu.
+// seeds, the evaluation batches, the moving average's rule and the
+// checkpoints come from the same TrainingSession as the CPU run, so the two
+// differ only where the arithmetic runs (evaluation too runs on the GPU).
+// Checkpoints are the CPU trainer's (the device state is copied into the
+// session's optimizer and average before saving and back after restoring):
+// a run can move between --device=cpu and --device=gpu.
 //
 // Not on the GPU (refused with a message): rmsprop and the fp16 codec.
 // All three nets run, AlexNet's Dropout included: each worker gets the CPU
@@ -51,6 +52,10 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   cuda::VirtualWorkers workers(s.model(), wc);
   const cuda::HostTrainState host{&s.params(), &s.optimizer(), s.ema()};
   if (start_step > 0) workers.upload_state(host);
+  // Evaluation runs on the first GPU, at the weights and at their average.
+  TrainingSession::DeviceLogits on_device;
+  on_device.raw = [&workers](const Tensor& x, Tensor& logits) { workers.predict(x, false, logits); };
+  if (s.ema()) on_device.average = [&workers](const Tensor& x, Tensor& logits) { workers.predict(x, true, logits); };
 
   std::unique_ptr<JsonlWriter> log;
   if (!cfg.train_dir.empty()) log = std::make_unique<JsonlWriter>(cfg.train_dir + "/metrics.jsonl", true);
@@ -82,8 +87,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
       log->write(o);
     }
     if (cfg.eval_interval_steps > 0 && (step + 1) % cfg.eval_interval_steps == 0 && step + 1 < cfg.max_steps) {
-      workers.download_state(host);
-      s.evaluate_into(result);
+      s.evaluate_into(result, &on_device);
       log_eval(log.get(), step + 1, result, cfg.quiet);
     }
     if (cfg.save_interval_steps > 0 && (step + 1) % cfg.save_interval_steps == 0 && step + 1 < cfg.max_steps) {
@@ -96,9 +100,9 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   result.steps = cfg.max_steps;
   result.examples = steps_run * cfg.batch_size * N;
   result.examples_per_sec = train_secs > 0 ? result.examples / train_secs : 0;
-  workers.download_state(host);
-  s.evaluate_into(result);
+  s.evaluate_into(result, &on_device);
   log_eval(log.get(), cfg.max_steps, result, cfg.quiet);
+  workers.download_state(host);  // for the checkpoint and the exported weights
   s.save(cfg.max_steps);
   export_model(s, cfg.max_steps);
   result.codec_summary = codec_summary(s.plan());

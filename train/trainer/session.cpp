@@ -102,8 +102,33 @@ std::string codec_summary(const std::vector<std::string>& plan) {
   return s;
 }
 
+namespace {
+
+// Batch b of the evaluation: examples [b * eval_batch_size, ...) of the first `total`.
+void eval_batch(const Dataset& test, Preprocess pre, const TrainConfig& cfg, int64_t total, int64_t b,
+                std::vector<int64_t>& idx, Tensor& x, std::vector<int32_t>& labels) {
+  const int64_t first = b * cfg.eval_batch_size, n = std::min(cfg.eval_batch_size, total - first);
+  idx.resize(n);
+  for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
+  fill_batch(test, idx, pre, 0, x, labels);
+}
+
+int64_t eval_examples(const Dataset& test, const TrainConfig& cfg) {
+  return cfg.max_eval_examples > 0 ? std::min(cfg.max_eval_examples, test.count) : test.count;
+}
+
+EvalResult eval_result(int64_t total, int64_t top1, int64_t top5) {
+  EvalResult r;
+  r.examples = total;
+  r.top1 = total ? static_cast<double>(top1) / total : 0;
+  r.top5 = total ? static_cast<double>(top5) / total : 0;
+  return r;
+}
+
+}  // namespace
+
 EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg) {
-  const int64_t total = cfg.max_eval_examples > 0 ? std::min(cfg.max_eval_examples, test.count) : test.count;
+  const int64_t total = eval_examples(test, cfg);
   const int64_t batches = (total + cfg.eval_batch_size - 1) / cfg.eval_batch_size;
   int64_t top1 = 0, top5 = 0;
 #pragma omp parallel reduction(+ : top1, top5)
@@ -114,21 +139,32 @@ EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, con
     std::vector<int64_t> idx;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < batches; ++b) {
-      const int64_t first = b * cfg.eval_batch_size, n = std::min(cfg.eval_batch_size, total - first);
-      idx.resize(n);
-      for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
-      fill_batch(test, idx, pre, 0, x, labels);
+      eval_batch(test, pre, cfg, total, b, idx, x, labels);
       int64_t c1 = 0, c5 = 0;
       topk_correct(model.predict(ws, x), labels, c1, c5);
       top1 += c1;
       top5 += c5;
     }
   }
-  EvalResult r;
-  r.examples = total;
-  r.top1 = total ? static_cast<double>(top1) / total : 0;
-  r.top5 = total ? static_cast<double>(top5) / total : 0;
-  return r;
+  return eval_result(total, top1, top5);
+}
+
+EvalResult evaluate_with(const LogitsFn& logits_of, const Dataset& test, Preprocess pre, const TrainConfig& cfg) {
+  const int64_t total = eval_examples(test, cfg);
+  const int64_t batches = (total + cfg.eval_batch_size - 1) / cfg.eval_batch_size;
+  int64_t top1 = 0, top5 = 0;
+  Tensor x, logits;
+  std::vector<int32_t> labels;
+  std::vector<int64_t> idx;
+  for (int64_t b = 0; b < batches; ++b) {
+    eval_batch(test, pre, cfg, total, b, idx, x, labels);
+    logits_of(x, logits);
+    int64_t c1 = 0, c5 = 0;
+    topk_correct(logits, labels, c1, c5);
+    top1 += c1;
+    top5 += c5;
+  }
+  return eval_result(total, top1, top5);
 }
 
 TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::vector<int> workers,
@@ -289,18 +325,23 @@ void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {
   if (ema_) ema_->update(params(), step);
 }
 
-void TrainingSession::evaluate_into(TrainResult& r) {
-  const EvalResult raw = evaluate(*model_, data_.test, data_.eval_pre, cfg_);
+void TrainingSession::evaluate_into(TrainResult& r, const DeviceLogits* device) {
+  const EvalResult raw = device ? evaluate_with(device->raw, data_.test, data_.eval_pre, cfg_)
+                                : evaluate(*model_, data_.test, data_.eval_pre, cfg_);
   r.top1 = raw.top1;
   r.top5 = raw.top5;
   r.eval_examples = raw.examples;
-  if (ema_) {
+  if (!ema_) return;
+  EvalResult e;
+  if (device) {
+    e = evaluate_with(device->average, data_.test, data_.eval_pre, cfg_);
+  } else {
     ema_->swap(params());
-    const EvalResult e = evaluate(*model_, data_.test, data_.eval_pre, cfg_);
+    e = evaluate(*model_, data_.test, data_.eval_pre, cfg_);
     ema_->swap(params());
-    r.ema_top1 = e.top1;
-    r.ema_top5 = e.top5;
   }
+  r.ema_top1 = e.top1;
+  r.ema_top5 = e.top5;
 }
 
 }  // namespace terngrad::train::detail

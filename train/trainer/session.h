@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,6 +61,12 @@ struct EvalResult {
 TrainResult run_training_gpu(const TrainConfig& cfg);
 
 EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg);
+
+// The logits ([n, classes]) of a batch: evaluation on another backend.
+using LogitsFn = std::function<void(const Tensor& x, Tensor& logits)>;
+// evaluate() with the logits from `logits_of`, one batch after another
+// (the same batches, preprocessing and counting).
+EvalResult evaluate_with(const LogitsFn& logits_of, const Dataset& test, Preprocess pre, const TrainConfig& cfg);
 
 // Model, optimizer, schedule, EMA, and the state of the workers this process runs.
 class TrainingSession {
@@ -122,8 +129,12 @@ class TrainingSession {
   // A zero gradient set shaped like the variables.
   GradSet make_grads() const { return model_->make_grads(); }
 
-  // Raw and (if enabled) EMA test accuracy of the current weights.
-  void evaluate_into(TrainResult& r);
+  // Raw and (if enabled) EMA test accuracy of the current weights; with
+  // `device`, of the weights and average it computes logits with (a GPU run).
+  struct DeviceLogits {
+    LogitsFn raw, average;
+  };
+  void evaluate_into(TrainResult& r, const DeviceLogits* device = nullptr);
 
   // Codec state blobs of this process's workers (for checkpoints).
   BlobMap codec_states() const;

@@ -1,7 +1,8 @@
 // VirtualWorkers' failure contract: NaN gradients are reported with the
 // codec's message (naming the non-finite element), and since the update was
 // already enqueued when the device found them, the object refuses further
-// use until a state is uploaded again.
+// use until a state is uploaded again. And evaluation on the device: the
+// logits at the weights and at their average against the CPU model's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,6 +50,42 @@ TEST(VirtualWorkers, NonFiniteGradientsFailTheStepAndPoisonTheState) {
   vw.upload_state(HostTrainState{&host, optimizer.get(), nullptr});
   batches[1].data[17] = 0.5f;
   EXPECT_TRUE(std::isfinite(vw.step(2, batches, labels, 0.01f)));
+}
+
+TEST(VirtualWorkers, PredictMatchesTheCpuModelAtTheWeightsAndTheAverage) {
+  TG_REQUIRE_GPU();
+  const auto m = make_model("lenet", ModelOptions{}, 3);
+  VirtualWorkersConfig cfg;
+  cfg.num_workers = 2;
+  cfg.plan.assign(m->params().size(), "fp32");
+  cfg.optimizer.name = "sgd";
+  cfg.codec_seeds = {1, 2};
+  cfg.dropout_seed = [](int64_t, int w) { return static_cast<uint64_t>(w); };
+  cfg.moving_average = true;
+  VirtualWorkers vw(*m, cfg);
+  const Tensor x = testing::random_tensor({16, 28, 28, 1}, 9);
+  auto ws = m->make_workspace();
+  Tensor gpu;
+  vw.predict(x, false, gpu);
+  EXPECT_LE(testing::relative_error(gpu, m->predict(ws, x)), 1e-4);
+
+  // One step, then an average of exactly the new weights (decay 0): the
+  // average's logits are the trained weights' logits, which moved.
+  const std::vector<Tensor> batches = {testing::random_tensor({4, 28, 28, 1}, 1),
+                                       testing::random_tensor({4, 28, 28, 1}, 2)};
+  vw.step(0, batches, {{0, 1, 2, 3}, {4, 5, 6, 7}}, 0.1f);
+  vw.update_average(1.0f);
+  Tensor trained, averaged;
+  vw.predict(x, false, trained);
+  vw.predict(x, true, averaged);
+  EXPECT_EQ(averaged.data, trained.data);
+  EXPECT_NE(trained.data, gpu.data) << "the step did not change the weights";
+  ParamSet now = m->params();
+  vw.download_params(now);
+  auto moved = make_model("lenet", ModelOptions{}, 3);
+  moved->params() = now;
+  auto ws2 = moved->make_workspace();
+  EXPECT_LE(testing::relative_error(trained, moved->predict(ws2, x)), 1e-4);
 }
 
 }  // namespace

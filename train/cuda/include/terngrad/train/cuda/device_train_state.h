@@ -36,6 +36,8 @@ class DeviceTrainState {
   DeviceParams& params() { return params_; }
   const DeviceParams& params() const { return params_; }
   bool has_average() const { return !shadows_.empty(); }
+  // The moving average of the weights (empty without one).
+  const DeviceParams& average() const { return shadows_; }
 
   // params -= optimizer(grads) at rate lr, on `stream`.
   void apply(const DeviceGrads& grads, float lr, cudaStream_t stream);

@@ -78,6 +78,9 @@ class VirtualWorkers {
   // (checkpoints, evaluation of the average) and back (resuming).
   void download_state(const HostTrainState& host);
   void upload_state(const HostTrainState& host);
+  // Evaluation on the device: the logits ([n, classes]) of a batch x at the
+  // trained weights, or at their moving average (config.moving_average).
+  void predict(const Tensor& x, bool average, Tensor& logits);
   // Worker w's payload of variable v from the last step, as packed bytes on
   // the host (what a distributed worker would push; empty for fp32).
   std::vector<uint8_t> payload_to_host(int w, size_t v);
@@ -104,6 +107,7 @@ class VirtualWorkers {
   // Waits for every stream and clears every workspace's error record;
   // returns the error to report, if any.
   std::exception_ptr settle_all();
+  std::unique_ptr<Worker> evaluator_;  // predict()'s context on the first GPU, made on first use
 };
 
 }  // namespace terngrad::train::cuda
