@@ -18,16 +18,21 @@
 namespace terngrad::train::cuda {
 namespace {
 
+// Two LeNet workers, every variable with `codec`.
+VirtualWorkersConfig two_workers(const Model& m, const std::string& codec, const std::string& optimizer) {
+  VirtualWorkersConfig cfg;
+  cfg.num_workers = 2;
+  cfg.plan.assign(m.params().size(), codec);
+  cfg.optimizer.name = optimizer;
+  cfg.codec_seeds = {1, 2};
+  cfg.dropout_seed = [](int64_t, int w) { return static_cast<uint64_t>(w); };
+  return cfg;
+}
+
 TEST(VirtualWorkers, NonFiniteGradientsFailTheStepAndPoisonTheState) {
   TG_REQUIRE_GPU();
   const auto m = make_model("lenet", ModelOptions{}, 3);
-  VirtualWorkersConfig cfg;
-  cfg.num_workers = 2;
-  cfg.plan.assign(m->params().size(), "terngrad:clip=2.5,share_scale=1");
-  cfg.optimizer.name = "momentum";
-  cfg.codec_seeds = {1, 2};
-  cfg.dropout_seed = [](int64_t, int w) { return static_cast<uint64_t>(w); };
-  VirtualWorkers vw(*m, cfg);
+  VirtualWorkers vw(*m, two_workers(*m, "terngrad:clip=2.5,share_scale=1", "momentum"));
 
   std::vector<Tensor> batches = {testing::random_tensor({4, 28, 28, 1}, 1), testing::random_tensor({4, 28, 28, 1}, 2)};
   const std::vector<std::vector<int32_t>> labels = {{0, 1, 2, 3}, {4, 5, 6, 7}};
@@ -55,12 +60,7 @@ TEST(VirtualWorkers, NonFiniteGradientsFailTheStepAndPoisonTheState) {
 TEST(VirtualWorkers, PredictMatchesTheCpuModelAtTheWeightsAndTheAverage) {
   TG_REQUIRE_GPU();
   const auto m = make_model("lenet", ModelOptions{}, 3);
-  VirtualWorkersConfig cfg;
-  cfg.num_workers = 2;
-  cfg.plan.assign(m->params().size(), "fp32");
-  cfg.optimizer.name = "sgd";
-  cfg.codec_seeds = {1, 2};
-  cfg.dropout_seed = [](int64_t, int w) { return static_cast<uint64_t>(w); };
+  VirtualWorkersConfig cfg = two_workers(*m, "fp32", "sgd");
   cfg.moving_average = true;
   VirtualWorkers vw(*m, cfg);
   const Tensor x = testing::random_tensor({16, 28, 28, 1}, 9);
