@@ -72,7 +72,7 @@ struct TrainConfig {
   int64_t log_every_n_steps = 10;
   int threads = 0;                  // 0 = all cores
   // cpu: the Eigen/OpenMP layers. gpu: the CUDA backend (cuDNN/cuBLAS layers,
-  // the CUDA codec in the loop, num_nodes virtual workers on one GPU); needs
+  // the CUDA codec in the loop, num_nodes virtual workers on num_gpus GPUs); needs
   // a CUDA build and a device, and fails with a message saying which is missing.
   std::string device = "cpu";
   // gpu: the virtual workers are spread over devices 0..num_gpus-1 in
