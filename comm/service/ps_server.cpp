@@ -526,10 +526,15 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
+  // After the chief finishes a sync run normally, the sums of completed
+  // steps are still served (until run() closes the port): a replica that is
+  // one pull behind the chief finishes its last step instead of failing.
+  bool serves_after_finish(int64_t step) const { return sync && phase == Phase::kFinished && step < global_step; }
+
   grpc::Status Pull(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer) override {
     std::unique_lock<std::mutex> lock(mu);
-    if (ended()) return ended_status();
-    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Pull before Init");
+    if (ended() && !serves_after_finish(req->step())) return ended_status();
+    if (phase == Phase::kWaitingInit) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Pull before Init");
     if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
     heard(req->replica());
     rpc::PullChunk out;
@@ -547,7 +552,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     }
     const int64_t step = req->step();
     long_poll(lock, ctx, [&] { return step < global_step; });
-    if (ended()) return ended_status();
+    if (ended() && !serves_after_finish(step)) return ended_status();
     if (step >= global_step) {
       out.mutable_header()->set_ready(false);
       out.mutable_header()->set_step(step);

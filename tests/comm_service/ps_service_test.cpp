@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -73,11 +74,8 @@ std::vector<std::string> addresses(const std::vector<std::unique_ptr<PsTask>>& p
   return a;
 }
 
-// A replica's whole sync step against a layout: scales, slices, push, pull;
-// returns the decoded sum per variable.
-std::vector<std::vector<float>> sync_step(tc::WorkerClient& c, int replica, int64_t step,
-                                          std::vector<std::unique_ptr<tc::GradientCodec>>& codecs,
-                                          uint32_t* contributions = nullptr) {
+// The first half of a replica's sync step against a layout: scales, slices, push.
+void push_step(tc::WorkerClient& c, int replica, int64_t step, std::vector<std::unique_ptr<tc::GradientCodec>>& codecs) {
   const tc::Layout& l = c.layout();
   std::vector<std::vector<float>> grads;
   std::vector<float> scales;
@@ -104,6 +102,13 @@ std::vector<std::vector<float>> sync_step(tc::WorkerClient& c, int replica, int6
   }
   std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
   c.push(step, 0.5f * replica, views);
+}
+
+// The second half: pull the step's sums; returns the decoded sum per variable.
+std::vector<std::vector<float>> pull_step(tc::WorkerClient& c, int64_t step,
+                                          std::vector<std::unique_ptr<tc::GradientCodec>>& codecs,
+                                          uint32_t* contributions = nullptr) {
+  const tc::Layout& l = c.layout();
   std::vector<std::vector<uint8_t>> sums;
   const auto got = c.pull_sums(step, sums);
   if (contributions) *contributions = got.contributions;
@@ -114,6 +119,14 @@ std::vector<std::vector<float>> sync_step(tc::WorkerClient& c, int replica, int6
       codecs[v]->decode_aggregate(sums[s], std::span<float>(out[v]).subspan(l.shards[s].begin, l.shards[s].count));
   }
   return out;
+}
+
+// A replica's whole sync step.
+std::vector<std::vector<float>> sync_step(tc::WorkerClient& c, int replica, int64_t step,
+                                          std::vector<std::unique_ptr<tc::GradientCodec>>& codecs,
+                                          uint32_t* contributions = nullptr) {
+  push_step(c, replica, step, codecs);
+  return pull_step(c, step, codecs, contributions);
 }
 
 std::vector<tc::VariableSpec> variables() {
@@ -153,6 +166,44 @@ std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, 
     p->thread = std::thread([] {});
   }
   return results[0];
+}
+
+// The chief may finish the run while another replica has pushed its last
+// step but not yet pulled the sums: that pull is still answered (it used to
+// fail with "training finished" when the chief got there first).
+TEST(PsService, ALastPullAfterTheChiefFinishedIsServed) {
+  std::vector<std::unique_ptr<PsTask>> ps;
+  ps.push_back(std::make_unique<PsTask>(0, 2));
+  const tc::Layout layout = tc::place_variables(variables(), 1, tc::PlacementOptions{});
+  std::promise<void> chief_done;
+  std::vector<std::vector<std::vector<float>>> sums(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        tc::WorkerClient c(addresses(ps), layout, r, true, 2, 2, fast_client());
+        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+        for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
+        c.join(0);
+        push_step(c, r, 0, codecs);
+        if (r == 1) chief_done.get_future().wait();  // the chief pulls and finishes first
+        sums[r] = pull_step(c, 0, codecs);
+        c.finish(true);
+        if (r == 0) chief_done.set_value();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (r == 0) chief_done.set_value();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(sums[1], sums[0]);
+  ps[0]->thread.join();
+  EXPECT_EQ(ps[0]->error, "");
+  ps[0]->thread = std::thread([] {});
 }
 
 TEST(PsService, SyncSumsEqualTheCodecAggregateInReplicaOrder) {
