@@ -5,13 +5,13 @@
 #include <omp.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
 
+#include "in_process_run.h"
 #include "session.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/safetensors.h"
@@ -76,18 +76,13 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   std::vector<std::vector<uint8_t>> aggregates(V);
 
   const int64_t start_step = s.restore();
-  std::unique_ptr<JsonlWriter> log;
-  if (!cfg.train_dir.empty()) log = std::make_unique<JsonlWriter>(cfg.train_dir + "/metrics.jsonl", true);
-
   GradSet sum = s.make_grads();
   std::vector<float> losses(N), shared(V, 0.0f);
-  Progress progress(cfg.max_steps, cfg.batch_size * N, cfg.quiet);
-  TrainResult result;
-  result.fp32_bytes_per_worker_step = fp32_per_step;
-  result.bytes_sent_per_worker_step = sent_per_step;
   double recv_total = 0;
-  int64_t steps_run = 0;
-  const auto t_train = Clock::now();
+  detail::InProcessRun run(s, N, t_start);
+  run.result().fp32_bytes_per_worker_step = fp32_per_step;
+  run.result().bytes_sent_per_worker_step = sent_per_step;
+  const detail::InProcessRun::Hooks hooks{[&s](TrainResult& r) { s.evaluate_into(r); }, nullptr};
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
     // 1. Every worker: batch, gradient (+ weight decay), local scales.
@@ -118,41 +113,10 @@ TrainResult run_training(const TrainConfig& cfg_in) {
 
     double loss = 0;
     for (float l : losses) loss += l;
-    loss /= N;
-    if (!std::isfinite(loss))
-      throw std::runtime_error("training diverged at step " + std::to_string(step) + ": loss is " +
-                               std::to_string(loss) + " (lower --initial_learning_rate?)");
-    result.final_loss = loss;
-    ++steps_run;
-    progress.update(step + 1, loss);
-    if (log && cfg.log_every_n_steps > 0 && ((step + 1) % cfg.log_every_n_steps == 0 || step + 1 == cfg.max_steps)) {
-      const double secs = std::chrono::duration<double>(Clock::now() - t_train).count();
-      JsonObject o;
-      o.add("event", "train").add("step", step + 1).add("loss", loss).add("learning_rate", s.lr(step))
-          .add("examples_per_sec", secs > 0 ? steps_run * cfg.batch_size * N / secs : 0.0)
-          .add("bytes_sent_per_worker", sent_per_step).add("bytes_recv_per_worker", recv);
-      log->write(o);
-    }
-    if (cfg.eval_interval_steps > 0 && (step + 1) % cfg.eval_interval_steps == 0 && step + 1 < cfg.max_steps) {
-      s.evaluate_into(result);
-      detail::log_eval(log.get(), step + 1, result, cfg.quiet);
-    }
-    if (cfg.save_interval_steps > 0 && (step + 1) % cfg.save_interval_steps == 0 && step + 1 < cfg.max_steps)
-      s.save(step + 1);
+    run.after_step(step, loss / N, [recv](JsonObject& o) { o.add("bytes_recv_per_worker", recv); }, hooks);
   }
-  const double train_secs = std::chrono::duration<double>(Clock::now() - t_train).count();
-  progress.finish();
-  result.steps = cfg.max_steps;
-  result.examples = steps_run * cfg.batch_size * N;
-  result.examples_per_sec = train_secs > 0 ? result.examples / train_secs : 0;
-  result.bytes_recv_per_worker_step = steps_run > 0 ? recv_total / steps_run : 0;
-  s.evaluate_into(result);
-  detail::log_eval(log.get(), cfg.max_steps, result, cfg.quiet);
-  s.save(cfg.max_steps);
-  detail::export_model(s, cfg.max_steps);
-  result.codec_summary = detail::codec_summary(s.plan());
-  result.wall_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
-  return result;
+  run.result().bytes_recv_per_worker_step = run.steps_run() > 0 ? recv_total / run.steps_run() : 0;
+  return run.finish(hooks);
 }
 
 }  // namespace terngrad::train
