@@ -111,13 +111,18 @@ double examples_per_sec(const std::string& net, const std::string& codec, int wo
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string reference = text_flag(argc, argv, "reference");
+  if (!reference.empty() && !std::ifstream(reference)) {
+    std::printf("--reference=%s: cannot read the file (bench/pytorch_gpu_reference.py's JSON lines)\n",
+                reference.c_str());
+    return 2;
+  }
   if (!tc::gpu_available()) {
     std::printf("no CUDA device: %s; gpu_train_step_bench measured nothing\n", tc::gpu_unavailable_reason().c_str());
     return 0;
   }
   const int workers = flag(argc, argv, "workers", 4), batch = flag(argc, argv, "batch", 64);
   const int steps = flag(argc, argv, "steps", 100);
-  const std::string reference = text_flag(argc, argv, "reference");
   std::printf("net       codec     workers batch  examples/s  ms/step  PyTorch ex/s  x PyTorch\n");
   for (const char* net : {"lenet", "cifarnet"}) {
     for (const char* codec : {"terngrad:clip=2.5,share_scale=1", "fp32"}) {
