@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   cmake g++ make pkg-config python3
-  libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev
+  libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   dataset-fashion-mnist
   python3-numpy python3-torch python3-matplotlib

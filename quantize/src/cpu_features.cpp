@@ -1,43 +1,141 @@
 #include "terngrad/quantize/cpu_features.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "cpu_kernels.h"
+#include "terngrad/quantize/error.h"
 
 namespace terngrad::quantize {
 namespace {
 
-bool cpu_has_avx512() {
+// What the CPU and OS provide (libgcc's __builtin_cpu_supports checks XCR0,
+// so a feature the OS does not save is reported missing). The AVX2 level is
+// Highway's AVX2 target, whose code may use everything listed here.
+bool cpu_has(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kPortable:
+      return true;
 #if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq");
-#else
-  return false;
+    case SimdLevel::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("sse4.2") &&
+             __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("aes");
+    case SimdLevel::kAvx512:
+      return cpu_has(SimdLevel::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    case SimdLevel::kNeon:
+      return true;  // Advanced SIMD is part of every ARMv8-A CPU
+#endif
+    default:
+      return false;
+  }
 }
 
-bool simd_wanted_by_env() {
+// Preference order, best first.
+constexpr SimdLevel kBestFirst[] = {SimdLevel::kAvx512, SimdLevel::kAvx2, SimdLevel::kNeon,
+                                    SimdLevel::kPortable};
+
+SimdLevel best_level() {
+  for (SimdLevel l : kBestFirst)
+    if (simd_level_supported(l)) return l;
+  return SimdLevel::kPortable;
+}
+
+// The best supported level that is not above `wanted` in kBestFirst.
+SimdLevel fallback_for(SimdLevel wanted) {
+  bool reached = false;
+  for (SimdLevel l : kBestFirst) {
+    reached |= l == wanted;
+    if (reached && simd_level_supported(l)) return l;
+  }
+  return SimdLevel::kPortable;
+}
+
+SimdLevel level_from_env() {
   const char* v = std::getenv("TG_CPU_SIMD");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  if (v == nullptr || *v == '\0') return best_level();
+  const std::optional<SimdLevel> wanted = parse_simd_level(v);
+  if (!wanted) {
+    const SimdLevel best = best_level();
+    std::fprintf(stderr,
+                 "terngrad: TG_CPU_SIMD=%s is not one of portable, avx2, avx512, neon, native; "
+                 "using %s\n",
+                 v, simd_level_name(best));
+    return best;
+  }
+  if (simd_level_supported(*wanted)) return *wanted;
+  const SimdLevel used = fallback_for(*wanted);
+  std::fprintf(stderr, "terngrad: TG_CPU_SIMD=%s but this CPU cannot run the %s kernels; using %s\n",
+               v, simd_level_name(*wanted), simd_level_name(used));
+  return used;
 }
 
-std::atomic<bool>& simd_enabled() {
-  static std::atomic<bool> enabled{cpu_has_avx512() && simd_wanted_by_env()};
-  return enabled;
+std::atomic<SimdLevel>& active_level() {
+  static std::atomic<SimdLevel> level{level_from_env()};
+  return level;
 }
 
 }  // namespace
 
-bool cpu_simd_active() { return simd_enabled().load(std::memory_order_relaxed); }
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kPortable:
+      return "portable";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+    case SimdLevel::kNeon:
+      return "neon";
+  }
+  return "unknown";
+}
+
+std::optional<SimdLevel> parse_simd_level(std::string_view text) {
+  if (text == "portable" || text == "0") return SimdLevel::kPortable;
+  if (text == "avx2") return SimdLevel::kAvx2;
+  if (text == "avx512") return SimdLevel::kAvx512;
+  if (text == "neon") return SimdLevel::kNeon;
+  if (text == "native" || text == "1") return best_level();
+  return std::nullopt;
+}
+
+bool simd_level_supported(SimdLevel level) {
+  return cpu_has(level) && detail::kernels_compiled(level);
+}
+
+std::vector<SimdLevel> supported_simd_levels() {
+  std::vector<SimdLevel> out;
+  for (auto it = std::rbegin(kBestFirst); it != std::rend(kBestFirst); ++it)
+    if (simd_level_supported(*it)) out.push_back(*it);
+  return out;
+}
+
+SimdLevel cpu_simd_level() { return active_level().load(std::memory_order_relaxed); }
+
+void set_cpu_simd_level(SimdLevel level) {
+  if (!simd_level_supported(level)) {
+    throw CodecError(Errc::kInvalidArgument, std::string("this CPU cannot run the ") +
+                                                 simd_level_name(level) + " kernels");
+  }
+  active_level().store(level, std::memory_order_relaxed);
+}
+
+bool cpu_simd_active() { return cpu_simd_level() != SimdLevel::kPortable; }
 
 void set_cpu_simd(bool enabled) {
-  simd_enabled().store(enabled && cpu_has_avx512(), std::memory_order_relaxed);
+  active_level().store(enabled ? best_level() : SimdLevel::kPortable, std::memory_order_relaxed);
 }
 
 namespace detail {
-bool use_avx512() { return cpu_simd_active(); }
+const KernelTable& kernels() { return kernels_for(cpu_simd_level()); }
 }  // namespace detail
 
 }  // namespace terngrad::quantize

@@ -1,10 +1,14 @@
-// Private: the CPU kernels behind codec.h, one portable and one AVX-512
-// variant each, and the threading policy shared by the codec's passes.
+// Private: the CPU kernels behind codec.h and the threading policy shared by
+// the codec's passes. Each hot pass has a portable scalar kernel (the
+// reference), Highway kernels for AVX2, AVX-512 and NEON (simd_kernels.cpp)
+// and, where they measured faster, hand-written AVX-512 ones; a KernelTable
+// per SIMD level picks among them (cpu_features.h says how a level is chosen).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "terngrad/quantize/cpu_features.h"
 #include "terngrad/quantize/ternary_math.h"
 
 namespace terngrad::quantize::detail {
@@ -12,8 +16,6 @@ namespace terngrad::quantize::detail {
 // Below this many elements a pass runs on the calling thread: an OpenMP
 // fork/join costs more than the work.
 inline constexpr uint64_t kParallelMinElements = uint64_t{1} << 17;
-
-bool use_avx512();
 
 // Runs f(b) for b in [0, blocks): on all OpenMP threads for large tensors, as
 // a plain loop otherwise. The plain loop matters: even a disabled
@@ -37,6 +39,10 @@ struct ChunkSums {
 };
 ChunkSums chunk_sums_portable(const float* x, size_t len);
 ChunkSums chunk_sums_avx512(const float* x, size_t len);
+// Adds x[from, len) to the 32 canonical lanes and folds them: the scalar
+// tail every SIMD chunk kernel ends with.
+ChunkSums finish_chunk(const float* x, size_t from, size_t len, double* lane_sum, double* lane_sq,
+                       uint32_t max_bits);
 
 // Body bytes [k_begin, k_end) of a tensor with n elements.
 void encode_bytes_portable(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
@@ -50,5 +56,35 @@ void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, ui
                            float scale, bool accumulate, float* out);
 void decode_bytes_avx512(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,
                          float scale, bool accumulate, float* out);
+
+// The ps's fused sum (ternary_sum.h, sum_payloads): for the groups of 8
+// elements [g0, g1), adds the codes of `count` validated-length bodies (each
+// byte 2g, 2g+1 present for every group) as count + R fields and packs them,
+// `bits` bits each, into out (the sum body; group g starts at byte g*bits).
+// Writes exactly bytes [g0*bits, g1*bits). Returns nonzero if any input byte
+// held the reserved code 0b11 (the output is then garbage and discarded).
+uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
+                             uint32_t bits, uint8_t* out);
+
+// One kernel of each pass for one SIMD level.
+struct KernelTable {
+  ChunkSums (*chunk_sums)(const float* x, size_t len);
+  void (*encode_bytes)(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                       const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
+  void (*decode_bytes)(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                       float scale, bool accumulate, float* out);
+  uint32_t (*sum_groups)(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
+                         uint32_t bits, uint8_t* out);
+};
+
+// The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.
+const KernelTable* highway_kernels(SimdLevel level);
+
+// Whether this build holds kernels for the level (the CPU check is apart).
+bool kernels_compiled(SimdLevel level);
+
+// The table of a level this build holds (kernels_compiled), and of the level in use.
+const KernelTable& kernels_for(SimdLevel level);
+const KernelTable& kernels();
 
 }  // namespace terngrad::quantize::detail

@@ -1,8 +1,6 @@
 // Decode side: payload validation, decode, decode-accumulate and exact
 // shared-scale summation. Validation runs over the whole body before any
 // output is touched, so a bad payload never half-updates an accumulator.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -27,29 +25,6 @@ void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, ui
         out[4 * k + j] = v;
     }
   }
-}
-
-// 16 elements per step: the 4 body bytes behind them are broadcast to every
-// lane, each lane shifts out its own code, and a 4-entry table gives 0, s, -s.
-__attribute__((target("avx512f"))) void decode_bytes_avx512(const uint8_t* body, uint64_t n,
-                                                            uint64_t k_begin, uint64_t k_end,
-                                                            float scale, bool accumulate,
-                                                            float* out) {
-  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i three = _mm512_set1_epi32(3);
-  const __m512 table = _mm512_setr_ps(0.0f, scale, -scale, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  uint64_t k = k_begin;
-  for (; k + 4 <= k_end && 4 * (k + 4) <= n; k += 4) {
-    uint32_t word;
-    std::memcpy(&word, body + k, sizeof word);
-    const __m512i codes = _mm512_and_si512(
-        _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shifts), three);
-    __m512 v = _mm512_permutexvar_ps(codes, table);
-    float* o = out + 4 * k;
-    if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(o), v);
-    _mm512_storeu_ps(o, v);
-  }
-  decode_bytes_portable(body, n, k, k_end, scale, accumulate, out);
 }
 
 }  // namespace detail
@@ -146,7 +121,7 @@ void decode_into(std::span<const uint8_t> payload, std::span<float> out, bool ac
   require_length(h, out.size(), accumulate ? "accumulator" : "output");
   const uint8_t* body = checked_body(payload, h).data();
   const uint64_t n = h.count, nbytes = body_bytes(n);
-  auto* kernel = detail::use_avx512() ? detail::decode_bytes_avx512 : detail::decode_bytes_portable;
+  auto* kernel = detail::kernels().decode_bytes;
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
   float* o = out.data();
   detail::for_each_block(n, blocks, [&](uint64_t b) {

@@ -1,7 +1,5 @@
 // Statistics pass: canonical float64 sums (see ternary_math.h) so that the
 // result does not depend on thread count or SIMD width and equals the CUDA path.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -35,56 +33,16 @@ ChunkSums fold_lanes(double* lane_sum, double* lane_sq, uint32_t max_bits) {
 }
 }  // namespace
 
-ChunkSums chunk_sums_portable(const float* x, size_t len) {
-  double lane_sum[kStatsLanes] = {};
-  double lane_sq[kStatsLanes] = {};
-  uint32_t max_bits = 0;
-  add_to_lanes(x, 0, len, lane_sum, lane_sq, max_bits);
+ChunkSums finish_chunk(const float* x, size_t from, size_t len, double* lane_sum, double* lane_sq,
+                       uint32_t max_bits) {
+  add_to_lanes(x, from, len, lane_sum, lane_sq, max_bits);
   return fold_lanes(lane_sum, lane_sq, max_bits);
 }
 
-// Same lanes held in four zmm registers per sum: lanes 0-7, 8-15, 16-23, 24-31.
-__attribute__((target("avx512f,avx512dq"))) ChunkSums chunk_sums_avx512(const float* x,
-                                                                         size_t len) {
-  __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-  __m512d q0 = s0, q1 = s0, q2 = s0, q3 = s0;
-  __m512i mx = _mm512_setzero_si512();
-  const __m512i abs_mask = _mm512_set1_epi32(static_cast<int>(kAbsMask));
-  size_t e = 0;
-  for (; e + kStatsLanes <= len; e += kStatsLanes) {
-    // 2 KiB ahead: the hardware prefetcher alone leaves memory latency exposed.
-    _mm_prefetch(reinterpret_cast<const char*>(x + e + 512), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(x + e + 528), _MM_HINT_T0);
-    const __m512 a = _mm512_loadu_ps(x + e);
-    const __m512 b = _mm512_loadu_ps(x + e + 16);
-    const __m512d a0 = _mm512_cvtps_pd(_mm512_castps512_ps256(a));
-    const __m512d a1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(a, 1));
-    const __m512d b0 = _mm512_cvtps_pd(_mm512_castps512_ps256(b));
-    const __m512d b1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1));
-    s0 = _mm512_add_pd(s0, a0);
-    s1 = _mm512_add_pd(s1, a1);
-    s2 = _mm512_add_pd(s2, b0);
-    s3 = _mm512_add_pd(s3, b1);
-    q0 = _mm512_fmadd_pd(a0, a0, q0);  // product exact: fused == unfused
-    q1 = _mm512_fmadd_pd(a1, a1, q1);
-    q2 = _mm512_fmadd_pd(b0, b0, q2);
-    q3 = _mm512_fmadd_pd(b1, b1, q3);
-    mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(a), abs_mask));
-    mx = _mm512_max_epu32(mx, _mm512_and_si512(_mm512_castps_si512(b), abs_mask));
-  }
-  alignas(64) double lane_sum[kStatsLanes];
-  alignas(64) double lane_sq[kStatsLanes];
-  _mm512_store_pd(lane_sum + 0, s0);
-  _mm512_store_pd(lane_sum + 8, s1);
-  _mm512_store_pd(lane_sum + 16, s2);
-  _mm512_store_pd(lane_sum + 24, s3);
-  _mm512_store_pd(lane_sq + 0, q0);
-  _mm512_store_pd(lane_sq + 8, q1);
-  _mm512_store_pd(lane_sq + 16, q2);
-  _mm512_store_pd(lane_sq + 24, q3);
-  uint32_t max_bits = _mm512_reduce_max_epu32(mx);
-  add_to_lanes(x, e, len, lane_sum, lane_sq, max_bits);  // tail continues the lanes
-  return fold_lanes(lane_sum, lane_sq, max_bits);
+ChunkSums chunk_sums_portable(const float* x, size_t len) {
+  double lane_sum[kStatsLanes] = {};
+  double lane_sq[kStatsLanes] = {};
+  return finish_chunk(x, 0, len, lane_sum, lane_sq, 0);
 }
 
 }  // namespace detail
@@ -116,7 +74,7 @@ TensorStats compute_stats(std::span<const float> x) {
   const uint64_t n = x.size();
   if (n == 0) return TensorStats{};
   const uint64_t chunks = (n + kStatsChunk - 1) / kStatsChunk;
-  auto* kernel = detail::use_avx512() ? detail::chunk_sums_avx512 : detail::chunk_sums_portable;
+  auto* kernel = detail::kernels().chunk_sums;
   auto& partial = partials_scratch(chunks);
   const float* data = x.data();
 

@@ -238,6 +238,30 @@ constexpr PlusOneTable kCodePlusOne;
 // Fields fit 8-bit lanes while 2R <= 255.
 constexpr uint32_t kMaxLaneContributions = 127;
 
+// Group g (its first `present` elements, 1 to 8) of the sum: the fields of
+// count + R for each element, packed `bits` bits each at byte g*bits. Returns
+// the reserved-code bits seen (nonzero: a corrupt body).
+uint32_t sum_group(const uint8_t* const* bodies, size_t count, uint64_t g, uint64_t present,
+                   uint32_t bits, uint8_t* out) {
+  const uint64_t k = 2 * g;
+  const bool two = present > 4;  // the second input byte exists
+  uint32_t lo = 0, hi = 0, bad = 0;
+  for (size_t p = 0; p < count; ++p) {
+    const uint32_t b0 = bodies[p][k], b1 = two ? bodies[p][k + 1] : 0u;
+    bad |= invalid_code_mask(b0) | invalid_code_mask(b1);
+    lo += kCodePlusOne.v[b0];
+    hi += kCodePlusOne.v[b1];
+  }
+  uint64_t word = 0;
+  for (uint32_t j = 0; j < present; ++j) {
+    const uint64_t field = j < 4 ? (lo >> (8 * j)) & 0xFFu : (hi >> (8 * (j - 4))) & 0xFFu;
+    word |= field << (bits * j);
+  }
+  const uint64_t out_bytes = (present * bits + 7) / 8;  // whole groups: exactly `bits`
+  for (uint64_t i = 0; i < out_bytes; ++i) out[g * bits + i] = static_cast<uint8_t>(word >> (8 * i));
+  return bad;
+}
+
 // Header of a codec-1 payload without validating its body; fails like sum_shared.
 PayloadHeader header_only(std::span<const uint8_t> p, size_t index) {
   const HeaderFault f = check_header(p.data(), p.size());
@@ -286,33 +310,19 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
     if (pad != 0 && (payloads[p][kHeaderBytes + in_bytes - 1] & pad) != 0)
       throw CodecError(Errc::kInvalidCode, "payload " + std::to_string(p) + ": nonzero padding bits in the last byte");
 
+  std::vector<const uint8_t*> bodies(payloads.size());
+  for (size_t p = 0; p < payloads.size(); ++p) bodies[p] = payloads[p].data() + kHeaderBytes;
   uint8_t* body = out.data() + kHeaderBytes;
   const uint64_t groups = (n + 7) / 8;  // 8 elements: 2 input bytes per payload, `bits` output bytes
+  const uint64_t full_groups = n / 8;
   const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
+  auto* kernel = detail::kernels().sum_groups;
   std::atomic<bool> invalid{false};
   detail::for_each_block(n, blocks, [&](uint64_t blk) {
     const uint64_t g0 = blk * kGroupsPerBlock, g1 = std::min(groups, g0 + kGroupsPerBlock);
-    uint32_t bad = 0;
-    for (uint64_t g = g0; g < g1; ++g) {
-      const uint64_t k = 2 * g;
-      const bool two = k + 1 < in_bytes;  // the last group may hold only 4 or fewer elements
-      uint32_t lo = 0, hi = 0;
-      for (const auto& p : payloads) {
-        const uint8_t* in = p.data() + kHeaderBytes;
-        const uint32_t b0 = in[k], b1 = two ? in[k + 1] : 0u;
-        bad |= invalid_code_mask(b0) | invalid_code_mask(b1);
-        lo += kCodePlusOne.v[b0];
-        hi += kCodePlusOne.v[b1];
-      }
-      uint64_t word = 0;
-      const uint64_t present = std::min<uint64_t>(8, n - 8 * g);
-      for (uint32_t j = 0; j < present; ++j) {
-        const uint64_t field = j < 4 ? (lo >> (8 * j)) & 0xFFu : (hi >> (8 * (j - 4))) & 0xFFu;
-        word |= field << (bits * j);
-      }
-      const uint64_t out_bytes = (present * bits + 7) / 8;  // whole groups: exactly `bits`
-      for (uint64_t i = 0; i < out_bytes; ++i) body[g * bits + i] = static_cast<uint8_t>(word >> (8 * i));
-    }
+    uint32_t bad = kernel(bodies.data(), bodies.size(), g0, std::min(g1, full_groups), bits, body);
+    if (g1 > full_groups)  // the last group holds fewer than 8 elements
+      bad |= sum_group(bodies.data(), bodies.size(), full_groups, n - 8 * full_groups, bits, body);
     if (bad != 0) invalid.store(true, std::memory_order_relaxed);
   });
   if (invalid.load())
@@ -320,6 +330,15 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
   write_sum_header(out.data(), n, first.scale, r, bits, first.tensor_id, first.step);
   return bytes;
 }
+
+namespace detail {
+uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
+                             uint32_t bits, uint8_t* out) {
+  uint32_t bad = 0;
+  for (uint64_t g = g0; g < g1; ++g) bad |= sum_group(bodies, count, g, 8, bits, out);
+  return bad;
+}
+}  // namespace detail
 
 bool is_sum_payload(std::span<const uint8_t> payload) {
   return payload.size() >= kHeaderBytes && load_le32(payload.data()) == kMagicLe32 &&

@@ -8,6 +8,7 @@
 
 #include "reference_codec.h"
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/cpu_features.h"
 
 namespace tq = terngrad::quantize;
 
@@ -70,16 +71,19 @@ TEST(SliceEncode, SharedScaleSlices) {
   expect_slices_match(x, {0, 2048, 4096, 10000}, p);
 }
 
-TEST(SliceEncode, PortableKernelAgrees) {
+TEST(SliceEncode, EverySimdLevelAgreesWithThePortableKernels) {
   const auto x = tg_test::gradient_like(70001, 13);
   tq::EncodeParams p;
   p.seed = 1;
   p.step = 2;
-  const auto simd = encode_slices(x, {0, 33332, 70001}, p);
-  setenv("TG_CPU_SIMD", "0", 1);
+  const tq::SimdLevel saved = tq::cpu_simd_level();
+  tq::set_cpu_simd_level(tq::SimdLevel::kPortable);
   const auto portable = encode_slices(x, {0, 33332, 70001}, p);
-  unsetenv("TG_CPU_SIMD");
-  EXPECT_EQ(simd, portable);
+  for (tq::SimdLevel level : tq::supported_simd_levels()) {
+    tq::set_cpu_simd_level(level);
+    EXPECT_EQ(encode_slices(x, {0, 33332, 70001}, p), portable) << tq::simd_level_name(level);
+  }
+  tq::set_cpu_simd_level(saved);
 }
 
 TEST(SliceEncode, RandomWordsComeFromTheWholeTensorPositions) {

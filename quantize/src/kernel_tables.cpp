@@ -1,0 +1,44 @@
+// The kernels of each SIMD level. The Highway kernels (simd_kernels.cpp) are
+// the AVX2 and NEON levels; at AVX-512 the hand-written kernels
+// (avx512_kernels.cpp) replace the Highway ones where they measured faster.
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu_kernels.h"
+
+namespace terngrad::quantize::detail {
+namespace {
+
+const KernelTable kPortable{chunk_sums_portable, encode_bytes_portable, decode_bytes_portable,
+                            sum_groups_portable};
+
+#if defined(__x86_64__)
+KernelTable avx512_table() {
+  KernelTable t = *highway_kernels(SimdLevel::kAvx512);
+  const char* v = std::getenv("TG_HWY_AVX512");  // experiment: Highway throughout
+  if (v != nullptr && std::strcmp(v, "1") == 0) return t;
+  t.chunk_sums = chunk_sums_avx512;
+  t.encode_bytes = encode_bytes_avx512;
+  t.decode_bytes = decode_bytes_avx512;
+  return t;
+}
+#endif
+
+}  // namespace
+
+bool kernels_compiled(SimdLevel level) {
+  return level == SimdLevel::kPortable || highway_kernels(level) != nullptr;
+}
+
+const KernelTable& kernels_for(SimdLevel level) {
+#if defined(__x86_64__)
+  if (level == SimdLevel::kAvx512 && kernels_compiled(level)) {
+    static const KernelTable table = avx512_table();
+    return table;
+  }
+#endif
+  const KernelTable* t = highway_kernels(level);
+  return t != nullptr ? *t : kPortable;
+}
+
+}  // namespace terngrad::quantize::detail

@@ -1,0 +1,385 @@
+// The codec's SIMD kernels, written once with Google Highway and compiled for
+// AVX2, AVX-512 and NEON (foreach_target.h includes this file once per
+// target, each copy in its own namespace with its own target attributes).
+// cpu_features.cpp picks the level at run time; kernel_tables.cpp puts each
+// level's kernels in a KernelTable.
+//
+// Every kernel must give the bytes of its portable twin (ternary_math.h holds
+// the element-level rules). What keeps them identical:
+//  - stats: the 32 canonical float64 lanes are kept as whole vectors, each
+//    lane summing its elements in index order; x*x is exact in float64, so
+//    the fused multiply-add gives the portable sum of squares;
+//  - encode: the same float32 operations in the same order (min, one or two
+//    multiplies, a compare against the 24-bit random integer); no contraction
+//    (-ffp-contract=off and explicit Mul calls);
+//  - decode: the value is built from the scale's bits (+s, -s or +0), which is
+//    what scale * {1, -1, 0} rounds to; accumulate is one float32 add.
+//
+// SVE is not a target: Highway's SVE vectors are sizeless types, which cannot
+// live in the arrays these kernels keep their lanes and Philox states in, and
+// no SVE hardware was at hand to show that it would pay over NEON.
+
+// Before any Highway header: the targets to compile. SSSE3/SSE4 are below the
+// AVX2 level we dispatch to, and SVE is left out (above).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS \
+  (HWY_SSSE3 | HWY_SSE4 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format: the order above matters
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu_kernels.h"
+#include "terngrad/quantize/format.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace terngrad::quantize::detail {
+namespace HWY_NAMESPACE {
+
+// The scalar and emulated targets (the static target of a baseline x86-64
+// build) get no kernels: the portable ones are the scalar path.
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+#define TG_HWY_KERNELS 1
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using D64 = hn::Repartition<uint64_t, DF>;
+using DD = hn::Repartition<double, DF>;
+using DU8 = hn::Rebind<uint8_t, DF>;  // one byte per float lane
+using VF = hn::Vec<DF>;
+using VU = hn::Vec<DU>;
+using V64 = hn::Vec<D64>;
+using VD = hn::Vec<DD>;
+
+constexpr size_t kLanes = HWY_LANES(float);  // float lanes per vector: 4, 8 or 16
+static_assert(kStatsLanes % kLanes == 0, "the canonical lanes split into whole vectors");
+
+// ---------------------------------------------------------------- stats
+// Lane e % 32 of the canonical order: float vector f covers elements
+// [f*kLanes, (f+1)*kLanes) of each 32; its lower half widens into double
+// vector 2f, its upper half into 2f+1, so double vector a holds lanes
+// [a*kLanes/2, (a+1)*kLanes/2).
+ChunkSums StatsChunk(const float* x, size_t len) {
+  const DF df;
+  const DD dd;
+  const DU du;
+  const hn::Half<DF> dh;
+  constexpr size_t kFloatVecs = kStatsLanes / kLanes;
+  constexpr size_t kDoubleVecs = 2 * kFloatVecs;
+  VD sum[kDoubleVecs], sq[kDoubleVecs];
+  for (size_t a = 0; a < kDoubleVecs; ++a) sum[a] = sq[a] = hn::Zero(dd);
+  VU max_bits = hn::Zero(du);
+  const VU abs_mask = hn::Set(du, kAbsMask);
+  size_t e = 0;
+  for (; e + kStatsLanes <= len; e += kStatsLanes) {
+    // 2 KiB ahead: the hardware prefetcher alone leaves memory latency exposed.
+    hwy::Prefetch(x + e + 512);
+    for (size_t f = 0; f < kFloatVecs; ++f) {
+      const VF v = hn::LoadU(df, x + e + f * kLanes);
+      const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, v));
+      const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, v));
+      sum[2 * f] = hn::Add(sum[2 * f], lo);
+      sum[2 * f + 1] = hn::Add(sum[2 * f + 1], hi);
+      sq[2 * f] = hn::MulAdd(lo, lo, sq[2 * f]);  // the product is exact: fused == unfused
+      sq[2 * f + 1] = hn::MulAdd(hi, hi, sq[2 * f + 1]);
+      max_bits = hn::Max(max_bits, hn::And(hn::BitCast(du, v), abs_mask));
+    }
+  }
+  alignas(64) double lane_sum[kStatsLanes];
+  alignas(64) double lane_sq[kStatsLanes];
+  constexpr size_t kHalf = kLanes / 2;
+  for (size_t a = 0; a < kDoubleVecs; ++a) {
+    hn::Store(sum[a], dd, lane_sum + a * kHalf);
+    hn::Store(sq[a], dd, lane_sq + a * kHalf);
+  }
+  const uint32_t mx = hn::GetLane(hn::MaxOfLanes(du, max_bits));
+  return finish_chunk(x, e, len, lane_sum, lane_sq, mx);  // the tail continues the lanes
+}
+
+// ---------------------------------------------------------------- encode
+// Philox4x32-10 for kLanes/2 blocks: one 32-bit word in the low half of each
+// 64-bit lane, so MulEven (32x32 -> 64 on the low halves) yields the whole
+// product, and the garbage the upper halves collect is never read.
+struct PhiloxHalf {
+  V64 c0, c1, c2, c3;
+};
+
+HWY_INLINE void PhiloxRound(PhiloxHalf& s, V64 k0, V64 k1, hn::Vec<DU> mul0, hn::Vec<DU> mul1) {
+  const DU du;
+  const V64 p0 = hn::MulEven(hn::BitCast(du, s.c0), mul0);
+  const V64 p1 = hn::MulEven(hn::BitCast(du, s.c2), mul1);
+  s.c0 = hn::Xor(hn::Xor(hn::ShiftRight<32>(p1), s.c1), k0);
+  s.c2 = hn::Xor(hn::Xor(hn::ShiftRight<32>(p0), s.c3), k1);
+  s.c1 = p1;
+  s.c3 = p0;
+}
+
+// Word `w` of kLanes blocks as 32-bit lanes, block b in lane b: the even
+// half holds the even blocks, the odd half the odd ones, each in the low
+// 32 bits of its 64-bit lanes.
+HWY_INLINE VU Interleave(V64 even, V64 odd) {
+  const DU du;
+  return hn::OddEven(hn::BitCast(du, hn::ShiftLeft<32>(odd)), hn::BitCast(du, even));
+}
+
+// Blocks per loop iteration: kGroups groups of kLanes blocks (4*kLanes
+// elements each). Two Philox chains per group; more chains hide the multiply
+// latency where there are registers for them.
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kGroups = 1;  // 16 ymm registers: 2 chains (8 state vectors)
+#else
+constexpr size_t kGroups = 2;  // 32 registers: 4 chains
+#endif
+constexpr uint64_t kBlocksPerStep = kGroups * kLanes;
+
+// The quantizer's constants as vectors; kUnitPre: pre == 1, whose multiply
+// is exact and skipped (the bits stay the portable ones).
+template <bool kUnitPre>
+class GroupQuantizer {
+ public:
+  explicit GroupQuantizer(const TernaryQuantizer& q)
+      : scale_(hn::Set(DF(), q.scale)), pre_(hn::Set(DF(), q.pre)), inv24_(hn::Set(DF(), q.inv24)) {}
+
+  // 4*kLanes elements from p (element 4b+j: word j of block b) into kLanes bytes.
+  HWY_INLINE void operator()(const float* p, const VU (&words)[4], uint8_t* out) const {
+    const DF df;
+    const DI di;
+    hwy::Prefetch(p + 512);  // 2 KiB ahead, as in the stats pass
+    VF v[4];
+    hn::LoadInterleaved4(df, p, v[0], v[1], v[2], v[3]);  // v[j] lane b = p[4b + j]
+    hn::Vec<DI> bytes = hn::Zero(di);
+    for (int j = 0; j < 4; ++j) {
+      // fminf(|x|, s): a NaN |x| gives s, as in ternary_code.
+      const VF ax = hn::Abs(v[j]);
+      const VF a = hn::IfThenElse(ax < scale_, ax, scale_);
+      const VF t = kUnitPre ? hn::Mul(a, inv24_) : hn::Mul(hn::Mul(a, pre_), inv24_);
+      const VF u = hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<8>(words[j])));
+      // s > 0 here, so a == 0 gives t == 0 and is never kept: no a > 0 test.
+      const auto keep = hn::Or(a >= scale_, u < t);
+      const hn::Vec<DI> code =
+          hn::IfNegativeThenElse(hn::BitCast(di, v[j]), hn::Set(di, int32_t{kCodeMinus} << (2 * j)),
+                                 hn::Set(di, int32_t{kCodePlus} << (2 * j)));
+      bytes = hn::Or(bytes, hn::IfThenElseZero(hn::RebindMask(di, keep), code));
+    }
+    hn::StoreU(hn::DemoteTo(DU8(), bytes), DU8(), out);  // each lane is 0..255: exact
+  }
+
+ private:
+  VF scale_, pre_, inv24_;
+};
+
+template <bool kUnitPre>
+uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                     const TernaryQuantizer& q, const RngStream& rng, uint8_t* body) {
+  using namespace philox_constants;
+  const D64 d64;
+  const DU du;
+  const GroupQuantizer<kUnitPre> quantize(q);
+  // Keys of the 10 rounds, the counter words fixed for this tensor, and the
+  // lane offsets of the even and odd blocks.
+  V64 key0[kRounds], key1[kRounds];
+  uint32_t k0 = static_cast<uint32_t>(rng.seed), k1 = static_cast<uint32_t>(rng.seed >> 32);
+  for (int r = 0; r < kRounds; ++r) {
+    if (r > 0) {
+      k0 += kWeyl0;
+      k1 += kWeyl1;
+    }
+    key0[r] = hn::Set(d64, k0);
+    key1[r] = hn::Set(d64, k1);
+  }
+  const VU mul0 = hn::Set(du, kMul0), mul1 = hn::Set(du, kMul1);
+  const V64 step = hn::Set(d64, rng.step), tensor = hn::Set(d64, rng.tensor_id);
+  const V64 even = hn::ShiftLeft<1>(hn::Iota(d64, 0)), odd = hn::Add(even, hn::Set(d64, 1));
+
+  // Blocks k .. k+span-1 are SIMD-able if all their elements exist and the
+  // low counter word does not wrap inside them (rare: the portable path
+  // crosses). The counter of byte k is k + block_offset (a slice).
+  auto simd_ok = [&](uint64_t k, uint64_t span) {
+    const uint64_t counter = k + rng.block_offset;
+    return k + span <= k_end && 4 * (k + span) <= n &&
+           static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
+  };
+  uint64_t k = k_begin;
+  for (; simd_ok(k, kBlocksPerStep); k += kBlocksPerStep) {
+    const uint64_t counter = k + rng.block_offset;
+    const V64 hi = hn::Set(d64, static_cast<uint32_t>(counter >> 32));
+    PhiloxHalf s[2 * kGroups];
+    for (size_t g = 0; g < kGroups; ++g) {
+      const V64 base = hn::Set(d64, static_cast<uint32_t>(counter + g * kLanes));
+      s[2 * g] = {hn::Add(base, even), hi, step, tensor};
+      s[2 * g + 1] = {hn::Add(base, odd), hi, step, tensor};
+    }
+    for (int r = 0; r < kRounds; ++r)
+      for (size_t h = 0; h < 2 * kGroups; ++h) PhiloxRound(s[h], key0[r], key1[r], mul0, mul1);
+    for (size_t g = 0; g < kGroups; ++g) {
+      const PhiloxHalf& a = s[2 * g];
+      const PhiloxHalf& b = s[2 * g + 1];
+      const VU words[4] = {Interleave(a.c0, b.c0), Interleave(a.c1, b.c1), Interleave(a.c2, b.c2),
+                           Interleave(a.c3, b.c3)};
+      const uint64_t kb = k + g * kLanes;
+      quantize(x + 4 * kb, words, body + kb);
+    }
+  }
+  return k;
+}
+
+void EncodeBytes(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                 const TernaryQuantizer& q, const RngStream& rng, uint8_t* body) {
+  if (q.scale == 0.0f) {  // all-zero tensor: every code is 0
+    std::fill(body + k_begin, body + k_end, uint8_t{0});
+    return;
+  }
+  const uint64_t k = q.pre == 1.0f ? EncodeRange<true>(x, n, k_begin, k_end, q, rng, body)
+                                   : EncodeRange<false>(x, n, k_begin, k_end, q, rng, body);
+  encode_bytes_portable(x, n, k, k_end, q, rng, body);
+}
+
+// ---------------------------------------------------------------- decode
+// kLanes elements from kLanes/4 body bytes: the bytes are broadcast to every
+// lane and lane l shifts out code l; the value is built from the scale's
+// bits: code 1 -> s, code 2 -> -s (sign bit set), code 0 -> +0.
+void DecodeBytes(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end, float scale,
+                 bool accumulate, float* out) {
+  const DF df;
+  const DU du;
+  constexpr uint64_t kBytes = kLanes / 4;
+  const VU shifts = hn::ShiftLeft<1>(hn::Iota(du, 0));
+  const VU three = hn::Set(du, 3), scale_bits = hn::Set(du, float_bits(scale));
+  uint64_t k = k_begin;
+  auto values = [&](uint64_t at) {
+    uint32_t word = 0;
+    std::memcpy(&word, body + at, kBytes);
+    const VU codes = hn::And(hn::Set(du, word) >> shifts, three);
+    const VU sign = hn::ShiftLeft<31>(hn::ShiftRight<1>(codes));
+    return hn::BitCast(df, hn::Or(sign, hn::IfThenElseZero(codes != hn::Zero(du), scale_bits)));
+  };
+  if (accumulate) {
+    for (; k + kBytes <= k_end && 4 * (k + kBytes) <= n; k += kBytes) {
+      float* o = out + 4 * k;
+      hn::StoreU(hn::Add(hn::LoadU(df, o), values(k)), df, o);
+    }
+  } else {
+    for (; k + kBytes <= k_end && 4 * (k + kBytes) <= n; k += kBytes)
+      hn::StoreU(values(k), df, out + 4 * k);
+  }
+  decode_bytes_portable(body, n, k, k_end, scale, accumulate, out);
+}
+
+// ---------------------------------------------------------------- sum
+// The ps's sum of R payloads, straight from 2-bit codes to packed b-bit
+// fields of count + R. Per input byte vector (4 elements a byte):
+//   code c -> c' = 1 + (c & 1) - (c >> 1), the count plus one: 00->01,
+//   01->10, 10->00 (new bit 1 = old bit 0, new bit 0 = neither bit), summed
+//   over payloads into four byte vectors, one per code position j.
+// Then back to element order (StoreInterleaved4), and 8 fields of 8 bits
+// per 64-bit lane are squeezed to b bits each by three shift-or steps.
+using D8 = hn::ScalableTag<uint8_t>;
+constexpr size_t kBytesPerStep = HWY_LANES(uint8_t);  // input bytes per payload per step
+constexpr uint64_t kGroupsPerStep = kBytesPerStep / 2;
+
+uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
+                   uint32_t bits, uint8_t* out) {
+  const D8 d8;
+  const hn::Repartition<uint16_t, D8> d16;
+  const hn::Repartition<uint32_t, D8> d32;
+  const hn::Repartition<uint64_t, D8> d64;
+  const auto low_bits = hn::Set(d8, 0x55);
+  const auto three = hn::Set(d8, 3);
+  auto bad = hn::Zero(d8);
+  alignas(64) uint8_t fields[4 * kBytesPerStep];  // one byte per element, element order
+  alignas(64) uint64_t packed[kBytesPerStep / 2];
+  uint64_t g = g0;
+  for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
+    hn::Vec<D8> acc[4] = {hn::Zero(d8), hn::Zero(d8), hn::Zero(d8), hn::Zero(d8)};
+    for (size_t p = 0; p < count; ++p) {
+      const auto b = hn::LoadU(d8, bodies[p] + 2 * g);
+      const auto b0 = hn::And(b, low_bits);                     // bit 0 of each code
+      const auto b1 = hn::And(hn::ShiftRight<1>(b), low_bits);  // bit 1 of each code
+      bad = hn::Or(bad, hn::And(b0, b1));                       // code 0b11
+      const auto plus_one = hn::Or(hn::ShiftLeft<1>(b0), hn::AndNot(hn::Or(b0, b1), low_bits));
+      acc[0] = hn::Add(acc[0], hn::And(plus_one, three));
+      acc[1] = hn::Add(acc[1], hn::And(hn::ShiftRight<2>(plus_one), three));
+      acc[2] = hn::Add(acc[2], hn::And(hn::ShiftRight<4>(plus_one), three));
+      acc[3] = hn::Add(acc[3], hn::ShiftRight<6>(plus_one));
+    }
+    hn::StoreInterleaved4(acc[0], acc[1], acc[2], acc[3], d8, fields);
+    // 8-bit fields f0..f7 of a group -> f0 | f1 << b | ... | f7 << 7b.
+    for (size_t v = 0; v < 4; ++v) {
+      auto w16 = hn::BitCast(d16, hn::LoadU(d8, fields + v * kBytesPerStep));
+      w16 = hn::Or(hn::And(w16, hn::Set(d16, 0x00FF)), hn::ShiftLeftSame(hn::ShiftRight<8>(w16), bits));
+      auto w32 = hn::BitCast(d32, w16);
+      w32 = hn::Or(hn::And(w32, hn::Set(d32, 0xFFFFu)),
+                   hn::ShiftLeftSame(hn::ShiftRight<16>(w32), 2 * bits));
+      auto w64 = hn::BitCast(d64, w32);
+      w64 = hn::Or(hn::And(w64, hn::Set(d64, 0xFFFFFFFFull)),
+                   hn::ShiftLeftSame(hn::ShiftRight<32>(w64), 4 * bits));
+      hn::Store(w64, d64, packed + v * (kBytesPerStep / 8));
+    }
+    // Group i is `bits` bytes at out + (g+i)*bits. An 8-byte store writes
+    // zeros past them, which the following groups overwrite; a store that
+    // would reach past the range writes exactly its bytes (the next range
+    // may be another thread's).
+    for (uint64_t i = 0; i < kGroupsPerStep; ++i) {
+      const uint64_t at = (g + i) * bits;
+      if (at + 8 <= g1 * bits)
+        std::memcpy(out + at, &packed[i], 8);  // a fixed size: one store
+      else
+        std::memcpy(out + at, &packed[i], bits);
+    }
+  }
+  const uint32_t simd_bad = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8))) ? 0u : 1u;
+  return simd_bad | sum_groups_portable(bodies, count, g, g1, bits, out);
+}
+
+#endif  // HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+
+}  // namespace HWY_NAMESPACE
+}  // namespace terngrad::quantize::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace terngrad::quantize::detail {
+
+namespace {
+// The table of one compiled target.
+#define TG_KERNEL_TABLE(NS) \
+  KernelTable { &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups }
+}  // namespace
+
+const KernelTable* highway_kernels(SimdLevel level) {
+  switch (level) {
+#if HWY_TARGETS & HWY_AVX2
+    case SimdLevel::kAvx2: {
+      static const KernelTable table = TG_KERNEL_TABLE(N_AVX2);
+      return &table;
+    }
+#endif
+#if HWY_TARGETS & HWY_AVX3
+    case SimdLevel::kAvx512: {
+      static const KernelTable table = TG_KERNEL_TABLE(N_AVX3);
+      return &table;
+    }
+#endif
+#if HWY_TARGETS & HWY_NEON
+    case SimdLevel::kNeon: {
+      static const KernelTable table = TG_KERNEL_TABLE(N_NEON);
+      return &table;
+    }
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace terngrad::quantize::detail
+#endif  // HWY_ONCE

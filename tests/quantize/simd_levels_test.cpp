@@ -1,0 +1,275 @@
+// Every SIMD level this CPU supports gives the bytes of the portable scalar
+// kernels, for every hot pass, over the edges each kernel has: vector tails,
+// unaligned starts, slices, a Philox counter whose low word wraps, tiny
+// scales, accumulators holding -0, and sums of 1 to 128 payloads with
+// corrupt codes in and out of the vector loops. (The other suites run whole
+// under each level too: ctest repeats them with TG_CPU_SIMD set.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "reference_codec.h"
+#include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/cpu_features.h"
+#include "terngrad/quantize/ternary_sum.h"
+
+namespace tq = terngrad::quantize;
+
+namespace {
+
+// Runs f once under each supported SIMD level (portable included), restoring
+// the level in use afterwards.
+class SimdLevels : public ::testing::Test {
+ protected:
+  void SetUp() override { saved_ = tq::cpu_simd_level(); }
+  void TearDown() override { tq::set_cpu_simd_level(saved_); }
+
+  template <class R>
+  R under(tq::SimdLevel level, const std::function<R()>& f) {
+    tq::set_cpu_simd_level(level);
+    return f();
+  }
+
+  // f() under the portable kernels, then under every other level, each result
+  // compared with the portable one by check(level name, portable, result).
+  template <class R, class Check>
+  void compare_levels(const std::function<R()>& f, Check check) {
+    const R reference = under(tq::SimdLevel::kPortable, f);
+    for (tq::SimdLevel level : tq::supported_simd_levels()) {
+      if (level == tq::SimdLevel::kPortable) continue;
+      check(tq::simd_level_name(level), reference, under(level, f));
+    }
+  }
+
+  tq::SimdLevel saved_ = tq::SimdLevel::kPortable;
+};
+
+std::vector<uint8_t> encode_vec(std::span<const float> x, const tq::EncodeParams& p) {
+  std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
+  tq::encode(x, p, out);
+  return out;
+}
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Sizes around every vector width (4, 8, 16 floats; 16, 32, 64 bytes), the
+// stats chunk (4096) and the parallel threshold (2^17).
+const std::vector<size_t> kSizes = {1,    2,    3,    4,    5,    7,     15,    16,     17,
+                                    31,   32,   33,   63,   64,   65,    127,   128,    129,
+                                    255,  256,  257,  1000, 4095, 4096,  4097,  8193,   65537,
+                                    70001, 131071, 131072, (size_t{1} << 17) + 13, 300007};
+
+}  // namespace
+
+TEST(SimdLevelNames, ParseAndSupport) {
+  for (tq::SimdLevel l : {tq::SimdLevel::kPortable, tq::SimdLevel::kAvx2, tq::SimdLevel::kAvx512,
+                          tq::SimdLevel::kNeon}) {
+    EXPECT_EQ(tq::parse_simd_level(tq::simd_level_name(l)), l);
+  }
+  EXPECT_EQ(tq::parse_simd_level("0"), tq::SimdLevel::kPortable);
+  EXPECT_EQ(tq::parse_simd_level("native"), tq::supported_simd_levels().back());
+  EXPECT_FALSE(tq::parse_simd_level("avx3").has_value());
+  EXPECT_FALSE(tq::parse_simd_level("").has_value());
+  const auto levels = tq::supported_simd_levels();
+  ASSERT_FALSE(levels.empty());
+  EXPECT_EQ(levels.front(), tq::SimdLevel::kPortable);
+#if defined(__x86_64__)
+  EXPECT_FALSE(tq::simd_level_supported(tq::SimdLevel::kNeon));
+  EXPECT_THROW(tq::set_cpu_simd_level(tq::SimdLevel::kNeon), tq::CodecError);
+#elif defined(__aarch64__)
+  EXPECT_TRUE(tq::simd_level_supported(tq::SimdLevel::kNeon));
+  EXPECT_FALSE(tq::simd_level_supported(tq::SimdLevel::kAvx2));
+  EXPECT_THROW(tq::set_cpu_simd_level(tq::SimdLevel::kAvx2), tq::CodecError);
+#endif
+  std::string names;
+  for (tq::SimdLevel l : levels) names += std::string(" ") + tq::simd_level_name(l);
+  std::printf("supported levels:%s; in use: %s\n", names.c_str(),
+              tq::simd_level_name(tq::cpu_simd_level()));
+}
+
+TEST_F(SimdLevels, StatsAreBitIdentical) {
+  const auto base = tg_test::gradient_like(kSizes.back() + 3, 41);
+  for (size_t n : kSizes) {
+    for (size_t offset : {0u, 1u, 3u}) {
+      const std::span<const float> x(base.data() + offset, n);
+      compare_levels<tq::TensorStats>(
+          [&] { return tq::compute_stats(x); },
+          [&](const char* level, const tq::TensorStats& want, const tq::TensorStats& got) {
+            EXPECT_EQ(std::memcmp(&want.mean, &got.mean, sizeof(double)), 0) << level << " n=" << n;
+            EXPECT_EQ(std::memcmp(&want.stddev, &got.stddev, sizeof(double)), 0) << level << " n=" << n;
+            EXPECT_EQ(bits_of(want.max_abs), bits_of(got.max_abs)) << level << " n=" << n;
+          });
+    }
+  }
+}
+
+TEST_F(SimdLevels, NonFiniteInputIsRefusedOnEveryLevel) {
+  std::vector<float> x = tg_test::gradient_like(5000, 3);
+  x[4321] = std::numeric_limits<float>::quiet_NaN();
+  for (tq::SimdLevel level : tq::supported_simd_levels()) {
+    tq::set_cpu_simd_level(level);
+    try {
+      tq::compute_stats(x);
+      ADD_FAILURE() << tq::simd_level_name(level) << ": NaN accepted";
+    } catch (const tq::CodecError& e) {
+      EXPECT_NE(std::string(e.what()).find("element 4321"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(SimdLevels, EncodeIsBitIdentical) {
+  const auto base = tg_test::gradient_like(kSizes.back() + 3, 7);
+  for (size_t n : kSizes) {
+    for (size_t offset : {0u, 1u, 2u, 3u}) {
+      const std::span<const float> x(base.data() + offset, n);
+      tq::EncodeParams p;
+      p.seed = 0x123456789ABCDEF0ull + n;
+      p.step = static_cast<uint32_t>(offset * 1000 + 17);
+      p.tensor_id = static_cast<uint32_t>(n);
+      p.clip_factor = offset == 2 ? 0.0f : 2.5f;  // unclipped too
+      compare_levels<std::vector<uint8_t>>(
+          [&] { return encode_vec(x, p); },
+          [&](const char* level, const auto& want, const auto& got) {
+            EXPECT_EQ(want, got) << level << " n=" << n << " offset=" << offset;
+          });
+    }
+  }
+}
+
+TEST_F(SimdLevels, EncodeOfTinyScalesSharedScalesAndZerosIsBitIdentical) {
+  // s < 2^-64 takes the pre = 2^64 route; a shared scale above the tensor's
+  // own; an all-zero tensor; a constant one.
+  std::vector<float> tiny = tg_test::gradient_like(4099, 5);
+  for (float& v : tiny) v *= 1e-20f;
+  const std::vector<float> zeros(4099, 0.0f);
+  const std::vector<float> constant(4099, -0.375f);
+  const auto normal = tg_test::gradient_like(4099, 6);
+  for (const std::vector<float>* x : std::vector<const std::vector<float>*>{&tiny, &zeros, &constant, &normal}) {
+    for (bool shared : {false, true}) {
+      tq::EncodeParams p;
+      p.seed = 99;
+      if (shared) p.shared_scale = 2.0f * std::max(tq::local_scale(tq::compute_stats(*x), 2.5f), 1e-30f);
+      compare_levels<std::vector<uint8_t>>(
+          [&] { return encode_vec(*x, p); },
+          [&](const char* level, const auto& want, const auto& got) {
+            EXPECT_EQ(want, got) << level << " shared=" << shared;
+          });
+    }
+  }
+}
+
+TEST_F(SimdLevels, SlicesWhoseCounterWrapsAreBitIdentical) {
+  // A slice of a (notional) huge tensor whose Philox counter's low word wraps
+  // inside it: the vector loops must hand those blocks to the portable path.
+  const auto x = tg_test::gradient_like(4000, 9);
+  tq::TensorStats st = tq::compute_stats(x);
+  for (uint64_t first_block : {0xFFFFFFFFull - 40, 0xFFFFFFFFull - 3, 0xFFFFFFFFull, 0x1FFFFFFF0ull}) {
+    st.count = 4 * first_block + x.size();
+    tq::EncodeParams p;
+    p.seed = 3;
+    p.element_offset = 4 * first_block;
+    compare_levels<std::vector<uint8_t>>(
+        [&] {
+          std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
+          tq::encode_with_stats(x, st, p, out);
+          return out;
+        },
+        [&](const char* level, const auto& want, const auto& got) {
+          EXPECT_EQ(want, got) << level << " first block " << first_block;
+        });
+  }
+}
+
+TEST_F(SimdLevels, DecodeAndAccumulateAreBitIdentical) {
+  for (size_t n : kSizes) {
+    const auto x = tg_test::gradient_like(n, static_cast<uint32_t>(n));
+    tq::EncodeParams p;
+    p.seed = 5;
+    const auto payload = encode_vec(x, p);
+    // An accumulator with -0, +0, large and tiny values: each add must round
+    // as the scalar add does.
+    std::vector<float> acc(n);
+    for (size_t i = 0; i < n; ++i)
+      acc[i] = i % 5 == 0 ? -0.0f : i % 5 == 1 ? 0.0f : i % 5 == 2 ? 1e30f : x[(i * 7) % n] * 3.0f;
+    for (bool accumulate : {false, true}) {
+      compare_levels<std::vector<float>>(
+          [&] {
+            std::vector<float> out = acc;
+            accumulate ? tq::decode_accumulate(payload, out) : tq::decode(payload, out);
+            return out;
+          },
+          [&](const char* level, const auto& want, const auto& got) {
+            EXPECT_EQ(std::memcmp(want.data(), got.data(), n * sizeof(float)), 0)
+                << level << " n=" << n << " accumulate=" << accumulate;
+          });
+    }
+  }
+}
+
+TEST_F(SimdLevels, PayloadSumsAreBitIdentical) {
+  for (size_t n : {size_t{1}, size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{64},
+                   size_t{65}, size_t{127}, size_t{129}, size_t{1000}, size_t{65536 * 8 + 13}}) {
+    for (uint32_t r : {1u, 2u, 3u, 4u, 5u, 8u, 16u, 127u, 128u}) {
+      if (n > 100000 && r > 8) continue;  // keep the test quick
+      std::vector<std::vector<float>> grads;
+      float scale = 0.0f;  // the max of the workers' own scales, as the ps shares it
+      for (uint32_t w = 0; w < r; ++w) {
+        grads.push_back(tg_test::gradient_like(n, 77 * w + r));
+        scale = std::max(scale, tq::local_scale(tq::compute_stats(grads.back()), 2.5f));
+      }
+      std::vector<std::vector<uint8_t>> bodies;
+      for (uint32_t w = 0; w < r; ++w) {
+        tq::EncodeParams p;
+        p.seed = 11;
+        p.step = w;
+        p.shared_scale = scale;
+        bodies.push_back(encode_vec(grads[w], p));
+      }
+      std::vector<std::span<const uint8_t>> spans(bodies.begin(), bodies.end());
+      compare_levels<std::vector<uint8_t>>(
+          [&] {
+            std::vector<uint8_t> out(tq::sum_payload_bytes(n, r), 0xEE);
+            tq::sum_payloads(spans, out);
+            return out;
+          },
+          [&](const char* level, const auto& want, const auto& got) {
+            EXPECT_EQ(want, got) << level << " n=" << n << " R=" << r;
+          });
+    }
+  }
+}
+
+TEST_F(SimdLevels, CorruptCodesInPayloadSumsAreFoundOnEveryLevel) {
+  const size_t n = 70001;
+  const auto x = tg_test::gradient_like(n, 2);
+  tq::EncodeParams p;
+  p.shared_scale = 1.0f;
+  const auto good = encode_vec(x, p);
+  const size_t body = good.size() - tq::kHeaderBytes;
+  // First byte, inside the vector loops, at a block boundary, the last full
+  // group, and the tail group.
+  for (size_t at : {size_t{0}, size_t{1001}, size_t{16383}, size_t{16384}, body - 3, body - 1}) {
+    std::vector<uint8_t> bad = good;
+    bad[tq::kHeaderBytes + at] |= 0x0C;  // code 0b11 in position 1
+    const std::vector<std::span<const uint8_t>> spans = {good, bad, good};
+    for (tq::SimdLevel level : tq::supported_simd_levels()) {
+      tq::set_cpu_simd_level(level);
+      std::vector<uint8_t> out(tq::sum_payload_bytes(n, 3));
+      try {
+        tq::sum_payloads(spans, out);
+        ADD_FAILURE() << tq::simd_level_name(level) << ": corrupt byte " << at << " accepted";
+      } catch (const tq::CodecError& e) {
+        EXPECT_EQ(e.code(), tq::Errc::kInvalidCode) << tq::simd_level_name(level) << " " << e.what();
+      }
+    }
+  }
+}
