@@ -118,8 +118,10 @@ HWY_INLINE void PhiloxRound(PhiloxHalf& s, V64 k0, V64 k1, hn::Vec<DU> mul0, hn:
   const DU du;
   const V64 p0 = hn::MulEven(hn::BitCast(du, s.c0), mul0);
   const V64 p1 = hn::MulEven(hn::BitCast(du, s.c2), mul1);
-  s.c0 = hn::Xor(hn::Xor(hn::ShiftRight<32>(p1), s.c1), k0);
-  s.c2 = hn::Xor(hn::Xor(hn::ShiftRight<32>(p0), s.c3), k1);
+  // c1 ^ k0 does not wait for this round's product: one XOR fewer on the
+  // dependency chain from one multiply to the next.
+  s.c0 = hn::Xor(hn::ShiftRight<32>(p1), hn::Xor(s.c1, k0));
+  s.c2 = hn::Xor(hn::ShiftRight<32>(p0), hn::Xor(s.c3, k1));
   s.c1 = p1;
   s.c3 = p0;
 }
@@ -185,17 +187,22 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
   const D64 d64;
   const DU du;
   const GroupQuantizer<kUnitPre> quantize(q);
-  // Keys of the 10 rounds, the counter words fixed for this tensor, and the
-  // lane offsets of the even and odd blocks.
-  V64 key0[kRounds], key1[kRounds];
+  // Keys of the 10 rounds, as whole vectors in memory: the XORs take them as
+  // load operands (held as vectors, the compiler rebuilds each broadcast in
+  // every iteration, 2 instructions per key), the counter words fixed for this
+  // tensor, and the lane offsets of the even and odd blocks.
+  constexpr size_t kLanes64 = kLanes / 2;
+  alignas(64) uint64_t keys[2][kRounds][kLanes64];
   uint32_t k0 = static_cast<uint32_t>(rng.seed), k1 = static_cast<uint32_t>(rng.seed >> 32);
   for (int r = 0; r < kRounds; ++r) {
     if (r > 0) {
       k0 += kWeyl0;
       k1 += kWeyl1;
     }
-    key0[r] = hn::Set(d64, k0);
-    key1[r] = hn::Set(d64, k1);
+    for (size_t l = 0; l < kLanes64; ++l) {
+      keys[0][r][l] = k0;
+      keys[1][r][l] = k1;
+    }
   }
   const VU mul0 = hn::Set(du, kMul0), mul1 = hn::Set(du, kMul1);
   const V64 step = hn::Set(d64, rng.step), tensor = hn::Set(d64, rng.tensor_id);
@@ -219,8 +226,10 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
       s[2 * g] = {hn::Add(base, even), hi, step, tensor};
       s[2 * g + 1] = {hn::Add(base, odd), hi, step, tensor};
     }
-    for (int r = 0; r < kRounds; ++r)
-      for (size_t h = 0; h < 2 * kGroups; ++h) PhiloxRound(s[h], key0[r], key1[r], mul0, mul1);
+    for (int r = 0; r < kRounds; ++r) {
+      const V64 key0 = hn::Load(d64, keys[0][r]), key1 = hn::Load(d64, keys[1][r]);
+      for (size_t h = 0; h < 2 * kGroups; ++h) PhiloxRound(s[h], key0, key1, mul0, mul1);
+    }
     for (size_t g = 0; g < kGroups; ++g) {
       const PhiloxHalf& a = s[2 * g];
       const PhiloxHalf& b = s[2 * g + 1];
@@ -245,32 +254,34 @@ void EncodeBytes(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
 }
 
 // ---------------------------------------------------------------- decode
-// kLanes elements from kLanes/4 body bytes: the bytes are broadcast to every
-// lane and lane l shifts out code l; the value is built from the scale's
-// bits: code 1 -> s, code 2 -> -s (sign bit set), code 0 -> +0.
+// 16 elements from 4 body bytes: the bytes are broadcast to every lane, lane
+// l of vector v shifts out code v*kLanes + l, and a lane permute looks the
+// value up in {+0, s, -s, +0}: what scale * {0, 1, -1} rounds to (s >= +0
+// is finite).
 void DecodeBytes(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end, float scale,
                  bool accumulate, float* out) {
   const DF df;
   const DU du;
-  constexpr uint64_t kBytes = kLanes / 4;
-  const VU shifts = hn::ShiftLeft<1>(hn::Iota(du, 0));
-  const VU three = hn::Set(du, 3), scale_bits = hn::Set(du, float_bits(scale));
+  const DI di;
+  constexpr size_t kVecs = 16 / kLanes;  // vectors per 4-byte word
+  VU shifts[kVecs];
+  for (size_t v = 0; v < kVecs; ++v)
+    shifts[v] = hn::Add(hn::ShiftLeft<1>(hn::Iota(du, 0)), hn::Set(du, static_cast<uint32_t>(2 * kLanes * v)));
+  const VU three = hn::Set(du, 3);
+  alignas(64) float table_values[kLanes] = {0.0f, scale, -scale, 0.0f};  // the rest: unused
+  const VF table = hn::Load(df, table_values);
   uint64_t k = k_begin;
-  auto values = [&](uint64_t at) {
-    uint32_t word = 0;
-    std::memcpy(&word, body + at, kBytes);
-    const VU codes = hn::And(hn::Set(du, word) >> shifts, three);
-    const VU sign = hn::ShiftLeft<31>(hn::ShiftRight<1>(codes));
-    return hn::BitCast(df, hn::Or(sign, hn::IfThenElseZero(codes != hn::Zero(du), scale_bits)));
-  };
-  if (accumulate) {
-    for (; k + kBytes <= k_end && 4 * (k + kBytes) <= n; k += kBytes) {
-      float* o = out + 4 * k;
-      hn::StoreU(hn::Add(hn::LoadU(df, o), values(k)), df, o);
+  for (; k + 4 <= k_end && 4 * (k + 4) <= n; k += 4) {
+    uint32_t word;
+    std::memcpy(&word, body + k, 4);
+    const VU bytes = hn::Set(du, word);
+    float* o = out + 4 * k;
+    for (size_t v = 0; v < kVecs; ++v) {
+      const VU codes = hn::And(bytes >> shifts[v], three);
+      VF value = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::BitCast(di, codes)));
+      if (accumulate) value = hn::Add(hn::LoadU(df, o + v * kLanes), value);
+      hn::StoreU(value, df, o + v * kLanes);
     }
-  } else {
-    for (; k + kBytes <= k_end && 4 * (k + kBytes) <= n; k += kBytes)
-      hn::StoreU(values(k), df, out + 4 * k);
   }
   decode_bytes_portable(body, n, k, k_end, scale, accumulate, out);
 }
@@ -280,12 +291,48 @@ void DecodeBytes(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_e
 // fields of count + R. Per input byte vector (4 elements a byte):
 //   code c -> c' = 1 + (c & 1) - (c >> 1), the count plus one: 00->01,
 //   01->10, 10->00 (new bit 1 = old bit 0, new bit 0 = neither bit), summed
-//   over payloads into four byte vectors, one per code position j.
-// Then back to element order (StoreInterleaved4), and 8 fields of 8 bits
-// per 64-bit lane are squeezed to b bits each by three shift-or steps.
+//   over payloads into four byte vectors acc[j], one per code position j:
+//   byte 2g of acc[j] holds element 8g+j of group g, byte 2g+1 element 8g+4+j.
+// Packing then depends on b = bits per field:
+//  - b <= 4 (R <= 7): in 16-bit lane g, L = sum_j acc[j].lo << bj and
+//    H = sum_j acc[j].hi << bj (4b <= 16 bits each); group g is L | H << 4b
+//    in a 32-bit lane, whose b low bytes a byte shuffle gathers per block;
+//  - b <= 8: back to element order (StoreInterleaved4), and the 8 fields of
+//    each 64-bit lane squeezed to b bits by three shift-or steps.
 using D8 = hn::ScalableTag<uint8_t>;
+using V8 = hn::Vec<D8>;
 constexpr size_t kBytesPerStep = HWY_LANES(uint8_t);  // input bytes per payload per step
 constexpr uint64_t kGroupsPerStep = kBytesPerStep / 2;
+
+// acc[j] = the sum over payloads of count + 1 at code position j; returns the
+// reserved-code bits seen.
+HWY_INLINE V8 SumCodes(const uint8_t* const* bodies, size_t count, uint64_t g, V8 (&acc)[4]) {
+  const D8 d8;
+  const V8 low_bits = hn::Set(d8, 0x55), three = hn::Set(d8, 3);
+  V8 bad = hn::Zero(d8);
+  for (int j = 0; j < 4; ++j) acc[j] = hn::Zero(d8);
+  for (size_t p = 0; p < count; ++p) {
+    const V8 b = hn::LoadU(d8, bodies[p] + 2 * g);
+    const V8 b0 = hn::And(b, low_bits);                     // bit 0 of each code
+    const V8 b1 = hn::And(hn::ShiftRight<1>(b), low_bits);  // bit 1 of each code
+    bad = hn::Or(bad, hn::And(b0, b1));                     // code 0b11
+    const V8 plus_one = hn::Or(hn::ShiftLeft<1>(b0), hn::AndNot(hn::Or(b0, b1), low_bits));
+    acc[0] = hn::Add(acc[0], hn::And(plus_one, three));
+    acc[1] = hn::Add(acc[1], hn::And(hn::ShiftRight<2>(plus_one), three));
+    acc[2] = hn::Add(acc[2], hn::And(hn::ShiftRight<4>(plus_one), three));
+    acc[3] = hn::Add(acc[3], hn::ShiftRight<6>(plus_one));
+  }
+  return bad;
+}
+
+// Writes n bytes of `from` to `to`; n is `full` (a constant: one store) where
+// the caller allows spilling zeros past the n bytes, else `exact`.
+HWY_INLINE void CopyOut(uint8_t* to, const uint8_t* from, size_t full, size_t exact, bool spill_ok) {
+  if (spill_ok)
+    std::memcpy(to, from, full == 16 ? 16 : 8);
+  else
+    std::memcpy(to, from, exact);
+}
 
 uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
                    uint32_t bits, uint8_t* out) {
@@ -293,48 +340,69 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
   const hn::Repartition<uint16_t, D8> d16;
   const hn::Repartition<uint32_t, D8> d32;
   const hn::Repartition<uint64_t, D8> d64;
-  const auto low_bits = hn::Set(d8, 0x55);
-  const auto three = hn::Set(d8, 3);
-  auto bad = hn::Zero(d8);
-  alignas(64) uint8_t fields[4 * kBytesPerStep];  // one byte per element, element order
-  alignas(64) uint64_t packed[kBytesPerStep / 2];
+  const uint64_t end_byte = g1 * bits;  // bytes at and past it may be another thread's
+  V8 bad = hn::Zero(d8);
   uint64_t g = g0;
-  for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
-    hn::Vec<D8> acc[4] = {hn::Zero(d8), hn::Zero(d8), hn::Zero(d8), hn::Zero(d8)};
-    for (size_t p = 0; p < count; ++p) {
-      const auto b = hn::LoadU(d8, bodies[p] + 2 * g);
-      const auto b0 = hn::And(b, low_bits);                     // bit 0 of each code
-      const auto b1 = hn::And(hn::ShiftRight<1>(b), low_bits);  // bit 1 of each code
-      bad = hn::Or(bad, hn::And(b0, b1));                       // code 0b11
-      const auto plus_one = hn::Or(hn::ShiftLeft<1>(b0), hn::AndNot(hn::Or(b0, b1), low_bits));
-      acc[0] = hn::Add(acc[0], hn::And(plus_one, three));
-      acc[1] = hn::Add(acc[1], hn::And(hn::ShiftRight<2>(plus_one), three));
-      acc[2] = hn::Add(acc[2], hn::And(hn::ShiftRight<4>(plus_one), three));
-      acc[3] = hn::Add(acc[3], hn::ShiftRight<6>(plus_one));
+  if (bits <= 4) {
+    // Byte shuffle gathering bytes [0, b) of each 32-bit lane of a block; 0x80: zero.
+    alignas(64) uint8_t gather[kBytesPerStep];
+    for (size_t i = 0; i < kBytesPerStep; ++i) {
+      const size_t in_block = i % 16, lane = in_block / bits, byte = in_block % bits;
+      gather[i] = in_block < 4 * bits ? static_cast<uint8_t>(4 * lane + byte) : 0x80;
     }
-    hn::StoreInterleaved4(acc[0], acc[1], acc[2], acc[3], d8, fields);
-    // 8-bit fields f0..f7 of a group -> f0 | f1 << b | ... | f7 << 7b.
-    for (size_t v = 0; v < 4; ++v) {
-      auto w16 = hn::BitCast(d16, hn::LoadU(d8, fields + v * kBytesPerStep));
-      w16 = hn::Or(hn::And(w16, hn::Set(d16, 0x00FF)), hn::ShiftLeftSame(hn::ShiftRight<8>(w16), bits));
-      auto w32 = hn::BitCast(d32, w16);
-      w32 = hn::Or(hn::And(w32, hn::Set(d32, 0xFFFFu)),
-                   hn::ShiftLeftSame(hn::ShiftRight<16>(w32), 2 * bits));
-      auto w64 = hn::BitCast(d64, w32);
-      w64 = hn::Or(hn::And(w64, hn::Set(d64, 0xFFFFFFFFull)),
-                   hn::ShiftLeftSame(hn::ShiftRight<32>(w64), 4 * bits));
-      hn::Store(w64, d64, packed + v * (kBytesPerStep / 8));
+    const V8 shuffle = hn::Load(d8, gather);
+    const auto low_byte = hn::Set(d16, 0x00FF);
+    const auto low_half = hn::Set(d32, 0xFFFF);
+    alignas(64) uint8_t packed[2][kBytesPerStep];
+    constexpr size_t kBlocks = kBytesPerStep / 16;
+    for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
+      V8 acc[4];
+      bad = hn::Or(bad, SumCodes(bodies, count, g, acc));
+      auto lo = hn::And(hn::BitCast(d16, acc[0]), low_byte);
+      auto hi = hn::ShiftRight<8>(hn::BitCast(d16, acc[0]));
+      for (int j = 1; j < 4; ++j) {
+        const auto a = hn::BitCast(d16, acc[j]);
+        lo = hn::Or(lo, hn::ShiftLeftSame(hn::And(a, low_byte), static_cast<int>(bits * j)));
+        hi = hn::Or(hi, hn::ShiftLeftSame(hn::ShiftRight<8>(a), static_cast<int>(bits * j)));
+      }
+      // 32-bit lane: L | H << 16 (groups 8k..8k+3 of block k from ZipLower,
+      // 8k+4..8k+7 from ZipUpper), then H moved down to bit 4b.
+      const hn::Vec<decltype(d32)> zipped[2] = {hn::ZipLower(d32, lo, hi), hn::ZipUpper(d32, lo, hi)};
+      for (int h = 0; h < 2; ++h) {
+        const auto w = hn::Or(hn::And(zipped[h], low_half),
+                              hn::ShiftLeftSame(hn::ShiftRight<16>(zipped[h]), static_cast<int>(4 * bits)));
+        hn::Store(hn::TableLookupBytes(hn::BitCast(d8, w), shuffle), d8, packed[h]);
+      }
+      for (size_t k = 0; k < kBlocks; ++k) {
+        for (int h = 0; h < 2; ++h) {
+          const uint64_t at = (g + 8 * k + 4 * h) * bits;
+          CopyOut(out + at, packed[h] + 16 * k, 16, 4 * bits, at + 16 <= end_byte);
+        }
+      }
     }
-    // Group i is `bits` bytes at out + (g+i)*bits. An 8-byte store writes
-    // zeros past them, which the following groups overwrite; a store that
-    // would reach past the range writes exactly its bytes (the next range
-    // may be another thread's).
-    for (uint64_t i = 0; i < kGroupsPerStep; ++i) {
-      const uint64_t at = (g + i) * bits;
-      if (at + 8 <= g1 * bits)
-        std::memcpy(out + at, &packed[i], 8);  // a fixed size: one store
-      else
-        std::memcpy(out + at, &packed[i], bits);
+  } else {
+    alignas(64) uint8_t fields[4 * kBytesPerStep];  // one byte per element, element order
+    alignas(64) uint64_t packed[kBytesPerStep / 2];
+    for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
+      V8 acc[4];
+      bad = hn::Or(bad, SumCodes(bodies, count, g, acc));
+      hn::StoreInterleaved4(acc[0], acc[1], acc[2], acc[3], d8, fields);
+      // 8-bit fields f0..f7 of a group -> f0 | f1 << b | ... | f7 << 7b.
+      for (size_t v = 0; v < 4; ++v) {
+        auto w16 = hn::BitCast(d16, hn::LoadU(d8, fields + v * kBytesPerStep));
+        w16 = hn::Or(hn::And(w16, hn::Set(d16, 0x00FF)), hn::ShiftLeftSame(hn::ShiftRight<8>(w16), bits));
+        auto w32 = hn::BitCast(d32, w16);
+        w32 = hn::Or(hn::And(w32, hn::Set(d32, 0xFFFFu)),
+                     hn::ShiftLeftSame(hn::ShiftRight<16>(w32), 2 * bits));
+        auto w64 = hn::BitCast(d64, w32);
+        w64 = hn::Or(hn::And(w64, hn::Set(d64, 0xFFFFFFFFull)),
+                     hn::ShiftLeftSame(hn::ShiftRight<32>(w64), 4 * bits));
+        hn::Store(w64, d64, packed + v * (kBytesPerStep / 8));
+      }
+      for (uint64_t i = 0; i < kGroupsPerStep; ++i) {
+        const uint64_t at = (g + i) * bits;
+        CopyOut(out + at, reinterpret_cast<const uint8_t*>(&packed[i]), 8, bits, at + 8 <= end_byte);
+      }
     }
   }
   const uint32_t simd_bad = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8))) ? 0u : 1u;
