@@ -1,14 +1,16 @@
 // "fp16": gradients sent as IEEE binary16, half the bytes of fp32. Rounding
-// and the saturating overflow rule are described in fp16_convert.h.
+// and the saturating overflow rule are described in terngrad/quantize/fp16.h.
 #include "builtin_codecs.h"
 #include "dense_header.h"
-#include "fp16_convert.h"
+#include "terngrad/quantize/fp16.h"
 #include "slices.h"
 #include "spec_reader.h"
 
 namespace terngrad::comm::detail {
 
 namespace {
+
+namespace fp16 = quantize::fp16;
 
 constexpr DenseType kType = DenseType::kFloat16;
 

@@ -66,6 +66,17 @@ void decode_bytes_avx512(const uint8_t* body, uint64_t n, uint64_t k_begin, uint
 uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
                              uint32_t bits, uint8_t* out);
 
+}  // namespace terngrad::quantize::detail
+
+namespace terngrad::quantize::fp16 {
+// The scalar bulk conversions of fp16.h (little-endian u16 halves).
+void encode_portable(const float* x, size_t n, uint8_t* out);
+void decode_portable(const uint8_t* in, size_t n, float* out);
+void decode_accumulate_portable(const uint8_t* in, size_t n, float* out);
+}  // namespace terngrad::quantize::fp16
+
+namespace terngrad::quantize::detail {
+
 // One kernel of each pass for one SIMD level.
 struct KernelTable {
   ChunkSums (*chunk_sums)(const float* x, size_t len);
@@ -75,6 +86,9 @@ struct KernelTable {
                        float scale, bool accumulate, float* out);
   uint32_t (*sum_groups)(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
                          uint32_t bits, uint8_t* out);
+  void (*fp16_encode)(const float* x, size_t n, uint8_t* out);
+  void (*fp16_decode)(const uint8_t* in, size_t n, float* out);
+  void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float* out);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

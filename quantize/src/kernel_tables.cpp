@@ -9,8 +9,10 @@
 namespace terngrad::quantize::detail {
 namespace {
 
-const KernelTable kPortable{chunk_sums_portable, encode_bytes_portable, decode_bytes_portable,
-                            sum_groups_portable};
+const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
+                            decode_bytes_portable,      sum_groups_portable,
+                            fp16::encode_portable,      fp16::decode_portable,
+                            fp16::decode_accumulate_portable};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {

@@ -1,4 +1,5 @@
-// The codec's SIMD kernels, written once with Google Highway and compiled for
+// The codec's SIMD kernels (stats, encode, decode, decode-accumulate, the
+// ps's payload sums, fp16 conversion), written once with Google Highway and compiled for
 // AVX2, AVX-512 and NEON (foreach_target.h includes this file once per
 // target, each copy in its own namespace with its own target attributes).
 // cpu_features.cpp picks the level at run time; kernel_tables.cpp puts each
@@ -35,6 +36,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "cpu_kernels.h"
 #include "terngrad/quantize/format.h"
@@ -409,6 +411,46 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
   return simd_bad | sum_groups_portable(bodies, count, g, g1, bits, out);
 }
 
+// ---------------------------------------------------------------- fp16
+// float32 -> binary16 rounds to nearest even in hardware (F16C, NEON); the
+// one departure from IEEE, saturating finite values beyond 65504 instead of
+// rounding them to Inf, is applied first (fp16.h). NaN fails both compares
+// and converts as the hardware does: quiet, with its top payload bits.
+using DH = hn::Rebind<hwy::float16_t, DF>;
+
+void Fp16Encode(const float* x, size_t n, uint8_t* out) {
+  const DF df;
+  const DH dh;
+  const VF max_half = hn::Set(df, 65504.0f), inf = hn::Set(df, std::numeric_limits<float>::infinity());
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    VF v = hn::LoadU(df, x + i);
+    const VF a = hn::Abs(v);
+    v = hn::IfThenElse(hn::And(a > max_half, a < inf), hn::CopySign(max_half, v), v);
+    hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out + 2 * i));
+  }
+  fp16::encode_portable(x + i, n - i, out + 2 * i);
+}
+
+template <bool kAccumulate>
+void Fp16DecodeInto(const uint8_t* in, size_t n, float* out) {
+  const DF df;
+  const DH dh;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    VF v = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(in + 2 * i)));
+    if (kAccumulate) v = hn::Add(hn::LoadU(df, out + i), v);
+    hn::StoreU(v, df, out + i);
+  }
+  if (kAccumulate)
+    fp16::decode_accumulate_portable(in + 2 * i, n - i, out + i);
+  else
+    fp16::decode_portable(in + 2 * i, n - i, out + i);
+}
+
+void Fp16Decode(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<false>(in, n, out); }
+void Fp16DecodeAccumulate(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<true>(in, n, out); }
+
 #endif  // HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
 
 }  // namespace HWY_NAMESPACE
@@ -421,7 +463,10 @@ namespace terngrad::quantize::detail {
 namespace {
 // The table of one compiled target.
 #define TG_KERNEL_TABLE(NS) \
-  KernelTable { &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups }
+  KernelTable {                                                                           \
+    &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::Fp16Encode, \
+        &NS::Fp16Decode, &NS::Fp16DecodeAccumulate                                         \
+  }
 }  // namespace
 
 const KernelTable* highway_kernels(SimdLevel level) {

@@ -1,4 +1,5 @@
-// Private: float32 <-> IEEE binary16 conversion for the fp16 codec.
+// float32 <-> IEEE binary16 conversion, the fp16 gradient codec's element
+// rule (comm/codecs/fp16_codec.cpp), and for anyone packing halves.
 //
 // Rounding is round-to-nearest, ties-to-even. Two deliberate departures from
 // a bare IEEE conversion, both so that a finite gradient stays finite:
@@ -8,16 +9,17 @@
 //     kept): the codec transmits what it is given, like fp32 does.
 // Half -> float is exact; a signaling NaN comes back quiet.
 //
-// The bulk functions use F16C (8 lanes at a time) when the CPU has it and
-// fall back to the scalar functions below otherwise. Both paths give the same
-// bits for every input; the tests check that over all 65536 halves and a
-// large set of floats. Bulk payload data is little-endian u16.
+// The bulk functions run the SIMD level in use (cpu_features.h: F16C under
+// AVX2 and AVX-512, the NEON conversions on AArch64) and the scalar functions
+// below under the portable level. Every level gives the same bits for every
+// input; tests/quantize/fp16_convert_test.cpp checks that over all 65536
+// halves and a large set of floats. Bulk data is little-endian u16.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace terngrad::comm::fp16 {
+namespace terngrad::quantize::fp16 {
 
 inline constexpr uint16_t kMaxFiniteBits = 0x7BFF;  // 65504
 inline constexpr float kMaxFinite = 65504.0f;
@@ -29,11 +31,4 @@ void encode(const float* x, size_t n, uint8_t* out);            // out: 2n bytes
 void decode(const uint8_t* in, size_t n, float* out);           // out = values
 void decode_accumulate(const uint8_t* in, size_t n, float* out);  // out += values
 
-// Whether the F16C path exists on this CPU / is in use. set_simd(false)
-// forces the portable path (tests, benchmarks; TG_CPU_SIMD=0 at start-up
-// does the same, as for the TernGrad codec).
-bool simd_available();
-bool simd_active();
-void set_simd(bool enabled);
-
-}  // namespace terngrad::comm::fp16
+}  // namespace terngrad::quantize::fp16
