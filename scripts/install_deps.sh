@@ -8,6 +8,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   dataset-fashion-mnist
   python3-numpy python3-torch python3-matplotlib
+  g++-aarch64-linux-gnu qemu-user
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -112,7 +112,11 @@ ChunkSums StatsChunk(const float* x, size_t len) {
 // Philox4x32-10 for kLanes/2 blocks: one 32-bit word in the low half of each
 // 64-bit lane, so MulEven (32x32 -> 64 on the low halves) yields the whole
 // product, and the garbage the upper halves collect is never read.
+// (User-provided constructors: GCC gives an implicit one no target
+// attributes, and it then cannot inline the vectors' constructors.)
 struct PhiloxHalf {
+  PhiloxHalf() : c0(hn::Zero(D64())), c1(c0), c2(c0), c3(c0) {}
+  PhiloxHalf(V64 a, V64 b, V64 c, V64 d) : c0(a), c1(b), c2(c), c3(d) {}
   V64 c0, c1, c2, c3;
 };
 
@@ -225,8 +229,8 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
     PhiloxHalf s[2 * kGroups];
     for (size_t g = 0; g < kGroups; ++g) {
       const V64 base = hn::Set(d64, static_cast<uint32_t>(counter + g * kLanes));
-      s[2 * g] = {hn::Add(base, even), hi, step, tensor};
-      s[2 * g + 1] = {hn::Add(base, odd), hi, step, tensor};
+      s[2 * g] = PhiloxHalf(hn::Add(base, even), hi, step, tensor);
+      s[2 * g + 1] = PhiloxHalf(hn::Add(base, odd), hi, step, tensor);
     }
     for (int r = 0; r < kRounds; ++r) {
       const V64 key0 = hn::Load(d64, keys[0][r]), key1 = hn::Load(d64, keys[1][r]);
