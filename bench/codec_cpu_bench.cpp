@@ -391,6 +391,23 @@ void bm_sum_payloads(benchmark::State& st, size_t n, uint32_t r) {
   report(st, s, r * body(n) + sum_body, timer.seconds());
 }
 
+// A worker's decode of the ps's sum of R payloads (decode_sum). Traffic: the
+// sum body read twice (validated, then decoded) and the floats written.
+void bm_decode_sum(benchmark::State& st, size_t n, uint32_t r) {
+  SizeState& s = state_for(n);
+  std::vector<std::span<const uint8_t>> spans;
+  for (uint32_t i = 0; i < r; ++i) spans.emplace_back(s.replica_payloads[i].data(), tq::max_encoded_bytes(n));
+  const size_t bytes = tq::sum_payloads(spans, {s.sum_out.data(), s.sum_out.size()});
+  const std::span<const uint8_t> sum{s.sum_out.data(), bytes};
+  const LoopTimer timer;
+  for (auto _ : st) {
+    tq::decode_sum(sum, {s.out.data(), n});
+    benchmark::ClobberMemory();
+  }
+  report(st, s, 2.0 * static_cast<double>(bytes - tq::kHeaderBytes) + 4.0 * static_cast<double>(n),
+         timer.seconds());
+}
+
 // --- the PyTorch-ops baseline -------------------------------------------------
 
 // Elements/s of bench/torch_terngrad_encode.py per size, run by Debian's
@@ -604,6 +621,7 @@ int main(int argc, char** argv) {
       {"decode_accumulate", bm_decode_accumulate},
       {"sum_payloads_r2", [](benchmark::State& st, size_t n) { bm_sum_payloads(st, n, 2); }},
       {"sum_payloads_r4", [](benchmark::State& st, size_t n) { bm_sum_payloads(st, n, 4); }},
+      {"decode_sum_r4", [](benchmark::State& st, size_t n) { bm_decode_sum(st, n, 4); }},
   };
   for (const auto& [name, fn] : ops)
     for (size_t n : sizes)
@@ -647,7 +665,7 @@ int main(int argc, char** argv) {
   size_t evaluated = 0;
   for (const auto& [name, fn] : ops) {
     const bool targeted = name == "encode" || name == "decode" || name == "decode_accumulate" ||
-                          name.rfind("sum_payloads", 0) == 0;
+                          name.rfind("sum_payloads", 0) == 0 || name == "decode_sum_r4";
     for (size_t n : sizes) {
       Rates r;
       if (!reporter.get(name + "/" + std::to_string(n), r)) continue;

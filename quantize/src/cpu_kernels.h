@@ -66,6 +66,14 @@ void decode_bytes_avx512(const uint8_t* body, uint64_t n, uint64_t k_begin, uint
 uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
                              uint32_t bits, uint8_t* out);
 
+// The fields of elements [e0, e1) of a sum body of body_bytes bytes, `bits`
+// bits each (e0 a multiple of 8): their largest value (validation), and
+// out[i] = scale * (field_i - R) (decode_sum).
+uint32_t sum_fields_max_portable(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1,
+                                 uint32_t bits);
+void decode_sum_fields_portable(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1,
+                                uint32_t bits, uint32_t contributions, float scale, float* out);
+
 }  // namespace terngrad::quantize::detail
 
 namespace terngrad::quantize::fp16 {
@@ -86,6 +94,10 @@ struct KernelTable {
                        float scale, bool accumulate, float* out);
   uint32_t (*sum_groups)(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
                          uint32_t bits, uint8_t* out);
+  uint32_t (*sum_fields_max)(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1,
+                             uint32_t bits);
+  void (*decode_sum_fields)(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1,
+                            uint32_t bits, uint32_t contributions, float scale, float* out);
   void (*fp16_encode)(const float* x, size_t n, uint8_t* out);
   void (*fp16_decode)(const uint8_t* in, size_t n, float* out);
   void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float* out);

@@ -14,6 +14,7 @@ namespace {
 
 const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             decode_bytes_portable,      sum_groups_portable,
+                            sum_fields_max_portable,    decode_sum_fields_portable,
                             fp16::encode_portable,      fp16::decode_portable,
                             fp16::decode_accumulate_portable};
 

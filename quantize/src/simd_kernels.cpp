@@ -1,5 +1,5 @@
 // The codec's SIMD kernels (stats, encode, decode, decode-accumulate, the
-// ps's payload sums, fp16 conversion), written once with Google Highway and compiled for
+// ps's payload sums and their decode, fp16 conversion), written once with Google Highway and compiled for
 // AVX2, AVX-512 and NEON (foreach_target.h includes this file once per
 // target, each copy in its own namespace with its own target attributes).
 // cpu_features.cpp picks the level at run time; kernel_tables.cpp puts each
@@ -415,6 +415,64 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
   return simd_bad | sum_groups_portable(bodies, count, g, g1, bits, out);
 }
 
+// ---------------------------------------------------------------- sum decode
+// The fields of a sum body (b <= 8 bits each), 16 elements (2b <= 16 bytes)
+// a step: the step's bytes are loaded once into every 128-bit block, a byte
+// shuffle gives each 32-bit lane the two bytes its field lies in, and a
+// per-lane shift and mask leave the field. Calls f(fields, first element)
+// per vector; returns where it stopped (the caller finishes the rest).
+template <class F>
+HWY_INLINE uint64_t ForEachFieldVector(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1,
+                                       uint32_t bits, F&& f) {
+  const D8 d8;
+  const DU du;
+  constexpr size_t kVecs = 16 / kLanes;
+  alignas(64) uint8_t gather[kVecs][4 * kLanes];
+  alignas(64) uint32_t shift[kVecs][kLanes];
+  for (size_t v = 0; v < kVecs; ++v) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const uint32_t bit = static_cast<uint32_t>(v * kLanes + j) * bits, byte = bit / 8;
+      gather[v][4 * j] = static_cast<uint8_t>(byte);
+      gather[v][4 * j + 1] = byte + 1 < 16 ? static_cast<uint8_t>(byte + 1) : 0x80;  // 0x80: zero
+      gather[v][4 * j + 2] = gather[v][4 * j + 3] = 0x80;
+      shift[v][j] = bit % 8;
+    }
+  }
+  const VU mask = hn::Set(du, (1u << bits) - 1);
+  uint64_t e = e0;
+  for (; e + 16 <= e1 && e * bits / 8 + 16 <= body_bytes; e += 16) {
+    const V8 bytes = hn::LoadDup128(d8, body + e * bits / 8);
+    for (size_t v = 0; v < kVecs; ++v) {
+      const VU two = hn::BitCast(du, hn::TableLookupBytesOr0(bytes, hn::Load(d8, gather[v])));
+      f(hn::And(two >> hn::Load(du, shift[v]), mask), e + v * kLanes);
+    }
+  }
+  return e;
+}
+
+uint32_t SumFieldsMax(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1, uint32_t bits) {
+  if (bits > 8) return sum_fields_max_portable(body, body_bytes, e0, e1, bits);
+  const DU du;
+  VU most = hn::Zero(du);
+  const uint64_t e = ForEachFieldVector(body, body_bytes, e0, e1, bits,
+                                        [&](VU fields, uint64_t) { most = hn::Max(most, fields); });
+  return std::max(hn::GetLane(hn::MaxOfLanes(du, most)), sum_fields_max_portable(body, body_bytes, e, e1, bits));
+}
+
+// out[i] = scale * (field_i - R): one int->float conversion and one multiply, as the portable code.
+void DecodeSumFields(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1, uint32_t bits,
+                     uint32_t contributions, float scale, float* out) {
+  if (bits > 8) return decode_sum_fields_portable(body, body_bytes, e0, e1, bits, contributions, scale, out);
+  const DF df;
+  const DI di;
+  const VF s = hn::Set(df, scale);
+  const hn::Vec<DI> r = hn::Set(di, static_cast<int32_t>(contributions));
+  const uint64_t e = ForEachFieldVector(body, body_bytes, e0, e1, bits, [&](VU fields, uint64_t at) {
+    hn::StoreU(hn::Mul(s, hn::ConvertTo(df, hn::Sub(hn::BitCast(di, fields), r))), df, out + at);
+  });
+  decode_sum_fields_portable(body, body_bytes, e, e1, bits, contributions, scale, out);
+}
+
 // ---------------------------------------------------------------- fp16
 // float32 -> binary16 rounds to nearest even in hardware (F16C, NEON); the
 // one departure from IEEE, saturating finite values beyond 65504 instead of
@@ -468,8 +526,8 @@ namespace {
 // The table of one compiled target.
 #define TG_KERNEL_TABLE(NS) \
   KernelTable {                                                                           \
-    &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::Fp16Encode, \
-        &NS::Fp16Decode, &NS::Fp16DecodeAccumulate                                         \
+    &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::SumFieldsMax, \
+        &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate    \
   }
 }  // namespace
 

@@ -126,20 +126,23 @@ SumHeader parse_sum_header(std::span<const uint8_t> payload) {
 // Checks every field and the padding bits before anything is written.
 void check_sum_body(std::span<const uint8_t> payload, const SumHeader& h) {
   const uint8_t* body = payload.data() + kHeaderBytes;
+  const uint64_t body_bytes = payload.size() - kHeaderBytes;
   const uint64_t groups = (h.count + 7) / 8;
   const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
+  const uint32_t max_field = 2 * h.contributions;
+  auto* kernel = detail::kernels().sum_fields_max;
   uint64_t first_bad = UINT64_MAX;
   detail::for_each_block(h.count, blocks, [&](uint64_t b) {
     const uint64_t e0 = b * kGroupsPerBlock * 8, e1 = std::min(h.count, e0 + kGroupsPerBlock * 8);
-    uint64_t bad = 0;
-    if (!unpack_range(body, e0, e1, h.bits, 2 * h.contributions, &bad, [](uint64_t, uint32_t) {})) {
+    if (kernel(body, body_bytes, e0, e1, h.bits) <= max_field) return;
+    uint64_t bad = 0;  // rare: find the first bad element of the block for the message
+    unpack_range(body, e0, e1, h.bits, max_field, &bad, [](uint64_t, uint32_t) {});
 #pragma omp critical(tg_sum_bad)
-      first_bad = std::min(first_bad, bad);
-    }
+    first_bad = std::min(first_bad, bad);
   });
   if (first_bad != UINT64_MAX) {
     throw CodecError(Errc::kInvalidCode, "ternary sum payload: element " + std::to_string(first_bad) +
-                                             " holds a field above 2R = " + std::to_string(2 * h.contributions));
+                                             " holds a field above 2R = " + std::to_string(max_field));
   }
   const uint64_t used_bits = h.count * h.bits;
   if (used_bits % 8 != 0) {
@@ -203,17 +206,14 @@ void decode_sum(std::span<const uint8_t> payload, std::span<float> out) {
     throw CodecError(Errc::kInvalidArgument, "ternary sum payload holds " + std::to_string(h.count) +
                                                  " elements, the output has " + std::to_string(out.size()));
   const uint8_t* body = payload.data() + kHeaderBytes;
+  const uint64_t body_bytes = payload.size() - kHeaderBytes;
   const uint64_t groups = (h.count + 7) / 8;
   const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
-  const int32_t r = static_cast<int32_t>(h.contributions);
-  const float scale = h.scale;
+  auto* kernel = detail::kernels().decode_sum_fields;
   float* o = out.data();
   detail::for_each_block(h.count, blocks, [&](uint64_t b) {
     const uint64_t e0 = b * kGroupsPerBlock * 8, e1 = std::min(h.count, e0 + kGroupsPerBlock * 8);
-    uint64_t unused = 0;
-    unpack_range(body, e0, e1, h.bits, UINT32_MAX, &unused, [&](uint64_t i, uint32_t field) {
-      o[i] = scale * static_cast<float>(static_cast<int32_t>(field) - r);
-    });
+    kernel(body, body_bytes, e0, e1, h.bits, h.contributions, h.scale, o);
   });
 }
 
@@ -332,6 +332,23 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
 }
 
 namespace detail {
+
+uint32_t sum_fields_max_portable(const uint8_t* body, uint64_t, uint64_t e0, uint64_t e1, uint32_t bits) {
+  uint32_t most = 0;
+  uint64_t unused = 0;
+  unpack_range(body, e0, e1, bits, UINT32_MAX, &unused, [&](uint64_t, uint32_t field) { most = std::max(most, field); });
+  return most;
+}
+
+void decode_sum_fields_portable(const uint8_t* body, uint64_t, uint64_t e0, uint64_t e1, uint32_t bits,
+                                uint32_t contributions, float scale, float* out) {
+  const int32_t r = static_cast<int32_t>(contributions);
+  uint64_t unused = 0;
+  unpack_range(body, e0, e1, bits, UINT32_MAX, &unused, [&](uint64_t i, uint32_t field) {
+    out[i] = scale * static_cast<float>(static_cast<int32_t>(field) - r);
+  });
+}
+
 uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_t g0, uint64_t g1,
                              uint32_t bits, uint8_t* out) {
   uint32_t bad = 0;

@@ -244,6 +244,18 @@ TEST_F(SimdLevels, PayloadSumsAreBitIdentical) {
           [&](const char* level, const auto& want, const auto& got) {
             EXPECT_EQ(want, got) << level << " n=" << n << " R=" << r;
           });
+      // The workers' side: decode_sum of that sum.
+      std::vector<uint8_t> sum(tq::sum_payload_bytes(n, r));
+      tq::sum_payloads(spans, sum);
+      compare_levels<std::vector<float>>(
+          [&] {
+            std::vector<float> out(n, -1.0f);
+            tq::decode_sum(sum, out);
+            return out;
+          },
+          [&](const char* level, const auto& want, const auto& got) {
+            EXPECT_EQ(std::memcmp(want.data(), got.data(), n * sizeof(float)), 0) << level << " n=" << n << " R=" << r;
+          });
     }
   }
 }
@@ -269,6 +281,39 @@ TEST_F(SimdLevels, CorruptCodesInPayloadSumsAreFoundOnEveryLevel) {
         ADD_FAILURE() << tq::simd_level_name(level) << ": corrupt byte " << at << " accepted";
       } catch (const tq::CodecError& e) {
         EXPECT_EQ(e.code(), tq::Errc::kInvalidCode) << tq::simd_level_name(level) << " " << e.what();
+      }
+    }
+  }
+}
+
+TEST_F(SimdLevels, SumFieldsAbove2RAreFoundOnEveryLevel) {
+  // Counts of 3 contributions (3 bits, fields up to 6) and of 200 (9 bits:
+  // the portable route); one field raised to 7 / 401 at several places.
+  for (uint32_t r : {3u, 200u}) {
+    const size_t n = 100003;
+    std::vector<int16_t> counts(n);
+    for (size_t i = 0; i < n; ++i) counts[i] = static_cast<int16_t>(static_cast<int>(i % (2 * r + 1)) - static_cast<int>(r));
+    std::vector<uint8_t> good(tq::sum_payload_bytes(n, r));
+    tq::encode_sum(counts, 0.5f, r, 1, 2, good);
+    const uint32_t bits = tq::sum_bits(r);
+    for (size_t at : {size_t{0}, size_t{17}, size_t{65535}, size_t{65536}, size_t{99990}, n - 1}) {
+      std::vector<uint8_t> bad = good;
+      // Set every bit of element `at`'s field: 2^bits - 1 > 2R.
+      for (uint32_t k = 0; k < bits; ++k) {
+        const uint64_t bit = at * bits + k;
+        bad[tq::kHeaderBytes + bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+      }
+      for (tq::SimdLevel level : tq::supported_simd_levels()) {
+        tq::set_cpu_simd_level(level);
+        std::vector<float> out(n, 1.0f);
+        try {
+          tq::decode_sum(bad, out);
+          ADD_FAILURE() << tq::simd_level_name(level) << ": field above 2R at " << at << " accepted";
+        } catch (const tq::CodecError& e) {
+          EXPECT_NE(std::string(e.what()).find("element " + std::to_string(at) + " "), std::string::npos)
+              << tq::simd_level_name(level) << ": " << e.what();
+        }
+        EXPECT_EQ(out, std::vector<float>(n, 1.0f)) << "nothing is written on failure";
       }
     }
   }
