@@ -1,8 +1,9 @@
 // Private: the CPU kernels behind codec.h and the threading policy shared by
 // the codec's passes. Each hot pass has a portable scalar kernel (the
-// reference), Highway kernels for AVX2, AVX-512 and NEON (simd_kernels.cpp)
-// and, where they measured faster, hand-written AVX-512 ones; a KernelTable
-// per SIMD level picks among them (cpu_features.h says how a level is chosen).
+// reference) and Highway kernels for AVX2, AVX-512 and NEON
+// (simd_kernels.cpp); encode also a hand-written AVX-512 one, which measured
+// faster. A KernelTable per SIMD level picks among them (cpu_features.h says
+// how a level is chosen).
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,6 @@ struct ChunkSums {
   uint32_t max_abs_bits = 0;
 };
 ChunkSums chunk_sums_portable(const float* x, size_t len);
-ChunkSums chunk_sums_avx512(const float* x, size_t len);
 // Adds x[from, len) to the 32 canonical lanes and folds them: the scalar
 // tail every SIMD chunk kernel ends with.
 ChunkSums finish_chunk(const float* x, size_t from, size_t len, double* lane_sum, double* lane_sq,
@@ -54,8 +54,6 @@ void encode_bytes_avx512(const float* x, uint64_t n, uint64_t k_begin, uint64_t 
 // Mode: write (out = v), accumulate (out += v).
 void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,
                            float scale, bool accumulate, float* out);
-void decode_bytes_avx512(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,
-                         float scale, bool accumulate, float* out);
 
 // The ps's fused sum (ternary_sum.h, sum_payloads): for the groups of 8
 // elements [g0, g1), adds the codes of `count` validated-length bodies (each
