@@ -138,32 +138,29 @@ HWY_INLINE void PhiloxRound(PhiloxHalf& s, V64 k0, V64 k1, hn::Vec<DU> mul0, hn:
 // constant, and with it the new words 0 and 1; in round 2 the product of
 // that word 0 is constant too. Only block-dependent halves remain: 2
 // multiplies, 2 shifts and 3 XORs instead of 4, 4 and 8. The constants for
-// one high word, from the scalar Philox's own arithmetic:
+// one high word, from the scalar Philox's own arithmetic (a user-provided
+// constructor, as for PhiloxHalf):
 struct PhiloxHead {
-  uint32_t hi_word = 0;  // the counter's high word they were made for
-  V64 x1;                // round 1: tensor id ^ key1           (-> word 2 = hi(p0) ^ x1)
-  V64 x2;                // round 2: new word 1 ^ key0          (-> word 0 = hi(p1) ^ x2)
-  V64 x3;                // round 2: hi(round-2 product 0) ^ key1 (-> word 2 = lo(p0) ^ x3)
-  V64 w3;                // round 2: lo(round-2 product 0)      (word 3)
+  PhiloxHead(uint32_t hi, const RngStream& rng) : hi_word(hi) {
+    using namespace philox_constants;
+    const D64 d64;
+    const uint32_t key0 = static_cast<uint32_t>(rng.seed), key1 = static_cast<uint32_t>(rng.seed >> 32);
+    uint32_t prod1_hi, prod1_lo;  // round 1: word 2 (step) times kMul1
+    philox_mulhilo(kMul1, rng.step, prod1_hi, prod1_lo);
+    const uint32_t w0 = prod1_hi ^ hi ^ key0, w1 = prod1_lo;  // round 1's new words 0, 1
+    uint32_t prod0_hi, prod0_lo;  // round 2: that word 0 times kMul0
+    philox_mulhilo(kMul0, w0, prod0_hi, prod0_lo);
+    x1 = hn::Set(d64, rng.tensor_id ^ key1);
+    x2 = hn::Set(d64, w1 ^ (key0 + kWeyl0));
+    x3 = hn::Set(d64, prod0_hi ^ (key1 + kWeyl1));
+    w3 = hn::Set(d64, prod0_lo);
+  }
+  uint32_t hi_word;  // the counter's high word they were made for
+  V64 x1 = hn::Zero(D64());  // round 1: tensor id ^ key1             (-> word 2 = hi(p0) ^ x1)
+  V64 x2 = x1;               // round 2: new word 1 ^ key0            (-> word 0 = hi(p1) ^ x2)
+  V64 x3 = x1;               // round 2: hi(round-2 product 0) ^ key1 (-> word 2 = lo(p0) ^ x3)
+  V64 w3 = x1;               // round 2: lo(round-2 product 0)        (word 3)
 };
-
-HWY_INLINE PhiloxHead MakePhiloxHead(uint32_t hi_word, const RngStream& rng) {
-  using namespace philox_constants;
-  const D64 d64;
-  const uint32_t key0 = static_cast<uint32_t>(rng.seed), key1 = static_cast<uint32_t>(rng.seed >> 32);
-  uint32_t prod1_hi, prod1_lo;  // round 1: word 2 (step) times kMul1
-  philox_mulhilo(kMul1, rng.step, prod1_hi, prod1_lo);
-  const uint32_t w0 = prod1_hi ^ hi_word ^ key0, w1 = prod1_lo;  // round 1's new words 0, 1
-  uint32_t prod0_hi, prod0_lo;  // round 2: that word 0 times kMul0
-  philox_mulhilo(kMul0, w0, prod0_hi, prod0_lo);
-  PhiloxHead h;
-  h.hi_word = hi_word;
-  h.x1 = hn::Set(d64, rng.tensor_id ^ key1);
-  h.x2 = hn::Set(d64, w1 ^ (key0 + kWeyl0));
-  h.x3 = hn::Set(d64, prod0_hi ^ (key1 + kWeyl1));
-  h.w3 = hn::Set(d64, prod0_lo);
-  return h;
-}
 
 // State after rounds 1 and 2 of blocks whose word 0 is c0.
 HWY_INLINE PhiloxHalf PhiloxTwoRounds(V64 c0, const PhiloxHead& h, VU mul0, VU mul1) {
@@ -254,7 +251,7 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
   }
   const VU mul0 = hn::Set(du, kMul0), mul1 = hn::Set(du, kMul1);
   const V64 even = hn::ShiftLeft<1>(hn::Iota(d64, 0)), odd = hn::Add(even, hn::Set(d64, 1));
-  PhiloxHead head = MakePhiloxHead(static_cast<uint32_t>((k_begin + rng.block_offset) >> 32), rng);
+  PhiloxHead head(static_cast<uint32_t>((k_begin + rng.block_offset) >> 32), rng);
 
   // Blocks k .. k+span-1 are SIMD-able if all their elements exist and the
   // low counter word does not wrap inside them (rare: the portable path
@@ -268,7 +265,7 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
   for (; simd_ok(k, kBlocksPerStep); k += kBlocksPerStep) {
     const uint64_t counter = k + rng.block_offset;
     if (static_cast<uint32_t>(counter >> 32) != head.hi_word)  // past 2^32 blocks: rare
-      head = MakePhiloxHead(static_cast<uint32_t>(counter >> 32), rng);
+      head = PhiloxHead(static_cast<uint32_t>(counter >> 32), rng);
     PhiloxHalf s[2 * kGroups];
     for (size_t g = 0; g < kGroups; ++g) {
       const V64 base = hn::Set(d64, static_cast<uint32_t>(counter + g * kLanes));
