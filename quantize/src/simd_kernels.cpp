@@ -1,7 +1,8 @@
 // The codec's SIMD kernels (stats, encode, decode, decode-accumulate, the
-// ps's payload sums and their decode, fp16 conversion), written once with Google Highway and compiled for
-// AVX2, AVX-512 and NEON (foreach_target.h includes this file once per
-// target, each copy in its own namespace with its own target attributes).
+// ps's payload sums and their decode, fp16 conversion), written once with
+// Google Highway and compiled for AVX2, AVX-512 and NEON (foreach_target.h
+// includes this file once per target, each copy in its own namespace with
+// its own target attributes).
 // cpu_features.cpp picks the level at run time; kernel_tables.cpp puts each
 // level's kernels in a KernelTable.
 //
@@ -10,11 +11,15 @@
 //  - stats: the 32 canonical float64 lanes are kept as whole vectors, each
 //    lane summing its elements in index order; x*x is exact in float64, so
 //    the fused multiply-add gives the portable sum of squares;
-//  - encode: the same float32 operations in the same order (min, one or two
-//    multiplies, a compare against the 24-bit random integer); no contraction
-//    (-ffp-contract=off and explicit Mul calls);
-//  - decode: the value is built from the scale's bits (+s, -s or +0), which is
-//    what scale * {1, -1, 0} rounds to; accumulate is one float32 add.
+//  - encode: the same float32 operations in the same order (fminf, one or
+//    two multiplies, a compare against the 24-bit random integer); no
+//    contraction (-ffp-contract=off and explicit Mul calls);
+//  - decode: a lane permute picks +s, -s or +0, what scale * {1, -1, 0}
+//    rounds to; accumulate is one float32 add;
+//  - sums: integer arithmetic; their decode is one int->float conversion
+//    and one multiply, as the portable code;
+//  - fp16: the hardware's round-to-nearest-even conversions, which the
+//    scalar code reproduces bit for bit (saturation applied before).
 //
 // SVE is not a target: Highway's SVE vectors are sizeless types, which cannot
 // live in the arrays these kernels keep their lanes and Philox states in, and
@@ -48,7 +53,6 @@ namespace HWY_NAMESPACE {
 // The scalar and emulated targets (the static target of a baseline x86-64
 // build) get no kernels: the portable ones are the scalar path.
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-#define TG_HWY_KERNELS 1
 
 namespace hn = hwy::HWY_NAMESPACE;
 
