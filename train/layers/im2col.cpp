@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -10,10 +10,13 @@ namespace terngrad::train::detail {
 
 namespace {
 
-// The runs moved here are short (kw*C floats: 5 for LeNet's first layer, 100
-// for its second), so per-run overhead dominates: a vectorized loop's scalar
-// tail costs more than the copy. With AVX-512 each run is whole 16-float
-// vectors plus one masked vector; otherwise plain loops.
+// The runs moved here are short (kw*C floats: 5 for LeNet's first layer, 15
+// for CifarNet's, 100 for LeNet's second), so per-run overhead dominates: a
+// vectorized loop's scalar tail costs more than the copy, and the plain loops
+// below become memcpy/memset calls. With AVX-512 each run is whole 16-float
+// vectors plus one masked vector; with AVX2 whole 8-float vectors plus one
+// overlapping the previous (masked stores are microcoded on AMD CPUs);
+// otherwise plain loops.
 #if defined(__AVX512F__)
 inline __mmask16 tail_mask(int64_t len) { return static_cast<__mmask16>((1u << len) - 1u); }
 inline void zero(float* dst, int64_t len) {
@@ -37,6 +40,59 @@ inline void add(float* dst, const float* src, int64_t len) {
     const __mmask16 m = tail_mask(len - t);
     _mm512_mask_storeu_ps(dst + t, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + t), _mm512_maskz_loadu_ps(m, src + t)));
   }
+}
+#elif defined(__AVX2__)
+// A run that is not a whole number of 8-float vectors ends with the vector
+// that ends at the run's end, overlapping the one before: zero and copy write
+// the same values twice there, add keeps the lanes it already added. Runs
+// under 8 floats take 4-float vectors the same way, and under 4 single floats
+// (spelled out, so GCC does not turn them into library calls).
+inline void zero(float* dst, int64_t len) {
+  if (len < 8) {
+    if (len >= 4) {
+      _mm_storeu_ps(dst, _mm_setzero_ps());
+      _mm_storeu_ps(dst + len - 4, _mm_setzero_ps());
+    } else {
+      if (len > 0) dst[0] = 0.0f;
+      if (len > 1) dst[1] = 0.0f;
+      if (len > 2) dst[2] = 0.0f;
+    }
+    return;
+  }
+  int64_t t = 0;
+  for (; t + 8 <= len; t += 8) _mm256_storeu_ps(dst + t, _mm256_setzero_ps());
+  if (t < len) _mm256_storeu_ps(dst + len - 8, _mm256_setzero_ps());
+}
+inline void copy(float* dst, const float* src, int64_t len) {
+  if (len < 8) {
+    if (len >= 4) {
+      const __m128 head = _mm_loadu_ps(src), tail = _mm_loadu_ps(src + len - 4);
+      _mm_storeu_ps(dst, head);
+      _mm_storeu_ps(dst + len - 4, tail);
+    } else {
+      if (len > 0) dst[0] = src[0];
+      if (len > 1) dst[1] = src[1];
+      if (len > 2) dst[2] = src[2];
+    }
+    return;
+  }
+  int64_t t = 0;
+  for (; t + 8 <= len; t += 8) _mm256_storeu_ps(dst + t, _mm256_loadu_ps(src + t));
+  if (t < len) _mm256_storeu_ps(dst + len - 8, _mm256_loadu_ps(src + len - 8));
+}
+inline void add(float* dst, const float* src, int64_t len) {
+  int64_t t = 0;
+  for (; t + 8 <= len; t += 8) _mm256_storeu_ps(dst + t, _mm256_add_ps(_mm256_loadu_ps(dst + t), _mm256_loadu_ps(src + t)));
+  if (t < len && len >= 8) {
+    // Lanes l >= 8 - (len - t) of the last vector are new; the others keep
+    // the sums just stored (blended, not re-added, so nothing changes there).
+    static constexpr int32_t kNewLanes[16] = {0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1};
+    const __m256 is_new = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(kNewLanes + (len - t))));
+    const __m256 d = _mm256_loadu_ps(dst + len - 8);
+    _mm256_storeu_ps(dst + len - 8, _mm256_blendv_ps(d, _mm256_add_ps(d, _mm256_loadu_ps(src + len - 8)), is_new));
+    return;
+  }
+  for (; t < len; ++t) dst[t] += src[t];
 }
 #else
 inline void zero(float* __restrict dst, int64_t len) {

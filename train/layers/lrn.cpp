@@ -25,12 +25,12 @@ inline float pow_neg_beta(float scale, float beta) {
 
 struct LrnScratch final : LayerScratch {
   std::vector<float> scale;   // bias + alpha * sqr_sum per element, from forward
+  std::vector<float> p;       // scale^-beta per element, from forward (backward needs it again)
   // One pixel's working rows. `padded` has depth_radius zeros on each side,
   // so every channel's window is the same 2r+1 consecutive floats and the
   // window sums vectorize across channels.
   std::vector<float> padded;  // x^2 (forward), dy * x * scale^(-beta-1) (backward)
   std::vector<float> sum;     // window sums
-  std::vector<float> p;       // scale^-beta
 };
 
 // sum[c] = sum of padded[c .. c + 2r] for c < channels, accumulated in the
@@ -56,7 +56,7 @@ void pow_neg_beta_row(const float* __restrict scale, float* __restrict p, int64_
 // zeroed here and never written afterwards.
 void prepare_rows(LrnScratch& s, int64_t c, int64_t r) {
   s.padded.assign(c + 2 * r, 0.0f);
-  if (s.sum.size() < static_cast<size_t>(c)) s.sum.resize(c), s.p.resize(c);
+  if (s.sum.size() < static_cast<size_t>(c)) s.sum.resize(c);
 }
 
 void check_input(const std::string& name, const Shape& in) {
@@ -86,7 +86,7 @@ void LocalResponseNorm::forward(const ParamSet&, const Tensor& x, Tensor& y, Lay
   check_input(name(), x.shape);
   auto& s = detail::scratch_as<LrnScratch>(scratch, name());
   y.resize(x.shape);
-  if (s.scale.size() < static_cast<size_t>(x.size())) s.scale.resize(x.size());
+  if (s.scale.size() < static_cast<size_t>(x.size())) s.scale.resize(x.size()), s.p.resize(x.size());
   const int64_t c = x.shape[3], pixels = x.size() / std::max<int64_t>(c, 1), r = cfg_.depth_radius;
   prepare_rows(s, c, r);
   float* sq = s.padded.data() + r;
@@ -94,11 +94,12 @@ void LocalResponseNorm::forward(const ParamSet&, const Tensor& x, Tensor& y, Lay
     const float* __restrict xp = x.ptr() + p * c;
     float* __restrict yp = y.ptr() + p * c;
     float* __restrict sp = s.scale.data() + p * c;
+    float* __restrict pp = s.p.data() + p * c;
     for (int64_t ch = 0; ch < c; ++ch) sq[ch] = xp[ch] * xp[ch];
     window_sums(s.padded.data(), s.sum.data(), c, r);
     for (int64_t ch = 0; ch < c; ++ch) sp[ch] = cfg_.bias + cfg_.alpha * s.sum[ch];
-    pow_neg_beta_row(sp, s.p.data(), c, cfg_.beta);
-    for (int64_t ch = 0; ch < c; ++ch) yp[ch] = xp[ch] * s.p[ch];
+    pow_neg_beta_row(sp, pp, c, cfg_.beta);
+    for (int64_t ch = 0; ch < c; ++ch) yp[ch] = xp[ch] * pp[ch];
   }
 }
 
@@ -122,11 +123,11 @@ void LocalResponseNorm::backward(const ParamSet&, const Tensor& x, const Tensor&
     const float* __restrict xp = x.ptr() + p * c;
     const float* __restrict dyp = dy.ptr() + p * c;
     const float* __restrict sp = s.scale.data() + p * c;
+    const float* __restrict pp = s.p.data() + p * c;
     float* __restrict dxp = dx->ptr() + p * c;
-    pow_neg_beta_row(sp, s.p.data(), c, cfg_.beta);
-    for (int64_t ch = 0; ch < c; ++ch) t[ch] = dyp[ch] * xp[ch] * s.p[ch] / sp[ch];
+    for (int64_t ch = 0; ch < c; ++ch) t[ch] = dyp[ch] * xp[ch] * pp[ch] / sp[ch];
     window_sums(s.padded.data(), s.sum.data(), c, r);
-    for (int64_t ch = 0; ch < c; ++ch) dxp[ch] = dyp[ch] * s.p[ch] - coef * xp[ch] * s.sum[ch];
+    for (int64_t ch = 0; ch < c; ++ch) dxp[ch] = dyp[ch] * pp[ch] - coef * xp[ch] * s.sum[ch];
   }
 }
 

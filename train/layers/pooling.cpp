@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -42,6 +42,11 @@ PoolGeometry pool_geometry(const MaxPoolConfig& cfg, const std::string& name, co
 // example, per channel. The first cell seeds both (a real index even for
 // NaN input); later cells win only when strictly greater, so on ties the
 // first cell in row-major window order keeps the argmax.
+//
+// GCC vectorizes the portable loop (at the end) with masked stores
+// (vmaskmovps) for its conditional updates, which AMD CPUs run microcoded:
+// CifarNet's pool1 took 2.3 ms instead of 0.34 ms per 32 examples on Zen 4.
+// Hence the AVX-512 and AVX2 versions.
 #if defined(__AVX512F__)
 // 16 channels at a time, the window's running max kept in registers.
 void window_max(const float* xn, int64_t w, int64_t c, int64_t y0, int64_t y1, int64_t x0, int64_t x1, float* out,
@@ -64,6 +69,47 @@ void window_max(const float* xn, int64_t w, int64_t c, int64_t y0, int64_t y1, i
     _mm512_mask_storeu_ps(out + c0, m, best);
     _mm512_mask_storeu_epi32(arg + c0, m, best_at);
   }
+}
+#elif defined(__AVX2__)
+// 8 channels [c0, c0 + 8) at a time, the window's running max kept in
+// registers. The last partial vector loads under a mask (masked loads are
+// cheap; masked stores are not) and stores its valid lanes one by one.
+template <bool kPartial>
+void window_max8(const float* xn, int64_t w, int64_t c, int64_t c0, int64_t y0, int64_t y1, int64_t x0, int64_t x1,
+                 float* out, int32_t* arg) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(c - c0)), lanes);
+  auto load = [&](int64_t at) { return kPartial ? _mm256_maskload_ps(xn + at, valid) : _mm256_loadu_ps(xn + at); };
+  const int32_t first = static_cast<int32_t>((y0 * w + x0) * c + c0);
+  __m256 best = load(first);
+  __m256i best_at = _mm256_add_epi32(_mm256_set1_epi32(first), lanes);
+  for (int64_t iy = y0; iy < y1; ++iy) {
+    for (int64_t ix = (iy == y0 ? x0 + 1 : x0); ix < x1; ++ix) {
+      const int32_t cell = static_cast<int32_t>((iy * w + ix) * c + c0);
+      const __m256 v = load(cell);
+      const __m256 win = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+      const __m256i at = _mm256_add_epi32(_mm256_set1_epi32(cell), lanes);
+      best = _mm256_blendv_ps(best, v, win);
+      best_at = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_at), _mm256_castsi256_ps(at), win));
+    }
+  }
+  if constexpr (kPartial) {
+    alignas(32) float b[8];
+    alignas(32) int32_t a[8];
+    _mm256_store_ps(b, best);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(a), best_at);
+    for (int64_t l = 0; l < c - c0; ++l) out[c0 + l] = b[l], arg[c0 + l] = a[l];
+  } else {
+    _mm256_storeu_ps(out + c0, best);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(arg + c0), best_at);
+  }
+}
+
+void window_max(const float* xn, int64_t w, int64_t c, int64_t y0, int64_t y1, int64_t x0, int64_t x1, float* out,
+                int32_t* arg) {
+  int64_t c0 = 0;
+  for (; c0 + 8 <= c; c0 += 8) window_max8<false>(xn, w, c, c0, y0, y1, x0, x1, out, arg);
+  if (c0 < c) window_max8<true>(xn, w, c, c0, y0, y1, x0, x1, out, arg);
 }
 #else
 void window_max(const float* xn, int64_t w, int64_t c, int64_t y0, int64_t y1, int64_t x0, int64_t x1,

@@ -75,6 +75,28 @@ TEST(MaxPool, TiesGoToTheFirstCellInWindowOrder) {
   EXPECT_EQ(dx.data, (std::vector<float>{10, 0, 0, 20, 0, 0, 0, 0}));
 }
 
+TEST(MaxPool, TiesGoToTheFirstCellInEveryChannelLane) {
+  // 19 channels: two 8-float AVX2 vectors plus a tail (one 16-float AVX-512
+  // vector plus a masked one). Every cell of the 2x2 window ties in every
+  // channel, so the whole gradient goes to the first cell.
+  const int64_t c = 19;
+  const MaxPool pool(MaxPoolConfig{.name = "pool", .kernel = 2, .stride = 2, .padding = Padding::kValid});
+  Tensor x({1, 2, 2, c}, 1.5f);
+  auto scratch = pool.make_scratch();
+  Tensor y, dx;
+  ParamSet params;
+  GradSet grads;
+  pool.forward(params, x, y, scratch.get(), ForwardContext{});
+  Tensor dy({1, 1, 1, c});
+  for (int64_t ch = 0; ch < c; ++ch) dy.data[ch] = static_cast<float>(ch + 1);
+  pool.backward(params, x, y, dy, &dx, grads, scratch.get());
+  for (int64_t ch = 0; ch < c; ++ch) {
+    EXPECT_EQ(y.data[ch], 1.5f);
+    EXPECT_EQ(dx.data[ch], static_cast<float>(ch + 1)) << "channel " << ch;
+    for (int64_t cell = 1; cell < 4; ++cell) EXPECT_EQ(dx.data[cell * c + ch], 0.0f) << "cell " << cell << " channel " << ch;
+  }
+}
+
 TEST(MaxPool, SamePaddingNeverWinsOverNegativeInputs) {
   const MaxPool pool(MaxPoolConfig{.name = "pool", .kernel = 3, .stride = 2, .padding = Padding::kSame});
   Tensor x({1, 4, 4, 1}, -2.0f);
