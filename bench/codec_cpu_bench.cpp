@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "memory_baseline.h"
+#include "python_baseline.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/cpu_features.h"
 #include "terngrad/quantize/format.h"
@@ -235,6 +236,13 @@ void validate_codec(SizeState& s) {
               se > 0 ? diff / se : 0.0);
 }
 
+// The first r replica payloads of s, as sum_payloads takes them.
+std::vector<std::span<const uint8_t>> replica_spans(const SizeState& s, uint32_t r) {
+  std::vector<std::span<const uint8_t>> spans;
+  for (uint32_t i = 0; i < r; ++i) spans.emplace_back(s.replica_payloads[i].data(), tq::max_encoded_bytes(s.n));
+  return spans;
+}
+
 // Encodes kMaxSumReplicas replica payloads of x with one shared scale and
 // checks sum_payloads against the independent route (int16 counts by
 // sum_shared, then encode_sum) for 2 and 4 replicas.
@@ -249,8 +257,7 @@ void prepare_sums(SizeState& s) {
   }
   s.sum_out = AlignedArray<uint8_t>(tq::sum_payload_bytes(n, kMaxSumReplicas));
   for (uint32_t r : {2u, kMaxSumReplicas}) {
-    std::vector<std::span<const uint8_t>> spans;
-    for (uint32_t i = 0; i < r; ++i) spans.emplace_back(s.replica_payloads[i].data(), tq::max_encoded_bytes(n));
+    const auto spans = replica_spans(s, r);
     const size_t bytes = tq::sum_payloads(spans, {s.sum_out.data(), s.sum_out.size()});
     std::vector<int16_t> counts(n);
     const float scale = tq::sum_shared(spans, counts);
@@ -379,8 +386,7 @@ void bm_decode_accumulate(benchmark::State& st, size_t n) {
 // Traffic: the R bodies read, the sum body (bit_width(2R) bits an element) written.
 void bm_sum_payloads(benchmark::State& st, size_t n, uint32_t r) {
   SizeState& s = state_for(n);
-  std::vector<std::span<const uint8_t>> spans;
-  for (uint32_t i = 0; i < r; ++i) spans.emplace_back(s.replica_payloads[i].data(), tq::max_encoded_bytes(n));
+  const auto spans = replica_spans(s, r);
   const LoopTimer timer;
   for (auto _ : st) {
     size_t w = tq::sum_payloads(spans, {s.sum_out.data(), s.sum_out.size()});
@@ -395,8 +401,7 @@ void bm_sum_payloads(benchmark::State& st, size_t n, uint32_t r) {
 // sum body read twice (validated, then decoded) and the floats written.
 void bm_decode_sum(benchmark::State& st, size_t n, uint32_t r) {
   SizeState& s = state_for(n);
-  std::vector<std::span<const uint8_t>> spans;
-  for (uint32_t i = 0; i < r; ++i) spans.emplace_back(s.replica_payloads[i].data(), tq::max_encoded_bytes(n));
+  const auto spans = replica_spans(s, r);
   const size_t bytes = tq::sum_payloads(spans, {s.sum_out.data(), s.sum_out.size()});
   const std::span<const uint8_t> sum{s.sum_out.data(), bytes};
   const LoopTimer timer;
@@ -423,18 +428,9 @@ std::map<size_t, double> torch_encode_rates(const std::vector<size_t>& sizes, in
   cmd.append(" ").append(std::to_string(threads));
   for (size_t n : sizes) cmd.append(" ").append(std::to_string(n));
   cmd.append(" 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[1024] = {};
-  const size_t got = std::fread(buf, 1, sizeof buf - 1, p);
-  pclose(p);
-  const std::string text(buf, got);
-  for (size_t n : sizes) {
-    std::string key = "\"";
-    key.append(std::to_string(n)).append("\": ");
-    const auto k = text.find(key);
-    if (k != std::string::npos) out[n] = std::atof(text.c_str() + k + key.size()) * 1e9;
-  }
+  const std::string text = terngrad::bench::command_output(cmd);
+  for (size_t n : sizes)
+    if (const auto v = terngrad::bench::json_number(text, std::to_string(n))) out[n] = *v * 1e9;
   return out;
 }
 

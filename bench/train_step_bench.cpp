@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "python_baseline.h"
 #include "terngrad/train/models.h"
 #include "terngrad/train/optimizer.h"
 
@@ -120,16 +121,9 @@ std::map<std::string, double> pytorch_examples_per_sec(int threads) {
   const char* script = std::getenv("TG_PYTORCH_SCRIPT");
   const std::string cmd = std::string("/usr/bin/python3 ") + (script ? script : TG_PYTORCH_SCRIPT_PATH) + " " +
                           std::to_string(threads) + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[512] = {};
-  const size_t got = std::fread(buf, 1, sizeof buf - 1, p);
-  pclose(p);
-  const std::string s(buf, got);
-  for (const char* key : {"lenet", "cifarnet"}) {
-    const auto k = s.find(std::string("\"") + key + "\": ");
-    if (k != std::string::npos) out[key] = std::atof(s.c_str() + k + std::string(key).size() + 4);
-  }
+  const std::string s = terngrad::bench::command_output(cmd);
+  for (const char* key : {"lenet", "cifarnet"})
+    if (const auto v = terngrad::bench::json_number(s, key)) out[key] = *v;
   return out;
 }
 

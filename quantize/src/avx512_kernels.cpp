@@ -8,7 +8,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "cpu_kernels.h"
 #include "terngrad/quantize/format.h"
@@ -77,10 +76,6 @@ __attribute__((target("avx512f"))) inline void philox_groups(uint64_t k0, const 
                        _mm512_permutex2var_epi32(a.c3, low_halves, b.c3)}};
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Quantizes and packs 64 elements (16 body bytes) given their random words.
 // The input is transposed so that register j holds element 4l+j in lane l,

@@ -1,4 +1,5 @@
-# The codec library's test sources, shared by the native build (tests/) and
+# The codec library's test sources and the SIMD levels the suite is rerun
+# under (forced through TG_CPU_SIMD), shared by the native build (tests/) and
 # the AArch64 cross build (tests/cross/).
 set(TG_QUANTIZE_TEST_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/philox_test.cpp
@@ -13,3 +14,11 @@ set(TG_QUANTIZE_TEST_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/simd_levels_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp16_convert_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/forced_simd_level.cpp)
+
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  set(TG_SIMD_LEVELS portable avx2 avx512)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64)$")
+  set(TG_SIMD_LEVELS portable neon)
+else()
+  set(TG_SIMD_LEVELS portable)
+endif()
