@@ -36,6 +36,6 @@ cmake --build "$build" -j"$(nproc)" > "$build/build.log" 2>&1 || {
   tail -50 "$build/build.log"
   exit 1
 }
-file "$build/quantize_tests" | sed 's/^/arm64 check: /'
+if command -v file > /dev/null; then file "$build/quantize_tests" | sed "s/^/arm64 check: /"; fi
 echo "arm64 check: running the codec tests under qemu-aarch64"
 ctest --test-dir "$build" --output-on-failure --timeout 600
