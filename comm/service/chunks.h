@@ -7,6 +7,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace terngrad::comm::detail {
@@ -31,9 +32,15 @@ bool for_each_chunk(std::span<const uint8_t> bytes, Emit&& emit) {
 // from an earlier step can be adopted: when the size is the same, it is
 // reused as it is (no allocation, no page faults, no zero-fill), which is
 // what keeps large tensors from costing fresh memory every step.
-class Reassembly {
+//
+// Buffer is std::vector<uint8_t> or std::string. With std::string, a chunk
+// that is the whole buffer (every payload of at most kChunkBytes) is taken
+// over from the parsed message without a copy: the bytes are copied once,
+// from gRPC's receive slices into the message, and never again before use.
+template <class Buffer>
+class BasicReassembly {
  public:
-  void adopt(std::vector<uint8_t>&& buffer) { bytes_ = std::move(buffer); }
+  void adopt(Buffer&& buffer) { bytes_ = std::move(buffer); }
   // Ready for another attempt (a retried request), keeping the buffer.
   void restart() {
     started_ = false;
@@ -41,6 +48,30 @@ class Reassembly {
   }
   // Returns an error message, or "" when the chunk fits.
   std::string add(uint64_t offset, uint64_t total, const std::string& data, uint64_t max_total) {
+    if (std::string err = check(offset, total, data.size(), max_total); !err.empty()) return err;
+    if (!data.empty()) std::memcpy(bytes_.data() + filled_, data.data(), data.size());
+    filled_ += data.size();
+    return "";
+  }
+  // As add(), but a chunk holding the whole buffer is moved in (std::string).
+  std::string take(uint64_t offset, uint64_t total, std::string&& data, uint64_t max_total) {
+    if constexpr (std::is_same_v<Buffer, std::string>) {
+      if (!started_ && offset == 0 && data.size() == total && total <= max_total) {
+        bytes_ = std::move(data);
+        started_ = true;
+        filled_ = total;
+        return "";
+      }
+    }
+    return add(offset, total, data, max_total);
+  }
+  bool started() const { return started_; }
+  bool complete() const { return started_ && filled_ == bytes_.size(); }
+  uint64_t filled() const { return filled_; }
+  Buffer& bytes() { return bytes_; }
+
+ private:
+  std::string check(uint64_t offset, uint64_t total, size_t size, uint64_t max_total) {
     if (!started_) {
       if (total > max_total)
         return "announces " + std::to_string(total) + " bytes, more than the " + std::to_string(max_total) +
@@ -53,22 +84,18 @@ class Reassembly {
              std::to_string(bytes_.size());
     if (offset != filled_)
       return "chunk at byte " + std::to_string(offset) + " where " + std::to_string(filled_) + " was expected";
-    if (data.size() > total - filled_)
-      return "chunk of " + std::to_string(data.size()) + " bytes overruns the " + std::to_string(total) + " bytes";
-    if (!data.empty()) std::memcpy(bytes_.data() + filled_, data.data(), data.size());
-    filled_ += data.size();
+    if (size > total - filled_)
+      return "chunk of " + std::to_string(size) + " bytes overruns the " + std::to_string(total) + " bytes";
     return "";
   }
-  bool started() const { return started_; }
-  bool complete() const { return started_ && filled_ == bytes_.size(); }
-  uint64_t filled() const { return filled_; }
-  std::vector<uint8_t>& bytes() { return bytes_; }
 
- private:
-  std::vector<uint8_t> bytes_;
+  Buffer bytes_;
   uint64_t filled_ = 0;
   bool started_ = false;
 };
+
+using Reassembly = BasicReassembly<std::vector<uint8_t>>;
+using StringReassembly = BasicReassembly<std::string>;
 
 inline std::span<const uint8_t> as_bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};

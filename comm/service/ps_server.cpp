@@ -49,6 +49,7 @@ struct Replica {
   std::string label;
   Clock::time_point last_heard{};
   int64_t last_pushed = -1;
+  int64_t last_stale = -1;  // the last step whose push was counted stale
 };
 
 struct Shard {
@@ -57,22 +58,36 @@ struct Shard {
   std::vector<float> values;  // async
 };
 
-// The pushes of the step being collected (sync).
-struct StepBuffer {
-  int64_t step = 0;
-  std::vector<std::vector<std::vector<uint8_t>>> payloads;  // [replica][shard]
-  std::vector<bool> pushed;
-  std::vector<float> loss;
-  int count = 0;
-  bool closed = false;  // replicas_to_aggregate reached: later pushes are stale
-};
-
+// A step's sums (sync). Filled shard by shard, each as soon as every
+// replica has delivered it (when a step needs every replica), or all at
+// once when the step closes (backup replicas); shared so that pullers
+// stream it without a copy while later shards are still being summed.
 struct Aggregate {
   int64_t step = 0;
   uint32_t contributions = 0;
   float mean_loss = 0;
   std::vector<std::vector<uint8_t>> shards;
-  int pulls = 0;  // replicas that pulled it; at total it is no longer needed
+  std::vector<bool> ready;  // shards[s] is summed and will not change
+  size_t ready_count = 0;
+  bool complete = false;    // the step is closed and every shard summed
+  int pulls = 0;            // replicas that pulled all of it; at total it is no longer needed
+};
+
+// The pushes of the step being collected (sync). A replica delivers its
+// shards in one push or in several buckets; it counts once it has
+// delivered every shard.
+struct StepBuffer {
+  int64_t step = 0;
+  std::vector<std::vector<std::string>> payloads;  // [replica][shard]
+  std::vector<std::vector<bool>> got;              // [replica][shard]
+  std::vector<size_t> got_count;                   // [replica]
+  std::vector<int> have;                           // [shard] replicas that delivered it
+  std::vector<bool> pushed;                        // [replica] delivered every shard
+  std::vector<bool> loss_known;
+  std::vector<float> loss;
+  int count = 0;        // replicas that delivered every shard
+  bool closed = false;  // replicas_to_aggregate reached: later pushes are stale
+  std::shared_ptr<Aggregate> agg;
 };
 
 }  // namespace
@@ -98,11 +113,10 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   int64_t global_step = 0;
   std::vector<Replica> replicas;
   StepBuffer current;
-  std::deque<std::shared_ptr<Aggregate>> recent;  // shared: pullers stream it without a copy
-  // Buffers of earlier steps, reused so large tensors do not cost fresh
+  std::deque<std::shared_ptr<Aggregate>> recent;  // completed steps, for late pullers
+  // Sum buffers of earlier steps, reused so large tensors do not cost fresh
   // (page-faulting, zero-filled) memory every step.
-  std::vector<std::vector<std::vector<uint8_t>>> spare_pushes;  // [replica][shard]
-  std::vector<std::vector<uint8_t>> spare_sums;                 // [shard]
+  std::vector<std::vector<uint8_t>> spare_sums;  // [shard]
   // Scale sharing (ps 0), per step: the running max and who reported.
   struct Scales {
     int64_t step = -1;
@@ -254,13 +268,8 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     shards = std::move(fresh);
     global_step = h.global_step();
     replicas.assign(total, Replica{});
-    spare_pushes.assign(total, {});
     spare_sums.assign(shards.size(), {});
-    current = StepBuffer{};
-    current.step = global_step;
-    current.payloads.assign(total, {});
-    current.pushed.assign(total, false);
-    current.loss.assign(total, 0.0f);
+    start_step_locked(global_step);
     phase = Phase::kRunning;
     log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
         std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
@@ -352,8 +361,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (!reader->Read(&chunk) || !chunk.has_header())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
     const rpc::PushHeader h = chunk.header();
-    std::vector<uint64_t> expect;  // payload bytes per shard
-    std::vector<std::vector<uint8_t>> reuse;
+    std::vector<uint64_t> expect;  // payload bytes per shard of this ps
     {
       std::lock_guard<std::mutex> lock(mu);
       if (ended()) return ended_status();
@@ -361,78 +369,202 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       if (grpc::Status s = check_replica(h.replica()); !s.ok()) return s;
       heard(h.replica());
       for (const Shard& s : shards) expect.push_back(s.codec->payload_bytes(s.view.count));
-      reuse = std::move(spare_pushes[h.replica()]);
-      spare_pushes[h.replica()].clear();
     }
     const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
-    std::vector<detail::Reassembly> parts(expect.size());
-    for (size_t s = 0; s < reuse.size() && s < parts.size(); ++s) parts[s].adopt(std::move(reuse[s]));
+    // The shards this push carries: every shard, or one bucket's (sync).
+    std::vector<uint32_t> ids;
+    std::vector<int> slot(expect.size(), -1);  // shard -> index into ids
+    if (h.shards_size() == 0) {
+      for (uint32_t s = 0; s < expect.size(); ++s) ids.push_back(s);
+    } else {
+      if (!sync) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": an async push carries every shard, not a bucket");
+      for (uint32_t s : h.shards()) {
+        if (s >= expect.size())
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": bucket names shard " + std::to_string(s) +
+                                                          " of this ps's " + std::to_string(expect.size()));
+        if (slot[s] >= 0)
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": bucket names shard " + std::to_string(s) + " twice");
+        slot[s] = static_cast<int>(ids.size());
+        ids.push_back(s);
+      }
+    }
+    for (size_t i = 0; i < ids.size(); ++i) slot[ids[i]] = static_cast<int>(i);
+    std::vector<detail::StringReassembly> parts(ids.size());
     while (reader->Read(&chunk)) {
       if (!chunk.has_payload()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": a second header");
-      const rpc::PayloadChunk& p = chunk.payload();
-      if (p.shard() >= parts.size())
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": unknown shard " + std::to_string(p.shard()));
-      const std::string err = parts[p.shard()].add(p.offset(), p.total_bytes(), p.data(), expect[p.shard()]);
+      rpc::PayloadChunk& p = *chunk.mutable_payload();
+      if (p.shard() >= expect.size() || slot[p.shard()] < 0)
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(p.shard()) +
+                                                        (p.shard() >= expect.size() ? " is unknown" : " is not in its bucket"));
+      // The chunk's bytes are taken over, not copied (chunks.h).
+      const std::string err = parts[slot[p.shard()]].take(p.offset(), p.total_bytes(), std::move(*p.mutable_data()), expect[p.shard()]);
       if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ", shard " + std::to_string(p.shard()) + ": " + err);
     }
+    // The whole request is checked before anything of it is kept.
     uint64_t received = 0;
-    for (size_t s = 0; s < parts.size(); ++s) {
-      if (!parts[s].complete() || parts[s].bytes().size() != expect[s])
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint32_t s = ids[i];
+      if (!parts[i].complete() || parts[i].bytes().size() != expect[s])
         return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " has " +
-                                                        std::to_string(parts[s].filled()) + " of the " +
+                                                        std::to_string(parts[i].filled()) + " of the " +
                                                         std::to_string(expect[s]) + " payload bytes its codec writes");
       try {
-        shards[s].codec->validate(parts[s].bytes(), shards[s].view.count);
+        shards[s].codec->validate(detail::as_bytes(parts[i].bytes()), shards[s].view.count);
       } catch (const std::exception& e) {
         return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " (" +
                                                         shards[s].view.name + "): malformed payload: " + e.what());
       }
-      received += parts[s].bytes().size();
+      received += parts[i].bytes().size();
     }
-    return sync ? push_sync(h, parts, received, reply) : push_async(h, parts, received, reply);
+    return sync ? push_sync(h, ids, parts, received, reply) : push_async(h, parts, received, reply);
   }
 
-  grpc::Status push_sync(const rpc::PushHeader& h, std::vector<detail::Reassembly>& parts, uint64_t received, rpc::PushReply* reply) {
+  // A fresh step buffer and its (empty) aggregate (mu held).
+  void start_step_locked(int64_t step) {
+    const size_t S = shards.size();
+    current = StepBuffer{};
+    current.step = step;
+    current.payloads.assign(total, std::vector<std::string>(S));
+    current.got.assign(total, std::vector<bool>(S, false));
+    current.got_count.assign(total, 0);
+    current.have.assign(S, 0);
+    current.pushed.assign(total, false);
+    current.loss_known.assign(total, false);
+    current.loss.assign(total, 0.0f);
+    auto agg = std::make_shared<Aggregate>();
+    agg->step = step;
+    agg->shards = std::move(spare_sums);
+    agg->shards.resize(S);
+    agg->ready.assign(S, false);
+    current.agg = std::move(agg);
+    spare_sums.assign(S, {});
+  }
+
+  // Sums shards `ids` of `buf` over the replicas in `from` into agg (no lock:
+  // the payloads and these agg shards are touched by this thread alone).
+  std::string sum_shards(const std::vector<uint32_t>& ids, const StepBuffer& buf, const std::vector<bool>& from,
+                         Aggregate& agg) {
+    try {
+      for (uint32_t s : ids) {
+        std::vector<std::span<const uint8_t>> views;
+        for (int r = 0; r < total; ++r)
+          if (from[r]) views.push_back(detail::as_bytes(buf.payloads[r][s]));
+        shards[s].codec->aggregate(views, shards[s].view.count, agg.shards[s]);
+      }
+    } catch (const std::exception& e) {
+      return std::string("summing step ") + std::to_string(buf.step) + ": " + e.what();
+    }
+    return "";
+  }
+
+  // The step's replicas and shards are all in: its aggregate is complete,
+  // and the next step begins (mu held).
+  void finish_step_locked(const StepBuffer& buf) {
+    Aggregate& agg = *buf.agg;
+    agg.contributions = static_cast<uint32_t>(buf.count);
+    double loss = 0;
+    for (int r = 0; r < total; ++r)
+      if (buf.pushed[r]) loss += buf.loss[r];
+    agg.mean_loss = static_cast<float>(loss / buf.count);
+    agg.complete = true;
+    recent.push_back(buf.agg);
+    while (recent.size() > static_cast<size_t>(opt.keep_steps)) {
+      if (recent.front().use_count() == 1) spare_sums = std::move(recent.front()->shards);  // nobody streams it
+      recent.pop_front();
+    }
+    global_step = buf.step + 1;
+    if (buf.step == current.step) start_step_locked(global_step);
+    cv.notify_all();
+  }
+
+  grpc::Status push_sync(const rpc::PushHeader& h, const std::vector<uint32_t>& ids,
+                         std::vector<detail::StringReassembly>& parts, uint64_t received, rpc::PushReply* reply) {
     std::unique_lock<std::mutex> lock(mu);
     if (ended()) return ended_status();
-    heard(h.replica());
-    Replica& rep = replicas[h.replica()];
+    const uint32_t r = h.replica();
+    heard(r);
+    Replica& rep = replicas[r];
     reply->set_global_step(global_step);
     if (h.step() < current.step || (h.step() == current.step && current.closed)) {
       const bool dup = h.step() <= rep.last_pushed;
-      if (dup) ++duplicates;
-      else ++stale;
       reply->set_outcome(dup ? rpc::PushReply::DUPLICATE : rpc::PushReply::STALE);
-      // Backups are stale every step by design: the first few and then every
-      // 100th are logged; Status and the chief's result.json carry the count.
-      if (!dup && (stale <= 5 || stale % 100 == 0))
-        log(replica_name(h.replica()) + ": push of step " + std::to_string(h.step()) + " is stale (step " +
-            std::to_string(current.step) + " already summed); dropped (" + std::to_string(stale) + " so far)");
-      rep.last_pushed = std::max(rep.last_pushed, h.step());
-      give_back(h.replica(), parts);
+      if (dup) {
+        ++duplicates;
+      } else if (rep.last_stale != h.step()) {  // a late replica's buckets count once per step
+        rep.last_stale = h.step();
+        ++stale;
+        // Backups are stale every step by design: the first few and then every
+        // 100th are logged; Status and the chief's result.json carry the count.
+        if (stale <= 5 || stale % 100 == 0)
+          log(replica_name(r) + ": push of step " + std::to_string(h.step()) + " is stale (step " +
+              std::to_string(current.step) + " already summed); dropped (" + std::to_string(stale) + " so far)");
+      }
       return grpc::Status::OK;
     }
     if (h.step() > current.step)
-      return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(h.replica()) + " pushed step " + std::to_string(h.step()) +
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(r) + " pushed step " + std::to_string(h.step()) +
                                                          " but the ps is at step " + std::to_string(current.step));
-    if (current.pushed[h.replica()]) {
+    size_t repeated = 0;
+    for (uint32_t s : ids) repeated += current.got[r][s];
+    if (repeated == ids.size()) {  // a retried push or bucket
       ++duplicates;
       reply->set_outcome(rpc::PushReply::DUPLICATE);
-      give_back(h.replica(), parts);
       return grpc::Status::OK;
     }
-    current.pushed[h.replica()] = true;
-    current.loss[h.replica()] = h.loss();
-    current.payloads[h.replica()].clear();
-    for (auto& p : parts) current.payloads[h.replica()].push_back(std::move(p.bytes()));
-    rep.last_pushed = h.step();
+    if (repeated > 0)
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, replica_name(r) + " step " + std::to_string(h.step()) +
+                                                      ": a bucket repeats shards an earlier push of the step delivered");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      current.payloads[r][ids[i]] = std::move(parts[i].bytes());
+      current.got[r][ids[i]] = true;
+      ++current.have[ids[i]];
+    }
+    current.got_count[r] += ids.size();
+    if (!current.loss_known[r]) {
+      current.loss_known[r] = true;
+      current.loss[r] = h.loss();
+    }
     bytes_in += received;
     reply->set_outcome(rpc::PushReply::APPLIED);
-    if (++current.count < needed) return grpc::Status::OK;
+    if (current.got_count[r] == shards.size()) {
+      current.pushed[r] = true;
+      rep.last_pushed = h.step();
+      ++current.count;
+    }
+    cv.notify_all();  // pullers list who has not pushed
+    if (needed == total) {
+      // Every replica is needed: a shard all of them delivered can be summed
+      // now, by this thread, while other buckets are still arriving.
+      std::vector<uint32_t> ready;
+      for (uint32_t s : ids)
+        if (current.have[s] == total) ready.push_back(s);
+      if (!ready.empty()) {
+        const std::vector<bool> everyone(total, true);
+        const std::shared_ptr<Aggregate> agg = current.agg;
+        lock.unlock();  // `current` stays: the step cannot finish before these shards are summed
+        const std::string error = sum_shards(ready, current, everyone, *agg);
+        lock.lock();
+        if (!error.empty()) {
+          fail_locked(error);
+          return ended_status();
+        }
+        for (uint32_t s : ready) agg->ready[s] = true;
+        agg->ready_count += ready.size();
+        cv.notify_all();
+      }
+      if (!current.closed && current.count == total && current.agg->ready_count == shards.size()) {
+        current.closed = true;
+        finish_step_locked(current);
+      }
+      reply->set_global_step(global_step);
+      return grpc::Status::OK;
+    }
+    if (current.count < needed) return grpc::Status::OK;
 
-    // The step is complete: sum it outside the lock, in replica order. The
-    // buffer stays (closed, payloads moved out) so that late pushes read as
-    // stale and waiting pulls can still list who pushed.
+    // Backup replicas: the first `needed` replicas to deliver every shard
+    // make the step; sum it outside the lock, in replica order. The buffer
+    // stays (closed, payloads moved out) so that late pushes read as stale
+    // and waiting pulls can still list who pushed.
     current.closed = true;
     StepBuffer buf;
     buf.step = current.step;
@@ -440,61 +572,26 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     buf.loss = current.loss;
     buf.count = current.count;
     buf.payloads = std::move(current.payloads);
-    current.payloads.assign(total, {});
-    std::vector<std::vector<uint8_t>> outs = std::move(spare_sums);
-    spare_sums.assign(shards.size(), {});
+    buf.agg = current.agg;
+    current.payloads.assign(total, std::vector<std::string>(shards.size()));
     lock.unlock();
-    Aggregate agg;
-    agg.step = buf.step;
-    agg.contributions = static_cast<uint32_t>(buf.count);
-    double loss = 0;
-    for (int r = 0; r < total; ++r)
-      if (buf.pushed[r]) loss += buf.loss[r];
-    agg.mean_loss = static_cast<float>(loss / buf.count);
-    agg.shards = std::move(outs);
-    agg.shards.resize(shards.size());
-    std::string error;
-    try {
-      for (size_t s = 0; s < shards.size(); ++s) {
-        std::vector<std::span<const uint8_t>> views;
-        for (int r = 0; r < total; ++r)
-          if (buf.pushed[r]) views.emplace_back(buf.payloads[r][s]);
-        shards[s].codec->aggregate(views, shards[s].view.count, agg.shards[s]);
-      }
-    } catch (const std::exception& e) {
-      error = std::string("summing step ") + std::to_string(buf.step) + ": " + e.what();
-    }
+    std::vector<uint32_t> all(shards.size());
+    for (uint32_t s = 0; s < all.size(); ++s) all[s] = s;
+    const std::string error = sum_shards(all, buf, buf.pushed, *buf.agg);
     lock.lock();
     if (!error.empty()) {
       fail_locked(error);
       return ended_status();
     }
-    recent.push_back(std::make_shared<Aggregate>(std::move(agg)));
-    while (recent.size() > static_cast<size_t>(opt.keep_steps)) {
-      if (recent.front().use_count() == 1) spare_sums = std::move(recent.front()->shards);  // nobody streams it
-      recent.pop_front();
-    }
-    for (int r = 0; r < total; ++r)
-      if (buf.pushed[r]) spare_pushes[r] = std::move(buf.payloads[r]);
-    global_step = buf.step + 1;
-    current = StepBuffer{};
-    current.step = global_step;
-    current.payloads.assign(total, {});
-    current.pushed.assign(total, false);
-    current.loss.assign(total, 0.0f);
+    buf.agg->ready.assign(shards.size(), true);
+    buf.agg->ready_count = shards.size();
+    finish_step_locked(buf);
     reply->set_global_step(global_step);
-    cv.notify_all();
     return grpc::Status::OK;
   }
 
-  // Keeps a push's receive buffers for that replica's next push (mu held).
-  void give_back(uint32_t replica, std::vector<detail::Reassembly>& parts) {
-    auto& spare = spare_pushes[replica];
-    spare.clear();
-    for (auto& p : parts) spare.push_back(std::move(p.bytes()));
-  }
-
-  grpc::Status push_async(const rpc::PushHeader& h, std::vector<detail::Reassembly>& parts, uint64_t received, rpc::PushReply* reply) {
+  grpc::Status push_async(const rpc::PushHeader& h, std::vector<detail::StringReassembly>& parts, uint64_t received,
+                          rpc::PushReply* reply) {
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
     heard(h.replica());
@@ -509,7 +606,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     try {
       for (size_t s = 0; s < shards.size(); ++s) {
         grad.assign(shards[s].view.count, 0.0f);
-        shards[s].codec->decode(parts[s].bytes(), grad);
+        shards[s].codec->decode(detail::as_bytes(parts[s].bytes()), grad);
         handler->apply(s, global_step, shards[s].values, grad);
       }
     } catch (const std::exception& e) {
@@ -518,7 +615,6 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     }
     rep.last_pushed = h.step();
     bytes_in += received;
-    give_back(h.replica(), parts);
     ++global_step;
     reply->set_outcome(rpc::PushReply::APPLIED);
     reply->set_global_step(global_step);
@@ -530,6 +626,25 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // steps are still served (until run() closes the port): a replica that is
   // one pull behind the chief finishes its last step instead of failing.
   bool serves_after_finish(int64_t step) const { return sync && phase == Phase::kFinished && step < global_step; }
+
+  // The aggregate of `step` (complete, or being filled), or null (mu held).
+  std::shared_ptr<Aggregate> aggregate_of(int64_t step) const {
+    if (step == current.step && !current.closed) return current.agg;
+    for (const auto& a : recent)
+      if (a->step == step) return a;
+    if (step == current.step) return current.agg;  // closed, being summed
+    return nullptr;
+  }
+
+  // A replica has the whole aggregate: when every replica has it, its
+  // buffers serve a later step (if no other puller still streams it).
+  void pulled_locked(const std::shared_ptr<Aggregate>& held) {
+    auto at = std::find(recent.begin(), recent.end(), held);
+    if (at != recent.end() && ++(*at)->pulls >= total) {
+      if (held.use_count() == 2) spare_sums = std::move((*at)->shards);
+      recent.erase(at);
+    }
+  }
 
   grpc::Status Pull(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer) override {
     std::unique_lock<std::mutex> lock(mu);
@@ -548,8 +663,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       }
       lock.unlock();
       if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
-      return write_tensors(writer, copies, true);
+      for (size_t s = 0; s < copies.size(); ++s)
+        if (!write_shard(writer, s, copies[s], true)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+      return grpc::Status::OK;
     }
+    if (req->stream()) return stream_sums(ctx, req, writer, lock);
     const int64_t step = req->step();
     long_poll(lock, ctx, [&] { return step < global_step; });
     if (ended() && !serves_after_finish(step)) return ended_status();
@@ -562,12 +680,8 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       writer->Write(out);
       return grpc::Status::OK;
     }
-    auto it = std::find_if(recent.begin(), recent.end(), [&](const auto& a) { return a->step == step; });
-    if (it == recent.end())
-      return grpc::Status(StatusCode::FAILED_PRECONDITION,
-                    replica_name(req->replica()) + " asked for step " + std::to_string(step) + ", which is no longer kept (the ps keeps the last " +
-                        std::to_string(opt.keep_steps) + " steps, now at " + std::to_string(global_step) + "): it fell too far behind");
-    const std::shared_ptr<Aggregate> held = *it;  // kept alive while we stream, even if the ring drops it
+    const std::shared_ptr<Aggregate> held = aggregate_of(step);  // kept alive while we stream, even if the ring drops it
+    if (!held || !held->complete) return too_old(req->replica(), step);
     const Aggregate& agg = *held;
     uint64_t bytes = 0;
     for (const auto& s : agg.shards) bytes += s.size();
@@ -578,44 +692,113 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     out.mutable_header()->set_contributions(agg.contributions);
     out.mutable_header()->set_mean_loss(agg.mean_loss);
     if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
-    const grpc::Status sent = write_tensors(writer, agg.shards, false);
-    if (sent.ok()) {
-      // Every replica has it: recycle its buffers (if no other puller is
-      // still streaming it) instead of keeping it for keep_steps steps.
-      std::lock_guard<std::mutex> relock(mu);
-      auto at = std::find(recent.begin(), recent.end(), held);
-      if (at != recent.end() && ++(*at)->pulls >= total) {
-        if (held.use_count() == 2) spare_sums = std::move((*at)->shards);
-        recent.erase(at);
-      }
-    }
-    return sent;
+    for (size_t s = 0; s < agg.shards.size(); ++s)
+      if (!write_shard(writer, s, agg.shards[s], false)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    std::lock_guard<std::mutex> relock(mu);
+    pulled_locked(held);
+    return grpc::Status::OK;
   }
 
-  // Streams shard buffers: aggregated payloads, or (values) float32 tensors.
-  grpc::Status write_tensors(grpc::ServerWriter<rpc::PullChunk>* writer, const std::vector<std::vector<uint8_t>>& bufs,
-                       bool values) {
-    for (size_t s = 0; s < bufs.size(); ++s) {
-      const bool ok = detail::for_each_chunk(bufs[s], [&](uint64_t off, std::span<const uint8_t> piece) {
-        rpc::PullChunk c;
-        if (values) {
-          rpc::TensorChunk* t = c.mutable_values();
-          t->set_shard(static_cast<uint32_t>(s));
-          t->set_offset(off);
-          t->set_total_bytes(bufs[s].size());
-          t->set_data(piece.data(), piece.size());
-        } else {
-          rpc::PayloadChunk* p = c.mutable_payload();
-          p->set_shard(static_cast<uint32_t>(s));
-          p->set_offset(off);
-          p->set_total_bytes(bufs[s].size());
-          p->set_data(piece.data(), piece.size());
-        }
-        return writer->Write(c);
-      });
-      if (!ok) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+  grpc::Status too_old(uint32_t replica, int64_t step) const {
+    return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                        replica_name(replica) + " asked for step " + std::to_string(step) +
+                            ", which is no longer kept (the ps keeps the last " + std::to_string(opt.keep_steps) +
+                            " steps, now at " + std::to_string(global_step) + "): it fell too far behind");
+  }
+
+  // A streamed pull: each shard's sum as soon as it is ready, then the
+  // header once the step is complete. Near the call's deadline it ends with
+  // a "not ready" header, and the replica asks again naming what it has.
+  grpc::Status stream_sums(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer,
+                           std::unique_lock<std::mutex>& lock) {
+    const int64_t step = req->step();
+    if (step > current.step)
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(req->replica()) + " pulls step " + std::to_string(step) +
+                                                         " but the ps is at step " + std::to_string(current.step));
+    const std::shared_ptr<Aggregate> held = aggregate_of(step);
+    if (!held) return too_old(req->replica(), step);
+    Aggregate& agg = *held;
+    std::vector<bool> sent(shards.size(), false);
+    size_t sent_count = 0;
+    for (uint32_t s : req->have()) {
+      if (s >= shards.size())
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Pull: have names shard " + std::to_string(s) + " of " +
+                                                        std::to_string(shards.size()));
+      if (!sent[s]) ++sent_count;
+      sent[s] = true;
     }
-    return grpc::Status::OK;
+    auto until = Clock::now() + std::chrono::seconds(30);
+    const auto deadline = ctx->deadline();
+    const auto now_sys = std::chrono::system_clock::now();
+    if (deadline > now_sys)
+      until = std::min(until, Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline - now_sys) -
+                                  std::chrono::milliseconds(200));
+    for (;;) {
+      std::vector<uint32_t> fresh;
+      cv.wait_until(lock, until, [&] {
+        if (ended() || ctx->IsCancelled() || (agg.complete && sent_count == shards.size())) return true;
+        for (size_t s = 0; s < shards.size(); ++s)
+          if (agg.ready[s] && !sent[s]) return true;
+        return false;
+      });
+      if (ended() && !(agg.complete && serves_after_finish(step))) return ended_status();
+      if (ctx->IsCancelled()) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+      for (uint32_t s = 0; s < shards.size(); ++s)
+        if (agg.ready[s] && !sent[s]) fresh.push_back(s);
+      if (!fresh.empty()) {
+        for (uint32_t s : fresh) {
+          sent[s] = true;
+          bytes_out += agg.shards[s].size();
+        }
+        sent_count += fresh.size();
+        lock.unlock();  // ready shards do not change
+        for (uint32_t s : fresh)
+          if (!write_shard(writer, s, agg.shards[s], false)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+        lock.lock();
+        continue;
+      }
+      rpc::PullChunk out;
+      rpc::PullHeader* head = out.mutable_header();
+      head->set_step(step);
+      if (agg.complete && sent_count == shards.size()) {
+        head->set_ready(true);
+        head->set_contributions(agg.contributions);
+        head->set_mean_loss(agg.mean_loss);
+        pulled_locked(held);
+      } else if (Clock::now() >= until) {
+        head->set_ready(false);
+        if (step == current.step)
+          for (int r = 0; r < total; ++r)
+            if (!current.pushed[r]) head->add_missing(static_cast<uint32_t>(r));
+      } else {
+        continue;  // woken for nothing new
+      }
+      lock.unlock();
+      writer->Write(out);
+      return grpc::Status::OK;
+    }
+  }
+
+  // Streams one shard's buffer: an aggregated payload, or (values) float32s.
+  static bool write_shard(grpc::ServerWriter<rpc::PullChunk>* writer, size_t s, const std::vector<uint8_t>& buf,
+                          bool values) {
+    return detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
+      rpc::PullChunk c;
+      if (values) {
+        rpc::TensorChunk* t = c.mutable_values();
+        t->set_shard(static_cast<uint32_t>(s));
+        t->set_offset(off);
+        t->set_total_bytes(buf.size());
+        t->set_data(piece.data(), piece.size());
+      } else {
+        rpc::PayloadChunk* p = c.mutable_payload();
+        p->set_shard(static_cast<uint32_t>(s));
+        p->set_offset(off);
+        p->set_total_bytes(buf.size());
+        p->set_data(piece.data(), piece.size());
+      }
+      return writer->Write(c);
+    });
   }
 
   grpc::Status Heartbeat(ServerContext*, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) override {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -73,6 +74,39 @@ struct WorkerClient::Impl {
   bool done = false;
   std::vector<Clock::time_point> unreachable_since;  // per ps; epoch = reachable
   std::thread beat;
+
+  // --- the pipelined step (begin_step .. end_step); pm guards it ---
+  struct Bucket {
+    int64_t step = 0;
+    float loss = 0;
+    std::vector<uint32_t> local;  // ps-local shard indices
+    std::vector<std::span<const uint8_t>> payloads;
+  };
+  std::vector<uint32_t> local_index;  // layout shard -> index on its ps
+  std::mutex pm;
+  std::condition_variable pcv;
+  std::vector<std::deque<Bucket>> queues;  // per ps: pushes leave in order, one at a time
+  std::vector<std::thread> senders;        // started at the first pipelined step
+  bool stop_senders = false;
+  size_t pushes_pending = 0;
+  int64_t pipe_step = -1;
+  std::vector<std::vector<uint8_t>>* pipe_sums = nullptr;
+  std::deque<size_t> arrived;  // shards whose sums are in, not yet handed out
+  size_t delivered = 0;
+  std::exception_ptr pipe_error;  // the first failure of a push or pull of the step
+  std::vector<std::thread> pullers;
+  std::vector<rpc::PullHeader> pipe_heads;
+  std::vector<grpc::ClientContext*> live_pulls;  // cancelled when the step fails
+  Clock::time_point pipe_start, pushed_at, first_sum_at;
+
+  struct Cancelled {};  // a pull stopped because the step already failed
+
+  void fail_step_locked(std::exception_ptr e) {
+    if (!pipe_error) pipe_error = e;
+    for (grpc::ClientContext* c : live_pulls)
+      if (c) c->TryCancel();
+    pcv.notify_all();
+  }
 
   std::string ps_name(int p) const { return "ps " + std::to_string(p) + " at " + addresses[p]; }
 
@@ -164,25 +198,150 @@ struct WorkerClient::Impl {
     }
   }
 
+  void sender_loop(int p) {
+    std::unique_lock<std::mutex> lk(pm);
+    for (;;) {
+      pcv.wait(lk, [&] { return stop_senders || !queues[p].empty(); });
+      if (stop_senders) return;
+      Bucket b = std::move(queues[p].front());
+      queues[p].pop_front();
+      lk.unlock();
+      std::exception_ptr error;
+      try {
+        push_bucket_to(p, b);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lk.lock();
+      if (error) fail_step_locked(error);
+      if (--pushes_pending == 0) pushed_at = Clock::now();
+      pcv.notify_all();
+    }
+  }
+
+  void push_bucket_to(int p, const Bucket& b) {
+    rpc::PushReply reply;
+    uint64_t bytes = 0;
+    call(p, "Push", [&] {
+      grpc::ClientContext ctx;
+      arm(ctx);
+      reply.Clear();
+      auto w = stubs[p]->Push(&ctx, &reply);
+      rpc::PushChunk head;
+      head.mutable_header()->set_replica(static_cast<uint32_t>(replica));
+      head.mutable_header()->set_step(b.step);
+      head.mutable_header()->set_loss(b.loss);
+      for (uint32_t s : b.local) head.mutable_header()->add_shards(s);
+      message_sent += head.ByteSizeLong();
+      bytes = 0;
+      bool ok = w->Write(head);
+      for (size_t i = 0; ok && i < b.local.size(); ++i) ok = write_payload(*w, b.local[i], b.payloads[i], bytes);
+      w->WritesDone();
+      return w->Finish();
+    });
+    payload_sent += bytes;
+    message_received += reply.ByteSizeLong();
+  }
+
+  // Receives ps p's sums of the pipelined step as the ps completes them.
+  void pull_stream(int p) {
+    const auto& mine = layout.shards_on[p];
+    std::vector<detail::Reassembly> parts(mine.size());
+    std::vector<bool> have(mine.size(), false);
+    for (size_t local = 0; local < mine.size(); ++local) parts[local].adopt(std::move((*pipe_sums)[mine[local]]));
+    for (;;) {
+      rpc::PullHeader head;
+      call(p, "Pull", [&] {
+        grpc::ClientContext ctx;
+        arm(ctx);
+        {
+          std::lock_guard<std::mutex> lk(pm);
+          if (pipe_error) throw Cancelled{};
+          live_pulls[p] = &ctx;
+        }
+        rpc::PullRequest req;
+        req.set_replica(static_cast<uint32_t>(replica));
+        req.set_step(pipe_step);
+        req.set_stream(true);
+        for (size_t local = 0; local < mine.size(); ++local) {
+          if (have[local]) req.add_have(static_cast<uint32_t>(local));
+          else parts[local].restart();
+        }
+        message_sent += req.ByteSizeLong();
+        auto r = stubs[p]->Pull(&ctx, req);
+        rpc::PullChunk c;
+        std::string err;
+        head.Clear();
+        while (r->Read(&c)) {
+          message_received += c.ByteSizeLong();
+          if (c.has_header()) {
+            head = c.header();
+          } else if (c.has_payload() && err.empty()) {
+            const rpc::PayloadChunk& pc = c.payload();
+            const uint32_t local = pc.shard();
+            if (local >= parts.size() || have[local]) {
+              err = "sum for unknown or repeated shard " + std::to_string(local);
+              continue;
+            }
+            err = parts[local].add(pc.offset(), pc.total_bytes(), pc.data(), UINT64_MAX);
+            if (err.empty() && parts[local].complete()) {
+              have[local] = true;
+              payload_received += parts[local].bytes().size();
+              std::lock_guard<std::mutex> lk(pm);
+              (*pipe_sums)[mine[local]] = std::move(parts[local].bytes());
+              arrived.push_back(mine[local]);
+              pcv.notify_all();
+            }
+          }
+        }
+        grpc::Status s = r->Finish();
+        {
+          std::lock_guard<std::mutex> lk(pm);
+          live_pulls[p] = nullptr;
+          if (pipe_error) throw Cancelled{};
+        }
+        if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+        return s;
+      });
+      if (!head.ready()) continue;
+      for (size_t local = 0; local < mine.size(); ++local)
+        if (!have[local])
+          throw PeerError(ps_name(p) + " ended step " + std::to_string(pipe_step) + " without the sum of its shard " +
+                          std::to_string(local));
+      std::lock_guard<std::mutex> lk(pm);
+      pipe_heads[p] = head;
+      return;
+    }
+  }
+
+  void join_pullers() {
+    for (auto& t : pullers)
+      if (t.joinable()) t.join();
+    pullers.clear();
+  }
+
+  // One shard's payload chunks, written to a Push stream.
+  bool write_payload(grpc::ClientWriter<rpc::PushChunk>& w, uint32_t local, std::span<const uint8_t> buf,
+                     uint64_t& bytes) {
+    bytes += buf.size();
+    return detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
+      rpc::PushChunk c;
+      rpc::PayloadChunk* pc = c.mutable_payload();
+      pc->set_shard(local);
+      pc->set_offset(off);
+      pc->set_total_bytes(buf.size());
+      pc->set_data(piece.data(), piece.size());
+      message_sent += c.ByteSizeLong();
+      return w.Write(c);
+    });
+  }
+
   // Shard payload chunks of one ps, written to a Push stream.
   bool write_payloads(grpc::ClientWriter<rpc::PushChunk>& w, int p,
                       std::span<const std::span<const uint8_t>> payloads, uint64_t& bytes) {
     const auto& mine = layout.shards_on[p];
-    for (size_t local = 0; local < mine.size(); ++local) {
-      const std::span<const uint8_t> buf = payloads[mine[local]];
-      bytes += buf.size();
-      const bool ok = detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
-        rpc::PushChunk c;
-        rpc::PayloadChunk* pc = c.mutable_payload();
-        pc->set_shard(static_cast<uint32_t>(local));
-        pc->set_offset(off);
-        pc->set_total_bytes(buf.size());
-        pc->set_data(piece.data(), piece.size());
-        message_sent += c.ByteSizeLong();
-        return w.Write(c);
-      });
-      if (!ok) return false;
-    }
+    for (size_t local = 0; local < mine.size(); ++local)
+      if (!write_payload(w, static_cast<uint32_t>(local), payloads[mine[local]], bytes)) return false;
     return true;
   }
 };
@@ -215,10 +374,20 @@ WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout,
     m.stubs.push_back(rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args)));
   m.unreachable_since.assign(m.addresses.size(), Clock::time_point{});
   m.async_steps.assign(m.addresses.size(), 0);
+  m.local_index.assign(m.layout.shards.size(), 0);
+  for (const auto& on : m.layout.shards_on)
+    for (size_t local = 0; local < on.size(); ++local) m.local_index[on[local]] = static_cast<uint32_t>(local);
   m.beat = std::thread([this] { impl_->heartbeat_loop(); });
 }
 
 WorkerClient::~WorkerClient() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->pm);
+    impl_->stop_senders = true;
+    impl_->fail_step_locked(std::make_exception_ptr(RunEnded("the replica is shutting down")));
+  }
+  impl_->join_pullers();
+  for (auto& t : impl_->senders) t.join();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop_beat = true;
@@ -393,6 +562,8 @@ WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector
   if (!m.sync) throw std::logic_error("pull_sums in an async run");
   sums.resize(m.layout.shards.size());
   std::vector<rpc::PullHeader> heads(m.layout.num_ps);
+  const auto start = Clock::now();
+  std::vector<double> ready_s(m.layout.num_ps, 0.0);
   for_each_ps(m.layout.num_ps, [&](int p) {
     const auto& mine = m.layout.shards_on[p];
     std::vector<detail::Reassembly> parts(mine.size());
@@ -414,6 +585,7 @@ WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector
           m.message_received += c.ByteSizeLong();
           if (c.has_header()) {
             heads[p] = c.header();
+            ready_s[p] = std::chrono::duration<double>(Clock::now() - start).count();
           } else if (c.has_payload() && err.empty()) {
             const rpc::PayloadChunk& pc = c.payload();
             if (pc.shard() >= parts.size()) err = "sum for unknown shard " + std::to_string(pc.shard());
@@ -436,7 +608,105 @@ WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector
       return;
     }
   });
-  return {heads[0].contributions(), heads[0].mean_loss()};
+  return {heads[0].contributions(), heads[0].mean_loss(), *std::max_element(ready_s.begin(), ready_s.end())};
+}
+
+void WorkerClient::begin_step(int64_t step, std::vector<std::vector<uint8_t>>& sums) {
+  Impl& m = *impl_;
+  if (!m.sync) throw std::logic_error("begin_step in an async run");
+  m.join_pullers();  // a step abandoned by an exception
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.step_for_beat = step;
+  }
+  sums.resize(m.layout.shards.size());
+  const int P = m.layout.num_ps;
+  {
+    std::lock_guard<std::mutex> lk(m.pm);
+    if (m.pushes_pending != 0) throw std::logic_error("begin_step while the last step's pushes are in flight");
+    m.pipe_step = step;
+    m.pipe_sums = &sums;
+    m.arrived.clear();
+    m.delivered = 0;
+    m.pipe_error = nullptr;
+    m.pipe_heads.assign(P, {});
+    m.live_pulls.assign(P, nullptr);
+    m.pipe_start = m.pushed_at = m.first_sum_at = Clock::now();
+    if (m.senders.empty()) {
+      m.queues.resize(P);
+      for (int p = 0; p < P; ++p) m.senders.emplace_back([&m, p] { m.sender_loop(p); });
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    m.pullers.emplace_back([&m, p] {
+      try {
+        m.pull_stream(p);
+      } catch (const Impl::Cancelled&) {
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(m.pm);
+        m.fail_step_locked(std::current_exception());
+      }
+    });
+}
+
+void WorkerClient::push_bucket(float loss, std::span<const size_t> shards,
+                               std::span<const std::span<const uint8_t>> shard_payloads) {
+  Impl& m = *impl_;
+  if (shards.size() != shard_payloads.size())
+    throw std::invalid_argument("push_bucket: " + std::to_string(shard_payloads.size()) + " payloads for " +
+                                std::to_string(shards.size()) + " shards");
+  std::vector<Impl::Bucket> per_ps(m.layout.num_ps);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i] >= m.layout.shards.size())
+      throw std::invalid_argument("push_bucket: shard " + std::to_string(shards[i]) + " of " +
+                                  std::to_string(m.layout.shards.size()));
+    Impl::Bucket& b = per_ps[m.layout.shards[shards[i]].ps];
+    b.local.push_back(m.local_index[shards[i]]);
+    b.payloads.push_back(shard_payloads[i]);
+  }
+  std::lock_guard<std::mutex> lk(m.pm);
+  for (int p = 0; p < m.layout.num_ps; ++p) {
+    if (per_ps[p].local.empty()) continue;
+    per_ps[p].step = m.pipe_step;
+    per_ps[p].loss = loss;
+    m.queues[p].push_back(std::move(per_ps[p]));
+    ++m.pushes_pending;
+  }
+  m.pcv.notify_all();
+}
+
+std::optional<size_t> WorkerClient::next_sum() {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lk(m.pm);
+  if (m.delivered == m.layout.shards.size()) return std::nullopt;
+  m.pcv.wait(lk, [&] { return m.pipe_error || !m.arrived.empty(); });
+  if (m.pipe_error) {
+    const std::exception_ptr e = m.pipe_error;
+    m.pcv.wait(lk, [&] { return m.pushes_pending == 0; });  // the senders drop nothing mid-push
+    lk.unlock();
+    m.join_pullers();
+    std::rethrow_exception(e);
+  }
+  const size_t shard = m.arrived.front();
+  m.arrived.pop_front();
+  if (m.delivered++ == 0) m.first_sum_at = Clock::now();
+  return shard;
+}
+
+WorkerClient::Sums WorkerClient::end_step(StepTimes* times) {
+  Impl& m = *impl_;
+  while (next_sum()) {
+  }
+  m.join_pullers();
+  std::unique_lock<std::mutex> lk(m.pm);
+  m.pcv.wait(lk, [&] { return m.pushes_pending == 0; });
+  if (m.pipe_error) std::rethrow_exception(m.pipe_error);
+  if (times) {
+    times->pushed_s = std::chrono::duration<double>(m.pushed_at - m.pipe_start).count();
+    times->first_sum_s = std::chrono::duration<double>(m.first_sum_at - m.pipe_start).count();
+  }
+  m.pipe_sums = nullptr;
+  return {m.pipe_heads[0].contributions(), m.pipe_heads[0].mean_loss()};
 }
 
 int64_t WorkerClient::pull_values(std::span<const std::span<float>> values) {

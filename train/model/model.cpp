@@ -27,8 +27,11 @@ void Model::build(uint64_t init_seed) {
   std::mt19937_64 rng(init_seed);
   Shape shape = with_batch(1, input_);
   out_shapes_.clear();
+  layer_params_.clear();
   for (auto& layer : layers_) {
+    const size_t first = params_.size();
     layer->create_params(shape, params_, rng);
+    layer_params_.emplace_back(first, params_.size());
     shape = layer->output_shape(shape);
     out_shapes_.push_back(Shape(shape.begin() + 1, shape.end()));
   }
@@ -68,7 +71,7 @@ const Tensor& Model::predict(Workspace& ws, const Tensor& x) const {
 }
 
 float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels, GradSet& grads,
-                              const ForwardContext& ctx) const {
+                              const ForwardContext& ctx, const GradsReady& grads_ready) const {
   if (static_cast<int64_t>(labels.size()) != x.dim(0)) {
     throw std::invalid_argument(name_ + ": " + std::to_string(labels.size()) + " labels for a batch of " +
                                 std::to_string(x.dim(0)));
@@ -85,6 +88,8 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
     const Tensor& layer_in = i == 0 ? x : ws.acts[i];
     Tensor* dx = i == 0 ? nullptr : &ws.dacts[i];
     layers_[i]->backward(params_, layer_in, ws.acts[i + 1], *dy, dx, grads, ws.scratch[i].get());
+    if (grads_ready && i < layer_params_.size() && layer_params_[i].first < layer_params_[i].second)
+      grads_ready(loss, layer_params_[i].first, layer_params_[i].second);
     dy = dx;
   }
   return loss;

@@ -49,6 +49,7 @@ comm::Layout make_layout(TrainingSession& s, const TrainConfig& cfg, int num_ps)
   for (const auto& v : s.variables()) vars.push_back({v.name, v.size, v.codec});
   comm::PlacementOptions o;
   o.min_shard_bytes = static_cast<uint64_t>(cfg.min_shard_bytes);
+  o.max_shard_bytes = static_cast<uint64_t>(cfg.max_shard_bytes);
   o.strategy = comm::parse_placement_strategy(cfg.placement);
   return comm::place_variables(std::move(vars), num_ps, o);
 }
@@ -61,6 +62,9 @@ TrainConfig task_config(const TrainConfig& in, const comm::ClusterSpec& c) {
     // No step boundary to share a scale at: each push uses its own.
     cfg.share_scale = false;
   }
+  if (cfg.comm_only && !cfg.sync_replicas)
+    throw std::invalid_argument("--comm_only measures the sync communication cycle: it needs --sync_replicas=true");
+  if (cfg.comm_only && cfg.device == "gpu") throw std::invalid_argument("--comm_only runs on the CPU (drop --device=gpu)");
   validate(cfg);
   return cfg;
 }
@@ -98,6 +102,29 @@ struct Wire {
       for (size_t sh : l.shards_of[v]) outs[v].emplace_back(payloads[sh]);
     }
     views.assign(payloads.begin(), payloads.end());
+  }
+};
+
+// Where a replica's step time goes, summed over the steps since the last log
+// line: the main thread's time, split so that the parts add up to the step.
+// push / wait / pull are time blocked on the network: while this replica's
+// payloads are still leaving (push), then until the first sum arrives
+// (wait: the other replicas and the ps), then while sums arrive (pull).
+struct StepClock {
+  double compute = 0, encode = 0, push = 0, wait = 0, pull = 0, decode = 0, apply = 0, total = 0;
+  int64_t steps = 0;
+
+  // Blocked time [a, b] (seconds since the step began) to push, wait or pull.
+  void blocked(double a, double b, double pushed, double first_sum) {
+    const auto part = [&](double lo, double hi) { return std::max(0.0, std::min(b, hi) - std::max(a, lo)); };
+    push += part(0, pushed);
+    wait += part(pushed, std::max(pushed, first_sum));
+    pull += part(std::max(pushed, first_sum), 1e300);
+  }
+  void add_to(JsonObject& o) const {
+    const double n = steps > 0 ? 1e3 / static_cast<double>(steps) : 0;
+    o.add("step_ms", total * n).add("compute_ms", compute * n).add("encode_ms", encode * n).add("push_ms", push * n)
+        .add("wait_ms", wait * n).add("pull_ms", pull * n).add("decode_ms", decode * n).add("apply_ms", apply * n);
   }
 };
 
@@ -176,6 +203,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     std::vector<std::span<float>> values;
     for (Param& p : s.params().params) values.push_back(p.value.data);
 
+    StepClock clock;
     auto log_step = [&](int64_t done, double lr) {
       out.progress.update(done, loss);
       if (!out.log || cfg.log_every_n_steps <= 0 || (done % cfg.log_every_n_steps != 0 && done != cfg.max_steps)) return;
@@ -188,6 +216,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
           .add("bytes_recv_per_worker", steps_run ? (t.payload_received - t0.payload_received) / double(steps_run) : 0.0)
           .add("wire_bytes_sent_per_worker", steps_run ? (t.message_sent - t0.message_sent) / double(steps_run) : 0.0)
           .add("wire_bytes_recv_per_worker", steps_run ? (t.message_received - t0.message_received) / double(steps_run) : 0.0);
+      if (clock.steps > 0) clock.add_to(o);
+      clock = StepClock{};
       out.log->write(o);
     };
     // Async: the ps holds the trained values and the optimizer's slots.
@@ -199,7 +229,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     };
     auto chief_duties = [&](int64_t done) {
       if (!chief) return;
-      if (cfg.eval_interval_steps > 0 && done % cfg.eval_interval_steps == 0 && done < cfg.max_steps) {
+      if (cfg.eval_interval_steps > 0 && !cfg.comm_only && done % cfg.eval_interval_steps == 0 && done < cfg.max_steps) {
         sync_gpu_state();
         s.evaluate_into(result);
         detail::log_eval(out.log.get(), done, result, cfg.quiet);
@@ -209,28 +239,128 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     if (cfg.sync_replicas) {
       bool wants_scales = false;
       for (size_t v = 0; v < V; ++v) wants_scales |= s.codec(0, v).wants_shared_scale();
+      // Shards of each variable, in buckets of about a message each.
+      constexpr size_t kBucketBytes = size_t{1} << 20;
+      std::vector<size_t> bucket;
+      std::vector<std::span<const uint8_t>> bucket_views;
+      size_t bucket_bytes = 0;
+      const bool overlap = cfg.overlap_comm && !gpu;
+      auto flush = [&](float l) {
+        if (!bucket.empty()) client.push_bucket(l, bucket, bucket_views);
+        bucket.clear();
+        bucket_views.clear();
+        bucket_bytes = 0;
+      };
+      auto queue_variable = [&](float l, size_t v) {
+        for (size_t sh : layout.shards_of[v]) {
+          bucket.push_back(sh);
+          bucket_views.push_back(wire.views[sh]);
+          bucket_bytes += wire.views[sh].size();
+          if (bucket_bytes >= kBucketBytes / 2) flush(l);
+        }
+      };
       for (int64_t step = global; step < cfg.max_steps; ++step) {
-        const float my_loss = gpu ? gpu->compute_gradient(step) : s.compute_gradient(0, step);
-        if (!std::isfinite(my_loss))
-          throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
-                                   std::to_string(my_loss) + ")");
-        const std::vector<float>& mine = gpu ? gpu->local_scales() : s.local_scales(0);
-        const std::vector<float> shared = wants_scales ? client.exchange_scales(step, mine) : zeros;
-        if (gpu)
-          gpu->encode(step, shared, wire.slices, wire.outs);
-        else
-          s.encode(0, step, shared, wire.slices, wire.outs);
-        const auto pushed = client.push(step, my_loss, wire.views);
-        result.stale_pushes += pushed.stale;
-        const comm::WorkerClient::Sums got = client.pull_sums(step, wire.sums);
-        if (gpu) gpu->apply(step, layout, wire.sums, static_cast<int>(got.contributions));
-        for (size_t v = 0; v < V && !gpu; ++v)
-          for (size_t k = 0; k < layout.shards_of[v].size(); ++k) {
-            const comm::ShardSpec& sh = layout.shards[layout.shards_of[v][k]];
-            s.codec(0, v).decode_aggregate(wire.sums[layout.shards_of[v][k]],
-                                           std::span<float>(sum[v].data).subspan(sh.begin, sh.count));
+        const auto t_step = Clock::now();
+        double encode_s = 0;
+        float my_loss = 0;
+        comm::WorkerClient::Sums got;
+        if (overlap) {
+          // Payloads leave as soon as each variable's gradient exists;
+          // codecs that share scales wait for the exchange after backward.
+          client.begin_step(step, wire.sums);
+          auto ready = [&](float l, size_t v) {
+            if (wants_scales) return;
+            const auto t = Clock::now();
+            s.encode_variable(0, step, v, zeros, wire.slices[v], wire.outs[v]);
+            encode_s += since(t);
+            queue_variable(l, v);
+          };
+          // comm_only: the emulated compute comes first, then the whole
+          // gradient at once (no overlap with it).
+          if (cfg.comm_only) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
+          my_loss = cfg.comm_only ? s.fixed_gradient(0, ready) : s.compute_gradient(0, step, ready);
+          if (!std::isfinite(my_loss))
+            throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
+                                     std::to_string(my_loss) + ")");
+          const double computed = since(t_step);
+          clock.compute += computed - encode_s;
+          double scales_s = 0;
+          if (wants_scales) {
+            const auto t = Clock::now();
+            const std::vector<float> shared = client.exchange_scales(step, s.local_scales(0));
+            scales_s = since(t);
+            const auto te = Clock::now();
+            for (size_t v = V; v-- > 0;) {
+              s.encode_variable(0, step, v, shared, wire.slices[v], wire.outs[v]);
+              queue_variable(my_loss, v);
+            }
+            encode_s += since(te);
           }
-        if (!gpu) s.apply(step, sum, static_cast<int>(got.contributions));
+          flush(my_loss);
+          clock.encode += encode_s;
+          clock.wait += scales_s;
+          // Decode each shard's sum as it arrives; note when we were blocked.
+          std::vector<std::pair<double, double>> blocked;
+          double decode_s = 0;
+          for (;;) {
+            const double a = since(t_step);
+            const std::optional<size_t> sh = client.next_sum();
+            blocked.emplace_back(a, since(t_step));
+            if (!sh) break;
+            const auto td = Clock::now();
+            const comm::ShardSpec& spec = layout.shards[*sh];
+            s.codec(0, spec.variable).decode_aggregate(wire.sums[*sh],
+                                                       std::span<float>(sum[spec.variable].data).subspan(spec.begin, spec.count));
+            decode_s += since(td);
+          }
+          comm::WorkerClient::StepTimes times;
+          const double a = since(t_step);
+          got = client.end_step(&times);
+          blocked.emplace_back(a, since(t_step));
+          // times are since begin_step, which began with t_step.
+          for (const auto& [x, y] : blocked) clock.blocked(x, y, times.pushed_s, times.first_sum_s);
+          clock.decode += decode_s;
+        } else {
+          my_loss = gpu ? gpu->compute_gradient(step) : cfg.comm_only ? s.fixed_gradient(0) : s.compute_gradient(0, step);
+          if (cfg.comm_only) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
+          if (!std::isfinite(my_loss))
+            throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
+                                     std::to_string(my_loss) + ")");
+          clock.compute += since(t_step);
+          auto t = Clock::now();
+          const std::vector<float>& mine = gpu ? gpu->local_scales() : s.local_scales(0);
+          const std::vector<float> shared = wants_scales ? client.exchange_scales(step, mine) : zeros;
+          clock.wait += since(t);
+          t = Clock::now();
+          if (gpu)
+            gpu->encode(step, shared, wire.slices, wire.outs);
+          else
+            s.encode(0, step, shared, wire.slices, wire.outs);
+          clock.encode += since(t);
+          t = Clock::now();
+          const auto pushed = client.push(step, my_loss, wire.views);
+          result.stale_pushes += pushed.stale;
+          clock.push += since(t);
+          t = Clock::now();
+          got = client.pull_sums(step, wire.sums);
+          const double pulled = since(t);
+          clock.wait += std::min(got.ready_s, pulled);
+          clock.pull += pulled - std::min(got.ready_s, pulled);
+          t = Clock::now();
+          for (size_t v = 0; v < V && !gpu; ++v)
+            for (size_t k = 0; k < layout.shards_of[v].size(); ++k) {
+              const comm::ShardSpec& sh = layout.shards[layout.shards_of[v][k]];
+              s.codec(0, v).decode_aggregate(wire.sums[layout.shards_of[v][k]],
+                                             std::span<float>(sum[v].data).subspan(sh.begin, sh.count));
+            }
+          clock.decode += since(t);
+        }
+        const auto t_apply = Clock::now();
+        if (gpu) gpu->apply(step, layout, wire.sums, static_cast<int>(got.contributions));
+        else s.apply(step, sum, static_cast<int>(got.contributions));
+        clock.apply += since(t_apply);
+        clock.total += since(t_step);
+        ++clock.steps;
         loss = got.mean_loss;
         ++steps_run;
         log_step(step + 1, s.lr(step));
@@ -290,11 +420,13 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
       for (const auto& a : c.ps_addresses())
         if (auto st = comm::query_ps_status(a, 5)) stale += static_cast<int64_t>(st->stale_pushes);
       result.stale_pushes = stale;
-      sync_gpu_state();
-      s.evaluate_into(result);
-      detail::log_eval(out.log.get(), global, result, cfg.quiet);
-      s.save(global);
-      detail::export_model(s, global);
+      if (!cfg.comm_only) {  // a fixed gradient trains nothing worth evaluating or keeping
+        sync_gpu_state();
+        s.evaluate_into(result);
+        detail::log_eval(out.log.get(), global, result, cfg.quiet);
+        s.save(global);
+        detail::export_model(s, global);
+      }
     }
     client.finish(true);
     result.wall_seconds = since(t_start);

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <random>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -196,6 +197,7 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
                    model_->make_grads(),
                    {},
                    std::vector<float>(num_variables(), 0.0f),
+                   false,
                    {},
                    {},
                    {}};
@@ -280,15 +282,16 @@ void TrainingSession::next_batch(size_t local, int64_t step, Tensor& x, std::vec
   fill_batch(data_.train, w.idx, data_.train_pre, stream_seed(cfg_.seed, step, w.global, Purpose::kAugment), x, labels);
 }
 
-float TrainingSession::compute_gradient(size_t local, int64_t step) {
+float TrainingSession::compute_gradient(size_t local, int64_t step, const VariableReady& ready) {
   WorkerState& w = worker_[local];
   next_batch(local, step, w.x, w.labels);
   ForwardContext ctx;
   ctx.training = true;
   ctx.dropout_seed = stream_seed(cfg_.seed, step, w.global, Purpose::kDropout);
-  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx);
   const ParamSet& ps = model_->params();
-  for (size_t v = 0; v < ps.size(); ++v) {
+  std::vector<bool> done(ps.size(), false);
+  // Weight decay and the local scale complete a variable's gradient.
+  auto finish = [&](float loss, size_t v) {
     const Param& p = ps.params[v];
     if (p.weight_decay != 0.0f) {
       float* g = w.grads[v].ptr();
@@ -297,24 +300,53 @@ float TrainingSession::compute_gradient(size_t local, int64_t step) {
       for (int64_t i = 0; i < p.value.size(); ++i) g[i] += wd * x[i];
     }
     w.scales[v] = w.codecs[v]->wants_shared_scale() ? w.codecs[v]->local_scale(w.grads[v].data) : 0.0f;
-  }
+    done[v] = true;
+    if (ready) ready(loss, v);
+  };
+  Model::GradsReady layer_done;
+  if (ready)
+    layer_done = [&](float loss, size_t first, size_t end) {
+      for (size_t v = end; v-- > first;) finish(loss, v);
+    };
+  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done);
+  for (size_t v = ps.size(); v-- > 0;)
+    if (!done[v]) finish(loss, v);
   return loss;
+}
+
+float TrainingSession::fixed_gradient(size_t local, const VariableReady& ready) {
+  WorkerState& w = worker_[local];
+  if (!w.fixed) {
+    std::mt19937_64 rng(stream_seed(cfg_.seed, 0, w.global, Purpose::kCodec) ^ 0x5eedf15edull);
+    std::normal_distribution<float> normal(0.0f, 0.01f);
+    for (size_t v = 0; v < w.grads.size(); ++v) {
+      for (float& g : w.grads[v].data) g = normal(rng);
+      w.scales[v] = w.codecs[v]->wants_shared_scale() ? w.codecs[v]->local_scale(w.grads[v].data) : 0.0f;
+    }
+    w.fixed = true;
+  }
+  for (size_t v = w.grads.size(); ready && v-- > 0;) ready(0.0f, v);
+  return 0.0f;
 }
 
 void TrainingSession::encode(size_t local, int64_t step, const std::vector<float>& shared,
                              const std::vector<std::vector<comm::ElementRange>>& slices,
                              const std::vector<std::vector<std::span<uint8_t>>>& outs) {
+  for (size_t v = 0; v < worker_[local].codecs.size(); ++v) encode_variable(local, step, v, shared, slices[v], outs[v]);
+}
+
+void TrainingSession::encode_variable(size_t local, int64_t step, size_t v, const std::vector<float>& shared,
+                                      std::span<const comm::ElementRange> slices,
+                                      std::span<const std::span<uint8_t>> outs) {
   WorkerState& w = worker_[local];
-  for (size_t v = 0; v < w.codecs.size(); ++v) {
-    comm::EncodeContext ec;
-    ec.tensor_id = static_cast<uint32_t>(v);
-    ec.step = static_cast<uint32_t>(step);
-    ec.seed = stream_seed(cfg_.seed, 0, w.global, Purpose::kCodec);
-    // A late backup worker may find the shared scale below its own: it then
-    // encodes with its own, and the server sums that slice in float32.
-    if (w.codecs[v]->wants_shared_scale()) ec.shared_scale = std::max(shared[v], w.scales[v]);
-    w.codecs[v]->encode_slices(w.grads[v].data, ec, slices[v], outs[v]);
-  }
+  comm::EncodeContext ec;
+  ec.tensor_id = static_cast<uint32_t>(v);
+  ec.step = static_cast<uint32_t>(step);
+  ec.seed = stream_seed(cfg_.seed, 0, w.global, Purpose::kCodec);
+  // A late backup worker may find the shared scale below its own: it then
+  // encodes with its own, and the server sums that slice in float32.
+  if (w.codecs[v]->wants_shared_scale()) ec.shared_scale = std::max(shared[v], w.scales[v]);
+  w.codecs[v]->encode_slices(w.grads[v].data, ec, slices, outs);
 }
 
 void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {

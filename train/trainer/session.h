@@ -111,7 +111,11 @@ class TrainingSession {
   // --- one step; `local` indexes workers() ---
   // Batch, forward/backward, weight decay added to the gradient, local scales
   // of the codecs that share them. Returns the mean cross-entropy.
-  float compute_gradient(size_t local, int64_t step);
+  // ready, when given, is called with each variable as soon as its gradient
+  // is complete (during the backward pass, last layer first), so it can be
+  // encoded and sent while the rest computes.
+  using VariableReady = std::function<void(float loss, size_t v)>;
+  float compute_gradient(size_t local, int64_t step, const VariableReady& ready = {});
   // The batch compute_gradient draws at `step` (advancing the sampler), for a
   // backend that computes the gradient elsewhere (--device=gpu).
   void next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels);
@@ -122,6 +126,13 @@ class TrainingSession {
   void encode(size_t local, int64_t step, const std::vector<float>& shared,
               const std::vector<std::vector<comm::ElementRange>>& slices,
               const std::vector<std::vector<std::span<uint8_t>>>& outs);
+  // encode() of variable v alone (the same bits).
+  void encode_variable(size_t local, int64_t step, size_t v, const std::vector<float>& shared,
+                       std::span<const comm::ElementRange> slices, std::span<const std::span<uint8_t>> outs);
+  // --comm_only: in place of compute_gradient, a fixed pseudo-random
+  // gradient (drawn once, about N(0, 0.01)) with its local scales; calls
+  // ready for every variable, last first, as a backward pass would. Loss 0.
+  float fixed_gradient(size_t local, const VariableReady& ready = {});
   const comm::GradientCodec& codec(size_t local, size_t v) const { return *worker_[local].codecs[v]; }
   // update_sum[v] = the decoded sum of R workers' gradients; applies
   // optimizer(update_sum / R) at `step`, then the EMA.
@@ -147,6 +158,7 @@ class TrainingSession {
     GradSet grads;
     std::vector<std::unique_ptr<comm::GradientCodec>> codecs;
     std::vector<float> scales;
+    bool fixed = false;  // grads hold fixed_gradient's values
     Tensor x;
     std::vector<int32_t> labels;
     std::vector<int64_t> idx;

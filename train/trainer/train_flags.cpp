@@ -149,6 +149,10 @@ const std::vector<Flag>& flags() {
       {"startup_timeout_secs", "every task must join within this", TG_DBL(startup_timeout_secs)},
       {"rpc_timeout_secs", "deadline of one request to a ps", TG_DBL(rpc_timeout_secs)},
       {"min_shard_bytes", "split variables into ps shards of at least this", TG_INT(min_shard_bytes)},
+      {"max_shard_bytes", "cap on a ps shard's fp32 bytes (0 = none); small shards pipeline", TG_INT(max_shard_bytes)},
+      {"overlap_comm", "sync: push each variable during backward, decode sums as they arrive", TG_BOOL(overlap_comm)},
+      {"comm_only", "a fixed gradient in place of forward/backward (communication benchmark)", TG_BOOL(comm_only)},
+      {"compute_ms", "comm_only: milliseconds of emulated compute per step", TG_DBL(compute_ms)},
       {"placement", "by_size | round_robin",
        [](TrainConfig& c, const std::string& v) { c.placement = one_of("placement", v, {"by_size", "round_robin"}); }},
   };
@@ -213,6 +217,9 @@ void validate(const TrainConfig& c) {
   require(c.peer_timeout_secs > 0 && c.startup_timeout_secs > 0 && c.rpc_timeout_secs > 0,
           "--peer_timeout_secs, --startup_timeout_secs and --rpc_timeout_secs must be > 0");
   require(c.min_shard_bytes >= 256, "--min_shard_bytes must be >= 256, got " + std::to_string(c.min_shard_bytes));
+  require(c.max_shard_bytes == 0 || c.max_shard_bytes >= 1024,
+          "--max_shard_bytes must be 0 (no cap) or >= 1024, got " + std::to_string(c.max_shard_bytes));
+  require(c.compute_ms >= 0 && c.compute_ms <= 600000, "--compute_ms must be in [0, 600000], got " + std::to_string(c.compute_ms));
 }
 
 std::string train_flags_help() {

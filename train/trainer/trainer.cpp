@@ -48,6 +48,8 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   using Clock = std::chrono::steady_clock;
   TrainConfig cfg = cfg_in;
   validate(cfg);
+  if (cfg.comm_only)
+    throw std::invalid_argument("--comm_only measures a cluster's communication: run it as tasks of a cluster (tg-cluster)");
   if (cfg.device == "gpu") return detail::run_training_gpu(cfg);
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const auto t_start = Clock::now();

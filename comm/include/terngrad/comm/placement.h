@@ -38,6 +38,11 @@ struct PlacementOptions {
   // shards (at least 1). TensorFlow's default min slice is 256 KiB.
   uint64_t min_shard_bytes = 256 * 1024;
   int max_shards = 0;  // 0 = the number of ps tasks
+  // And into at least ceil(B / max_shard_bytes) shards (0 = no cap), past
+  // max_shards: small shards travel and are summed one by one, so a sync
+  // step's sums flow back while later shards are still arriving, and each
+  // payload fits one message (no reassembly copy on the ps).
+  uint64_t max_shard_bytes = 0;
   PlacementStrategy strategy = PlacementStrategy::kBySize;
 };
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,10 +71,36 @@ class WorkerClient {
   struct Sums {
     uint32_t contributions = 0;  // R payloads summed
     float mean_loss = 0;         // their replicas' mean loss
+    double ready_s = 0;          // pull_sums: seconds until every ps had the sum ready (the rest: transfer)
   };
   // Sync: waits for step's sums and writes the aggregated payload of every
   // shard into sums[shard].
   Sums pull_sums(int64_t step, std::vector<std::vector<uint8_t>>& sums);
+
+  // --- Sync, pipelined: one step's payloads leave in buckets as they are
+  // encoded (during the backward pass), and its sums come back shard by
+  // shard as the ps completes them, so pushing, summing and pulling overlap
+  // one another and the computation. The arithmetic is push()/pull_sums()'s.
+  //   begin_step(step, sums); push_bucket(...)...; while (next_sum()) ...; end_step();
+  // Starts receiving step's sums into sums[shard] (layout.shards order).
+  void begin_step(int64_t step, std::vector<std::vector<uint8_t>>& sums);
+  // Queues a push of these shards (layout indices; any ps) with their
+  // payloads (shard_payloads[i] for shards[i]) and returns at once; pushes
+  // leave one at a time per ps, in the order queued. The payload bytes must
+  // stay untouched until end_step(). Every shard is pushed exactly once a step.
+  void push_bucket(float loss, std::span<const size_t> shards, std::span<const std::span<const uint8_t>> shard_payloads);
+  // Blocks until another shard's sum is in sums[shard] and returns that
+  // shard; nullopt once every shard of the step has arrived. Throws what a
+  // push or pull of the step met (PeerError, RunEnded).
+  std::optional<size_t> next_sum();
+  // When the step's pushes were all acknowledged and its first sum arrived,
+  // in seconds since begin_step (what the step's time went to).
+  struct StepTimes {
+    double pushed_s = 0;
+    double first_sum_s = 0;
+  };
+  // Waits for the step's pushes and pulls; the sums' header.
+  Sums end_step(StepTimes* times = nullptr);
 
   // Async: the current values into values[v] (full variables); returns the
   // global step (ps 0's). Pushes that follow are tagged with these steps.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <span>
@@ -37,8 +38,14 @@ class Model {
 
   // Forward + backward on one batch: returns the mean softmax cross-entropy
   // (without weight decay); grads are overwritten (zeroed, then filled).
+  //
+  // grads_ready, when given, is called as soon as the backward pass has
+  // finished variables [first, end) (a layer's; layers run last to first),
+  // so their gradients can leave while earlier layers still compute (the
+  // loss is known by then). Those gradients are final: nothing adds to them later.
+  using GradsReady = std::function<void(float loss, size_t first, size_t end)>;
   float forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels,
-                         GradSet& grads, const ForwardContext& ctx) const;
+                         GradSet& grads, const ForwardContext& ctx, const GradsReady& grads_ready = {}) const;
 
   // Forward only (evaluation); returns the logits tensor inside ws.
   const Tensor& predict(Workspace& ws, const Tensor& x) const;
@@ -62,6 +69,7 @@ class Model {
   int num_classes_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Shape> out_shapes_;  // per example, after build()
+  std::vector<std::pair<size_t, size_t>> layer_params_;  // [first, end) of each layer's variables
   ParamSet params_;
   bool built_ = false;
 };

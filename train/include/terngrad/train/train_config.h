@@ -61,6 +61,18 @@ struct TrainConfig {
   double rpc_timeout_secs = 30;     // deadline of one request
   int64_t min_shard_bytes = 256 * 1024;  // variables split into shards of at least this
   std::string placement = "by_size";     // by_size | round_robin
+  // Shards hold at most this many fp32 bytes (0 = no cap): each fits one
+  // 1 MiB message, and a sync step's sums flow back shard by shard.
+  int64_t max_shard_bytes = 1024 * 1024 - 4096;
+  // Sync CPU replicas: push each variable as soon as its gradient exists
+  // (during backward) and decode sums as they arrive; false: push after the
+  // whole backward pass, then pull (the arithmetic is the same).
+  bool overlap_comm = true;
+  // Communication only: a fixed gradient instead of forward/backward, and
+  // compute_ms of sleep in its place; encode, push, sum, pull, decode and
+  // apply are real (AlexNet-sized gradients on a small machine).
+  bool comm_only = false;
+  double compute_ms = 0;
 
   // Bookkeeping.
   std::string train_dir = "";     // checkpoints, metrics.jsonl, model.safetensors ("" = none)
