@@ -129,16 +129,68 @@ std::vector<std::vector<float>> sync_step(tc::WorkerClient& c, int replica, int6
   return pull_step(c, step, codecs, contributions);
 }
 
+// A replica's pipelined sync step (begin_step .. end_step): the payloads of
+// each variable pushed as one bucket, last variable first (as a backward
+// pass finishes them), the sums decoded as they arrive.
+std::vector<std::vector<float>> pipelined_step(tc::WorkerClient& c, int replica, int64_t step,
+                                               std::vector<std::unique_ptr<tc::GradientCodec>>& codecs,
+                                               std::vector<std::vector<uint8_t>>& payloads, uint32_t replicas) {
+  const tc::Layout& l = c.layout();
+  std::vector<std::vector<uint8_t>> sums;
+  c.begin_step(step, sums);
+  std::vector<std::vector<float>> grads;
+  std::vector<float> scales;
+  for (size_t v = 0; v < l.variables.size(); ++v) {
+    grads.push_back(gradient(l.variables[v].size, replica, step));
+    scales.push_back(codecs[v]->wants_shared_scale() ? codecs[v]->local_scale(grads[v]) : 0.0f);
+  }
+  const std::vector<float> shared = c.exchange_scales(step, scales);
+  payloads.resize(l.shards.size());
+  for (size_t v = l.variables.size(); v-- > 0;) {
+    std::vector<tc::ElementRange> slices;
+    std::vector<std::span<uint8_t>> outs;
+    for (size_t s : l.shards_of[v]) {
+      slices.push_back({l.shards[s].begin, l.shards[s].count});
+      payloads[s].resize(codecs[v]->payload_bytes(l.shards[s].count));
+    }
+    for (size_t s : l.shards_of[v]) outs.emplace_back(payloads[s]);
+    tc::EncodeContext ctx;
+    ctx.tensor_id = static_cast<uint32_t>(v);
+    ctx.step = static_cast<uint32_t>(step);
+    ctx.seed = 100 + replica;
+    if (codecs[v]->wants_shared_scale()) ctx.shared_scale = shared[v];
+    codecs[v]->encode_slices(grads[v], ctx, slices, outs);
+    std::vector<std::span<const uint8_t>> views;
+    for (size_t s : l.shards_of[v]) views.emplace_back(payloads[s]);
+    c.push_bucket(0.5f * replica, l.shards_of[v], views);
+  }
+  std::vector<std::vector<float>> out;
+  for (size_t v = 0; v < l.variables.size(); ++v) out.emplace_back(l.variables[v].size);
+  size_t arrived = 0;
+  while (const auto s = c.next_sum()) {
+    const tc::ShardSpec& sh = l.shards[*s];
+    codecs[sh.variable]->decode_aggregate(sums[*s], std::span<float>(out[sh.variable]).subspan(sh.begin, sh.count));
+    ++arrived;
+  }
+  EXPECT_EQ(arrived, l.shards.size());
+  const auto got = c.end_step();
+  EXPECT_EQ(got.contributions, replicas);
+  return out;
+}
+
 std::vector<tc::VariableSpec> variables() {
   return {{"small", 1000, "fp32"}, {"large", 300000, "terngrad:clip=2.5,share_scale=1"}, {"half", 70000, "fp16"}};
 }
 
 // Runs `replicas` threads for `steps` sync steps; returns replica 0's sums.
-std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, int steps) {
+// pipelined: begin_step .. end_step with buckets instead of push + pull_sums.
+std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, int steps, bool pipelined = false,
+                                                      uint64_t max_shard_bytes = 0) {
   std::vector<std::unique_ptr<PsTask>> ps;
   for (int p = 0; p < num_ps; ++p) ps.push_back(std::make_unique<PsTask>(p, replicas));
   tc::PlacementOptions po;
   po.min_shard_bytes = 64 * 1024;
+  po.max_shard_bytes = max_shard_bytes;
   const tc::Layout layout = tc::place_variables(variables(), num_ps, po);
   std::vector<std::vector<std::vector<std::vector<float>>>> results(replicas);
   std::vector<std::thread> threads;
@@ -150,7 +202,9 @@ std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, 
         std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
         for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
         EXPECT_EQ(c.join(0), 0);
-        for (int s = 0; s < steps; ++s) results[r].push_back(sync_step(c, r, s, codecs));
+        std::vector<std::vector<uint8_t>> payloads;
+        for (int s = 0; s < steps; ++s)
+          results[r].push_back(pipelined ? pipelined_step(c, r, s, codecs, payloads, replicas) : sync_step(c, r, s, codecs));
         c.finish(true);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -246,6 +300,80 @@ TEST(PsService, TwoPsWithShardedVariablesGiveTheSameSumsAsOne) {
   const auto one = run_sync(1, 2, 2);
   const auto two = run_sync(2, 2, 2);
   EXPECT_EQ(one, two);
+}
+
+// Buckets pushed as variables finish and sums streamed shard by shard (each
+// summed once every replica delivered it) give the sums of whole pushes,
+// with small shards over one and two ps.
+TEST(PsService, PipelinedStepsGiveTheSumsOfWholePushes) {
+  const auto whole = run_sync(1, 3, 2);
+  EXPECT_EQ(run_sync(1, 3, 2, /*pipelined=*/true), whole);
+  EXPECT_EQ(run_sync(1, 3, 2, /*pipelined=*/true, /*max_shard_bytes=*/16 * 1024), whole);
+  EXPECT_EQ(run_sync(2, 3, 2, /*pipelined=*/true, /*max_shard_bytes=*/16 * 1024), whole);
+}
+
+// A bucket naming a shard twice, or a shard an earlier bucket of the step
+// delivered, is refused by name; a bucket sent again whole is a retry.
+TEST(PsService, BucketsThatRepeatShardsAreRefused) {
+  tc::PlacementOptions po;
+  po.max_shard_bytes = 1024;
+  const tc::Layout l = tc::place_variables({{"w", 1024, "fp32"}}, 1, po);
+  ASSERT_EQ(l.shards.size(), 4u);
+  auto codec = tc::make_codec("fp32");
+  std::vector<std::vector<uint8_t>> payloads(4);
+  for (size_t s = 0; s < 4; ++s) {
+    payloads[s].resize(codec->payload_bytes(l.shards[s].count));
+    codec->encode(std::vector<float>(l.shards[s].count, 1.0f), {}, payloads[s]);
+  }
+  auto bucket = [&](tc::WorkerClient& c, std::vector<size_t> shards) {
+    std::vector<std::span<const uint8_t>> views;
+    for (size_t s : shards) views.emplace_back(payloads[s]);
+    c.push_bucket(1.0f, shards, views);
+  };
+  auto error_of = [&](tc::WorkerClient& c) {
+    try {
+      while (c.next_sum()) {
+      }
+      c.end_step();
+    } catch (const tc::PeerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  {
+    PsTask ps(0, 1);
+    tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+    c.join(0);
+    std::vector<std::vector<uint8_t>> sums;
+    c.begin_step(0, sums);
+    bucket(c, {0, 0});
+    EXPECT_NE(error_of(c).find("names shard 0 twice"), std::string::npos);
+  }
+  {
+    PsTask ps(0, 1);
+    tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+    c.join(0);
+    std::vector<std::vector<uint8_t>> sums;
+    c.begin_step(0, sums);
+    bucket(c, {0, 1});
+    bucket(c, {0, 1});  // a retry: counted once
+    bucket(c, {1, 2});
+    EXPECT_NE(error_of(c).find("repeats shards"), std::string::npos);
+  }
+  {  // whole steps still work next to buckets
+    PsTask ps(0, 1);
+    tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+    c.join(0);
+    std::vector<std::vector<uint8_t>> sums;
+    c.begin_step(0, sums);
+    bucket(c, {3, 2});
+    bucket(c, {1, 0});
+    EXPECT_EQ(error_of(c), "no error");
+    std::vector<float> sum(l.shards[1].count);
+    codec->decode_aggregate(sums[1], sum);
+    EXPECT_EQ(sum, std::vector<float>(l.shards[1].count, 1.0f));
+    c.finish(true);
+  }
 }
 
 TEST(PsService, PayloadsOverFourMegabytesGoThrough) {

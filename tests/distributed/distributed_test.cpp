@@ -90,10 +90,18 @@ class Distributed : public ::testing::Test {
 };
 
 TEST_F(Distributed, SyncOnePsTwoWorkersTrainTheInProcessWeightsBitForBit) {
-  for (const std::string codec : {"--grad_bits=2", "--grad_bits=32"}) {
+  // Overlapped (the default: buckets pushed during backward, sums streamed
+  // shard by shard) and one push + one pull per step after backward, with
+  // and without capped shards: the same bits.
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"--grad_bits=2", "2"},
+      {"--grad_bits=32", "32"},
+      {"--grad_bits=2 --overlap_comm=false", "2-sequential"},
+      {"--grad_bits=32 --overlap_comm=false --max_shard_bytes=0", "32-sequential-whole"},
+  };
+  for (const auto& [codec, tag] : runs) {
     SCOPED_TRACE(codec);
     const std::string flags = model_flags(12, codec);
-    const std::string tag = codec.substr(12);
     const Proc a = in_process("inproc" + tag, 2, flags);
     ASSERT_EQ(a.exit_code, 0) << a.output;
     // Worker 0 is the chief: replicas 0 and 1, as virtual workers 0 and 1.
