@@ -1,5 +1,6 @@
 #include "result_json.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -9,6 +10,17 @@ namespace terngrad::experiments {
 
 std::string result_summary(const train::TrainConfig& cfg, const train::TrainResult& r) {
   char buf[512];
+  if (cfg.comm_only) {  // a fixed gradient: no accuracy to report
+    std::snprintf(buf, sizeof buf,
+                  "%s communication only (compute %.0f ms), %d workers, %lld steps, grad_bits %d: %.0f bytes sent per "
+                  "worker per step (fp32 %.0f, %.1fx smaller); %.3f steps/s; %.0f s",
+                  cfg.net.c_str(), cfg.compute_ms, cfg.num_nodes, (long long)r.steps, cfg.grad_bits,
+                  r.bytes_sent_per_worker_step, r.fp32_bytes_per_worker_step,
+                  r.fp32_bytes_per_worker_step / r.bytes_sent_per_worker_step,
+                  r.examples_per_sec / std::max<double>(1, static_cast<double>(cfg.batch_size * cfg.num_nodes)),
+                  r.wall_seconds);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "%s, %d workers x batch %lld, %lld steps, grad_bits %d: test top-1 %.2f%% top-5 %.2f%%%s; "
                 "%.0f bytes sent per worker per step (fp32 %.0f, %.1fx smaller); %.0f examples/s; %.0f s",
