@@ -11,7 +11,16 @@
 // and the workers (num_workers counts the workers besides the chief), so
 // --num_workers=1 trains with 2 replicas. Flags after "--" go to every task.
 //
-// Exit status: 0 every task succeeded, 1 a task failed, 2 bad flags.
+// With --link_rate every task runs in its own network namespace behind a
+// shaped link instead (emulated_network.h): tasks listen on 10.77.0.N, their
+// links are shaped in both directions with tc tbf, and the bytes each task
+// sent and received go to <log_dir>/link_stats.json. Everything made for the
+// run (namespaces, links, processes) is removed when it ends, fails or is
+// interrupted; a launcher killed with SIGKILL leaves namespaces that the next
+// run removes. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+//
+// Exit status: 0 every task succeeded, 1 a task failed, 2 bad flags (or,
+// with --link_rate, no privileges to create network namespaces).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -27,12 +36,19 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "emulated_network.h"
+#include "terngrad/comm/json.h"
+#include "terngrad/train/atomic_file.h"
+
 namespace {
+
+namespace tx = terngrad::experiments;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -46,12 +62,15 @@ struct Options {
   bool chief = true;
   bool evaluator = false;
   std::string host = "127.0.0.1";
+  bool host_given = false;
   std::string log_dir;
   std::string tg_train;
   double timeout_secs = 0;      // 0: none
   std::string kill_task;        // fault injection: "worker:1"
   double kill_after_secs = 0;
   int replica_threads = 0;      // 0: cores / replicas
+  std::string link_rate, ps_link_rate;  // as given (tc syntax); "" = loopback, no namespaces
+  uint64_t link_rate_bps = 0, ps_link_rate_bps = 0;
   std::vector<std::string> train_flags;
 };
 
@@ -71,7 +90,11 @@ const char* kHelp =
     "  --tg_train=PATH       the tg-train binary (default: next to tg-cluster)\n"
     "  --replica_threads=N   OpenMP threads per replica (default cores / replicas, at least 1)\n"
     "  --timeout_secs=S      stop everything and fail after S seconds (default: none)\n"
-    "  --kill_task=TYPE:I --kill_after_secs=S   fault injection: SIGKILL that task after S seconds\n";
+    "  --kill_task=TYPE:I --kill_after_secs=S   fault injection: SIGKILL that task after S seconds\n"
+    "  --link_rate=RATE      emulated links: every task in its own network namespace on a bridge, its\n"
+    "                        link shaped to RATE each way (tc syntax: 500kbit, 100mbit, 1gbit, 10gbit);\n"
+    "                        byte counts in <log_dir>/link_stats.json; needs root\n"
+    "  --ps_link_rate=RATE   the ps tasks' links at another rate (default --link_rate)\n";
 
 std::string value_of(const std::string& arg, const std::string& name) {
   const std::string prefix = "--" + name + "=";
@@ -90,6 +113,14 @@ double to_double(const std::string& flag, const std::string& v) {
   const double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || !(x >= 0)) usage_error("--" + flag + "=" + v + ": expected a number >= 0");
   return x;
+}
+
+uint64_t to_rate(const std::string& flag, const std::string& v) {
+  try {
+    return tx::parse_link_rate(flag, v);
+  } catch (const std::invalid_argument& e) {
+    usage_error(e.what());
+  }
 }
 
 bool to_bool(const std::string& flag, const std::string& v) {
@@ -116,17 +147,25 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "num_workers")) != "\x01") o.num_workers = to_int("num_workers", v, 0);
     else if ((v = value_of(a, "chief")) != "\x01") o.chief = to_bool("chief", v);
     else if ((v = value_of(a, "evaluator")) != "\x01") o.evaluator = to_bool("evaluator", v);
-    else if ((v = value_of(a, "host")) != "\x01") o.host = v;
+    else if ((v = value_of(a, "host")) != "\x01") o.host = v, o.host_given = true;
     else if ((v = value_of(a, "log_dir")) != "\x01") o.log_dir = v;
     else if ((v = value_of(a, "tg_train")) != "\x01") o.tg_train = v;
     else if ((v = value_of(a, "timeout_secs")) != "\x01") o.timeout_secs = to_double("timeout_secs", v);
     else if ((v = value_of(a, "kill_task")) != "\x01") o.kill_task = v;
     else if ((v = value_of(a, "kill_after_secs")) != "\x01") o.kill_after_secs = to_double("kill_after_secs", v);
     else if ((v = value_of(a, "replica_threads")) != "\x01") o.replica_threads = to_int("replica_threads", v, 1);
+    else if ((v = value_of(a, "link_rate")) != "\x01") o.link_rate = v, o.link_rate_bps = to_rate("link_rate", v);
+    else if ((v = value_of(a, "ps_link_rate")) != "\x01")
+      o.ps_link_rate = v, o.ps_link_rate_bps = to_rate("ps_link_rate", v);
     else usage_error("unknown launcher flag " + a + " (tg-train flags go after \"--\")");
   }
   for (; i < argc; ++i) o.train_flags.emplace_back(argv[i]);
   if (!o.chief && o.num_workers == 0) usage_error("no chief and no workers: nothing would train");
+  if (!o.ps_link_rate.empty() && o.link_rate.empty())
+    usage_error("--ps_link_rate=" + o.ps_link_rate + " needs --link_rate (the rate of the other tasks' links)");
+  if (o.ps_link_rate.empty()) o.ps_link_rate = o.link_rate, o.ps_link_rate_bps = o.link_rate_bps;
+  if (!o.link_rate.empty() && o.host_given)
+    usage_error("--host=" + o.host + " with --link_rate: every task gets its own address (10.77.0.N) there");
   for (const auto& f : o.train_flags)
     for (const char* owned : {"--job_name", "--task_id", "--ps_hosts", "--worker_hosts", "--chief_host", "--evaluator_host"})
       if (f.rfind(owned, 0) == 0) usage_error(f + ": the launcher sets the cluster itself");
@@ -206,10 +245,67 @@ void stop_all(std::vector<Task>& tasks) {
   }
 }
 
-}  // namespace
+// Each task has its own namespace and address, so every one can take the
+// same port (TensorFlow's customary one).
+constexpr int kEmulatedPort = 2222;
 
-int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
+// "ps0", "worker3": the task's host name on the emulated network.
+std::string host_name(const Task& t) { return t.type + std::to_string(t.index); }
+
+std::string megabytes(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  return buf;
+}
+
+// <log_dir>/link_stats.json: the rates, the run's wall time and each task's
+// interface counters (frames with their headers, so a little above the
+// payload the trainer counts), and the one-line summary of the ps links.
+void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx::EmulatedNetwork& net,
+                      double wall_seconds, const std::string& outcome) {
+  namespace json = terngrad::comm::json;
+  std::string j = "{";
+  auto key = [&j](const char* k) {
+    if (j.size() > 1) j += ", ";
+    json::append_json_string(j, k);
+    j += ": ";
+  };
+  key("link_rate"), json::append_json_string(j, o.link_rate);
+  // Counts as integers (append_json_number would write 1e+08).
+  key("link_rate_bps"), j += std::to_string(o.link_rate_bps);
+  key("ps_link_rate"), json::append_json_string(j, o.ps_link_rate);
+  key("ps_link_rate_bps"), j += std::to_string(o.ps_link_rate_bps);
+  key("wall_seconds"), json::append_json_number(j, wall_seconds);
+  key("outcome"), json::append_json_string(j, outcome);
+  key("tasks");
+  j += "[";
+  uint64_t ps_tx = 0, ps_rx = 0;
+  int ps_count = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const tx::EmulatedNetwork::Host& h = net.hosts().at(i);
+    const tx::LinkCounters c = net.counters(h);
+    if (tasks[i].type == "ps") ps_tx += c.tx_bytes, ps_rx += c.rx_bytes, ++ps_count;
+    j += i ? ",\n  {" : "\n  {";
+    json::append_json_string(j, "task"), j += ": ", json::append_json_string(j, tasks[i].type + "-" + std::to_string(tasks[i].index));
+    j += ", ", json::append_json_string(j, "address"), j += ": ", json::append_json_string(j, h.address);
+    j += ", ", json::append_json_string(j, "link_rate_bps"), j += ": ", j += std::to_string(h.rate_bps);
+    j += ", ", json::append_json_string(j, "tx_bytes"), j += ": ", j += std::to_string(c.tx_bytes);
+    j += ", ", json::append_json_string(j, "rx_bytes"), j += ": ", j += std::to_string(c.rx_bytes);
+    j += "}";
+  }
+  j += "\n]}\n";
+  const fs::path path = fs::path(o.log_dir) / "link_stats.json";
+  terngrad::train::write_file_atomically(path.string(), j);
+  const double secs = std::max(wall_seconds, 1e-9);
+  std::fprintf(stderr,
+               "tg-cluster: ps links (%s each way): %d ps sent %s and received %s in %.1f s "
+               "(%.1f / %.1f Mbit/s per ps link on average); %s\n",
+               o.ps_link_rate.c_str(), ps_count, megabytes(ps_tx).c_str(), megabytes(ps_rx).c_str(), wall_seconds,
+               ps_tx * 8 / secs / 1e6 / std::max(ps_count, 1), ps_rx * 8 / secs / 1e6 / std::max(ps_count, 1),
+               path.c_str());
+}
+
+int run(Options& o) {
   if (o.tg_train.empty()) o.tg_train = (fs::canonical("/proc/self/exe").parent_path() / "tg-train").string();
   if (!fs::exists(o.tg_train)) usage_error("tg-train not found at " + o.tg_train + " (use --tg_train=PATH)");
   std::string train_dir;
@@ -232,12 +328,44 @@ int main(int argc, char** argv) {
   if (o.chief) tasks.emplace_back("chief", 0);
   for (int i = 0; i < o.num_workers; ++i) tasks.emplace_back("worker", i);
   if (o.evaluator) tasks.emplace_back("evaluator", 0);
-  for (Task& t : tasks) t.address = o.host + ":" + std::to_string(free_port(o.host));
+  const bool emulated = !o.link_rate.empty();
+  if (emulated && tasks.size() > 253)
+    usage_error("--link_rate: " + std::to_string(tasks.size()) + " tasks; one emulated network holds at most 253");
+  if (!emulated)
+    for (Task& t : tasks) t.address = o.host + ":" + std::to_string(free_port(o.host));
   const int replicas = (o.chief ? 1 : 0) + o.num_workers;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = o.replica_threads > 0 ? o.replica_threads : std::max(1, cores / replicas);
   bool user_threads = false;
   for (const auto& f : o.train_flags) user_threads |= f.rfind("--threads=", 0) == 0;
+
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  // From here on every way out must pass through net's destructor (which
+  // removes the namespaces): no std::exit, exceptions are caught in main.
+  std::optional<tx::EmulatedNetwork> net;
+  if (emulated) {
+    // A closed terminal must clean up too.
+    signal(SIGHUP, on_signal);
+    try {
+      net.emplace();
+      for (Task& t : tasks) {
+        const auto& h = net->add_host(host_name(t), t.type == "ps" ? o.ps_link_rate_bps : o.link_rate_bps);
+        t.address = h.address + ":" + std::to_string(kEmulatedPort);
+        if (g_interrupted) break;
+      }
+    } catch (const tx::NetworkPrivilegeError& e) {
+      std::fprintf(stderr, "tg-cluster: --link_rate=%s: %s\n", o.link_rate.c_str(), e.what());
+      return 2;
+    } catch (const tx::NetworkError& e) {
+      std::fprintf(stderr, "tg-cluster: cannot set up the emulated network: %s\n", e.what());
+      return 1;
+    }
+    if (g_interrupted) {
+      std::fprintf(stderr, "tg-cluster: interrupted while setting up the emulated network\n");
+      return 1;
+    }
+  }
 
   std::string cluster = "{\"ps\": " + json_list(tasks, "ps") + ", \"worker\": " + json_list(tasks, "worker");
   if (o.chief) cluster += ", \"chief\": " + json_list(tasks, "chief");
@@ -246,10 +374,14 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "tg-cluster: %d ps, %d replicas (%s), %s; logs in %s\n", o.num_ps, replicas,
                o.chief ? "chief + workers" : "worker 0 is the chief", o.evaluator ? "an evaluator" : "no evaluator",
                o.log_dir.c_str());
+  if (emulated)
+    std::fprintf(stderr, "tg-cluster: emulated links: %s each way (ps: %s), namespaces %s-*\n", o.link_rate.c_str(),
+                 o.ps_link_rate.c_str(), net->hub().substr(0, net->hub().size() - 4).c_str());
 
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  for (Task& t : tasks) {
+  std::string failure;
+  const auto run_start = Clock::now();
+  for (size_t k = 0; k < tasks.size(); ++k) {
+    Task& t = tasks[k];
     const std::string tf_config = "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" + t.type +
                                   "\", \"index\": " + std::to_string(t.index) + "}}";
     std::vector<std::string> args = {o.tg_train};
@@ -258,9 +390,8 @@ int main(int argc, char** argv) {
     const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
     if (!shows_progress) args.push_back("--quiet=true");
     const fs::path log = fs::path(o.log_dir) / t.file();
-    const pid_t pid = fork();
-    if (pid < 0) usage_error("fork failed");
-    if (pid == 0) {
+    // In the child, before exec: output to the task's log, its TF_CONFIG.
+    auto prepare_child = [&log, &tf_config] {
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         dup2(fd, 1);
@@ -268,12 +399,27 @@ int main(int argc, char** argv) {
         ::close(fd);
       }
       setenv("TF_CONFIG", tf_config.c_str(), 1);
-      std::vector<char*> cargs;
-      for (auto& a : args) cargs.push_back(a.data());
-      cargs.push_back(nullptr);
-      execv(cargs[0], cargs.data());
-      std::fprintf(stderr, "exec %s failed: %s\n", cargs[0], std::strerror(errno));
-      _exit(127);
+    };
+    pid_t pid = -1;
+    if (net) {
+      try {
+        pid = net->spawn(net->hosts().at(k), args, prepare_child);
+      } catch (const std::exception& e) {
+        failure = std::string("cannot start ") + t.name() + ": " + e.what();
+        break;
+      }
+    } else {
+      pid = fork();
+      if (pid < 0) usage_error("fork failed");
+      if (pid == 0) {
+        prepare_child();
+        std::vector<char*> cargs;
+        for (auto& a : args) cargs.push_back(a.data());
+        cargs.push_back(nullptr);
+        execv(cargs[0], cargs.data());
+        std::fprintf(stderr, "exec %s failed: %s\n", cargs[0], std::strerror(errno));
+        _exit(127);
+      }
     }
     t.pid = pid;
     t.running = true;
@@ -286,8 +432,7 @@ int main(int argc, char** argv) {
   std::string pending;
   const auto start = Clock::now();
   bool killed_one = false;
-  std::string failure;
-  while (true) {
+  while (failure.empty()) {
     if (!chief_log.is_open()) chief_log.open(fs::path(o.log_dir) / shown);
     if (chief_log.is_open()) {
       chief_log.clear();
@@ -344,7 +489,7 @@ int main(int argc, char** argv) {
   // messages name the dead peer), then stop whoever is left.
   if (!failure.empty() && failure != "interrupted") {
     const auto until = Clock::now() + std::chrono::seconds(6);
-    for (bool any = true; any && Clock::now() < until;) {
+    for (bool any = true; any && Clock::now() < until && !g_interrupted;) {
       any = false;
       for (Task& t : tasks) {
         if (!t.running) continue;
@@ -354,10 +499,22 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
+  // Tasks first: a namespace deleted under a live task would outlive the run.
   stop_all(tasks);
+  if (net) {
+    const double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
+    try {
+      write_link_stats(o, tasks, *net, wall, failure.empty() ? "ok" : failure.substr(0, failure.find('\n')));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tg-cluster: cannot write the link statistics: %s\n", e.what());
+      if (failure.empty()) failure = std::string("link statistics: ") + e.what();
+    }
+    net.reset();  // namespaces, links and anything left in them
+  }
   std::fprintf(stderr, "\ntg-cluster: tasks\n");
   for (const Task& t : tasks)
-    std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(), describe_status(t.status).c_str());
+    std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(),
+                 t.pid < 0 ? "not started" : describe_status(t.status).c_str());
   if (!failure.empty()) {
     std::fprintf(stderr, "tg-cluster: FAILED: %s", failure.c_str());
     if (failure.back() != '\n') std::fprintf(stderr, "\n");
@@ -370,4 +527,18 @@ int main(int argc, char** argv) {
     if (line.find(" steps, grad_bits ") != std::string::npos) last = line;
   if (!last.empty()) std::printf("%s\n", last.c_str());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    // Caught here so that the stack unwinds: the emulated network's
+    // destructor removes the namespaces on the way.
+    std::fprintf(stderr, "tg-cluster: %s\n", e.what());
+    return 1;
+  }
 }
