@@ -19,6 +19,7 @@
 #include "parameter_server.grpc.pb.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/gradient_codec.h"
+#include "terngrad/comm/step_times.h"
 
 namespace terngrad::comm {
 
@@ -50,6 +51,7 @@ struct Replica {
   Clock::time_point last_heard{};
   int64_t last_pushed = -1;
   int64_t last_stale = -1;  // the last step whose push was counted stale
+  std::vector<float> step_ms;  // its last step-time report (PushHeader.step_ms)
 };
 
 struct Shard {
@@ -389,6 +391,13 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       }
     }
     for (size_t i = 0; i < ids.size(); ++i) slot[ids[i]] = static_cast<int>(i);
+    if (h.step_ms_size() != 0 && h.step_ms_size() != static_cast<int>(kStepTimeFields))
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": " + std::to_string(h.step_ms_size()) +
+                                                      " step times, expected 0 or " + std::to_string(kStepTimeFields));
+    for (float t : h.step_ms())
+      if (!(t >= 0 && t <= 1e7))
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": step time " + std::to_string(t) +
+                                                        " ms is not in [0, 1e7]");
     std::vector<detail::StringReassembly> parts(ids.size());
     while (reader->Read(&chunk)) {
       if (!chunk.has_payload()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": a second header");
@@ -520,6 +529,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       ++current.have[ids[i]];
     }
     current.got_count[r] += ids.size();
+    if (h.step_ms_size() > 0) rep.step_ms.assign(h.step_ms().begin(), h.step_ms().end());
     if (!current.loss_known[r]) {
       current.loss_known[r] = true;
       current.loss[r] = h.loss();
@@ -691,12 +701,30 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     out.mutable_header()->set_step(step);
     out.mutable_header()->set_contributions(agg.contributions);
     out.mutable_header()->set_mean_loss(agg.mean_loss);
+    {
+      std::lock_guard<std::mutex> relock(mu);
+      report_step_times_locked(out.mutable_header());
+    }
     if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     for (size_t s = 0; s < agg.shards.size(); ++s)
       if (!write_shard(writer, s, agg.shards[s], false)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     std::lock_guard<std::mutex> relock(mu);
     pulled_locked(held);
     return grpc::Status::OK;
+  }
+
+  // The mean of the replicas' last step-time reports (mu held).
+  void report_step_times_locked(rpc::PullHeader* head) const {
+    std::vector<double> sum(kStepTimeFields, 0.0);
+    uint32_t n = 0;
+    for (const Replica& rep : replicas) {
+      if (rep.step_ms.size() != kStepTimeFields) continue;
+      for (size_t i = 0; i < kStepTimeFields; ++i) sum[i] += rep.step_ms[i];
+      ++n;
+    }
+    if (n == 0) return;
+    for (double x : sum) head->add_replicas_step_ms(static_cast<float>(x / n));
+    head->set_replicas_reporting(n);
   }
 
   grpc::Status too_old(uint32_t replica, int64_t step) const {
@@ -764,6 +792,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         head->set_ready(true);
         head->set_contributions(agg.contributions);
         head->set_mean_loss(agg.mean_loss);
+        report_step_times_locked(head);
         pulled_locked(held);
       } else if (Clock::now() >= until) {
         head->set_ready(false);

@@ -81,6 +81,7 @@ struct WorkerClient::Impl {
     float loss = 0;
     std::vector<uint32_t> local;  // ps-local shard indices
     std::vector<std::span<const uint8_t>> payloads;
+    std::vector<float> step_ms;
   };
   std::vector<uint32_t> local_index;  // layout shard -> index on its ps
   std::mutex pm;
@@ -98,6 +99,7 @@ struct WorkerClient::Impl {
   std::vector<rpc::PullHeader> pipe_heads;
   std::vector<grpc::ClientContext*> live_pulls;  // cancelled when the step fails
   Clock::time_point pipe_start, pushed_at, first_sum_at;
+  std::vector<float> step_report;  // attached to the step's first bucket, then cleared
 
   struct Cancelled {};  // a pull stopped because the step already failed
 
@@ -232,6 +234,7 @@ struct WorkerClient::Impl {
       head.mutable_header()->set_step(b.step);
       head.mutable_header()->set_loss(b.loss);
       for (uint32_t s : b.local) head.mutable_header()->add_shards(s);
+      for (float t : b.step_ms) head.mutable_header()->add_step_ms(t);
       message_sent += head.ByteSizeLong();
       bytes = 0;
       bool ok = w->Write(head);
@@ -529,6 +532,12 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
     m.step_for_beat = step;
   }
   std::vector<rpc::PushReply> replies(m.layout.num_ps);
+  std::vector<float> report;
+  {
+    std::lock_guard<std::mutex> lk(m.pm);
+    report = std::move(m.step_report);
+    m.step_report.clear();
+  }
   for_each_ps(m.layout.num_ps, [&](int p) {
     uint64_t bytes = 0;
     m.call(p, "Push", [&] {
@@ -540,6 +549,8 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
       head.mutable_header()->set_replica(static_cast<uint32_t>(m.replica));
       head.mutable_header()->set_step(m.sync ? step : m.async_steps[p]);
       head.mutable_header()->set_loss(loss);
+      if (p == 0 && m.sync)
+        for (float t : report) head.mutable_header()->add_step_ms(t);
       m.message_sent += head.ByteSizeLong();
       bytes = 0;
       if (w->Write(head)) m.write_payloads(*w, p, shard_payloads, bytes);
@@ -608,7 +619,8 @@ WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector
       return;
     }
   });
-  return {heads[0].contributions(), heads[0].mean_loss(), *std::max_element(ready_s.begin(), ready_s.end())};
+  return {heads[0].contributions(), heads[0].mean_loss(), *std::max_element(ready_s.begin(), ready_s.end()),
+          {heads[0].replicas_step_ms().begin(), heads[0].replicas_step_ms().end()}, heads[0].replicas_reporting()};
 }
 
 void WorkerClient::begin_step(int64_t step, std::vector<std::vector<uint8_t>>& sums) {
@@ -669,6 +681,8 @@ void WorkerClient::push_bucket(float loss, std::span<const size_t> shards,
     if (per_ps[p].local.empty()) continue;
     per_ps[p].step = m.pipe_step;
     per_ps[p].loss = loss;
+    if (p == 0) per_ps[p].step_ms = std::move(m.step_report);  // ps 0 keeps the reports
+    m.step_report.clear();
     m.queues[p].push_back(std::move(per_ps[p]));
     ++m.pushes_pending;
   }
@@ -706,7 +720,17 @@ WorkerClient::Sums WorkerClient::end_step(StepTimes* times) {
     times->first_sum_s = std::chrono::duration<double>(m.first_sum_at - m.pipe_start).count();
   }
   m.pipe_sums = nullptr;
-  return {m.pipe_heads[0].contributions(), m.pipe_heads[0].mean_loss()};
+  const rpc::PullHeader& h = m.pipe_heads[0];
+  return {h.contributions(), h.mean_loss(), 0.0, {h.replicas_step_ms().begin(), h.replicas_step_ms().end()},
+          h.replicas_reporting()};
+}
+
+void WorkerClient::report_step_times(std::vector<float> ms) {
+  if (ms.size() != kStepTimeFields)
+    throw std::invalid_argument("report_step_times: " + std::to_string(ms.size()) + " values, expected " +
+                                std::to_string(kStepTimeFields));
+  std::lock_guard<std::mutex> lk(impl_->pm);
+  impl_->step_report = std::move(ms);
 }
 
 int64_t WorkerClient::pull_values(std::span<const std::span<float>> values) {

@@ -84,6 +84,25 @@ TEST(Placement, FingerprintTracksTheLayoutAndSettings) {
   EXPECT_NE(f, tc::layout_fingerprint(tc::place_variables(other, 2), true, 4, 4));
 }
 
+// max_shard_bytes splits a large variable past max_shards (even on one ps),
+// so each shard fits one message and sums can flow back shard by shard.
+TEST(Placement, MaxShardBytesCapsEveryShard) {
+  tc::PlacementOptions o;
+  o.max_shard_bytes = 1 << 20;
+  const tc::Layout l = tc::place_variables({{"big", 1000003, "fp32"}, {"small", 100, "fp32"}}, 1, o);
+  ASSERT_EQ(l.shards_of[0].size(), 4u);  // 4,000,012 bytes in shards of at most ~1 MiB
+  uint64_t covered = 0;
+  for (size_t s : l.shards_of[0]) {
+    EXPECT_EQ(l.shards[s].begin, covered);
+    EXPECT_LE(4 * l.shards[s].count, o.max_shard_bytes + 4 * tc::kShardAlignment);
+    covered += l.shards[s].count;
+  }
+  EXPECT_EQ(covered, 1000003u);
+  EXPECT_EQ(l.shards_of[1].size(), 1u);
+  o.max_shard_bytes = 0;  // no cap: one ps holds the variable whole
+  EXPECT_EQ(tc::place_variables({{"big", 1000003, "fp32"}}, 1, o).shards.size(), 1u);
+}
+
 TEST(Placement, BadArguments) {
   EXPECT_THROW(tc::place_variables(lenet_like(), 0), std::invalid_argument);
   tc::PlacementOptions o;

@@ -376,6 +376,56 @@ TEST(PsService, BucketsThatRepeatShardsAreRefused) {
   }
 }
 
+// Each replica's step-time report rides on its next step's first push; the
+// ps hands the mean over replicas back with the sums (for the chief's log)
+// and refuses reports that are not times.
+TEST(PsService, StepTimeReportsAreAveragedOverReplicasAndCheckedFirst) {
+  PsTask ps(0, 2);
+  const tc::Layout l = tc::place_variables({{"w", 256, "fp32"}}, 1);
+  auto codec = tc::make_codec("fp32");
+  std::vector<uint8_t> payload(codec->payload_bytes(256));
+  codec->encode(std::vector<float>(256, 1.0f), {}, payload);
+  std::vector<tc::WorkerClient::Sums> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      tc::WorkerClient c({ps.address()}, l, r, true, 2, 2, fast_client());
+      c.join(0);
+      std::vector<std::vector<uint8_t>> sums;
+      const size_t shard[1] = {0};
+      const std::span<const uint8_t> views[1] = {payload};
+      for (int64_t step = 0; step < 2; ++step) {
+        c.report_step_times(std::vector<float>(tc::kStepTimeFields, 10.0f * (r + 1)));
+        c.begin_step(step, sums);
+        c.push_bucket(0.0f, shard, views);
+        got[r] = c.end_step();
+      }
+      c.finish(true);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[0].replicas_reporting, 2u);
+  EXPECT_EQ(got[0].replicas_step_ms, std::vector<float>(tc::kStepTimeFields, 15.0f));
+
+  PsTask bad(0, 1);
+  tc::WorkerClient c({bad.address()}, l, 0, true, 1, 1, fast_client());
+  c.join(0);
+  std::vector<float> report(tc::kStepTimeFields, 1.0f);
+  report[3] = -1.0f;
+  c.report_step_times(report);
+  std::vector<std::vector<uint8_t>> sums;
+  c.begin_step(0, sums);
+  const size_t shard[1] = {0};
+  const std::span<const uint8_t> views[1] = {payload};
+  c.push_bucket(0.0f, shard, views);
+  try {
+    c.end_step();
+    FAIL();
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("step time -1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(c.report_step_times({1.0f}), std::invalid_argument);
+}
+
 TEST(PsService, PayloadsOverFourMegabytesGoThrough) {
   PsTask ps(0, 1);
   // 3M floats = 12 MB fp32 in one shard (no split: one ps, one shard).

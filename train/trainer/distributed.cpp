@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/ps_server.h"
 #include "terngrad/comm/ps_status.h"
+#include "terngrad/comm/step_times.h"
 #include "terngrad/comm/worker_client.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/metrics.h"
@@ -111,20 +113,34 @@ struct Wire {
 // payloads are still leaving (push), then until the first sum arrives
 // (wait: the other replicas and the ps), then while sums arrive (pull).
 struct StepClock {
-  double compute = 0, encode = 0, push = 0, wait = 0, pull = 0, decode = 0, apply = 0, total = 0;
+  enum Part { kStep, kCompute, kEncode, kPush, kWait, kPull, kDecode, kApply };  // comm::kStepTimeNames' order
+  std::array<double, comm::kStepTimeFields> s{};  // seconds
   int64_t steps = 0;
 
   // Blocked time [a, b] (seconds since the step began) to push, wait or pull.
   void blocked(double a, double b, double pushed, double first_sum) {
     const auto part = [&](double lo, double hi) { return std::max(0.0, std::min(b, hi) - std::max(a, lo)); };
-    push += part(0, pushed);
-    wait += part(pushed, std::max(pushed, first_sum));
-    pull += part(std::max(pushed, first_sum), 1e300);
+    s[kPush] += part(0, pushed);
+    s[kWait] += part(pushed, std::max(pushed, first_sum));
+    s[kPull] += part(std::max(pushed, first_sum), 1e300);
   }
-  void add_to(JsonObject& o) const {
-    const double n = steps > 0 ? 1e3 / static_cast<double>(steps) : 0;
-    o.add("step_ms", total * n).add("compute_ms", compute * n).add("encode_ms", encode * n).add("push_ms", push * n)
-        .add("wait_ms", wait * n).add("pull_ms", pull * n).add("decode_ms", decode * n).add("apply_ms", apply * n);
+  void add(const StepClock& o) {
+    for (size_t i = 0; i < s.size(); ++i) s[i] += o.s[i];
+    steps += o.steps;
+  }
+  void add_ms(const std::vector<float>& ms) {
+    for (size_t i = 0; i < s.size() && i < ms.size(); ++i) s[i] += ms[i] / 1e3;
+    ++steps;
+  }
+  std::vector<float> ms() const {
+    std::vector<float> out;
+    for (double x : s) out.push_back(static_cast<float>(1e3 * x / std::max<int64_t>(1, steps)));
+    return out;
+  }
+  // Per-step means over the interval: "<prefix><part>_ms".
+  void add_to(JsonObject& o, const std::string& prefix) const {
+    const std::vector<float> m = ms();
+    for (size_t i = 0; i < m.size(); ++i) o.add(prefix + comm::kStepTimeNames[i] + "_ms", static_cast<double>(m[i]));
   }
 };
 
@@ -203,7 +219,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     std::vector<std::span<float>> values;
     for (Param& p : s.params().params) values.push_back(p.value.data);
 
-    StepClock clock;
+    StepClock clock;     // this replica, since the last log line
+    StepClock replicas;  // the mean over replicas (from the ps), since the last log line
     auto log_step = [&](int64_t done, double lr) {
       out.progress.update(done, loss);
       if (!out.log || cfg.log_every_n_steps <= 0 || (done % cfg.log_every_n_steps != 0 && done != cfg.max_steps)) return;
@@ -216,8 +233,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
           .add("bytes_recv_per_worker", steps_run ? (t.payload_received - t0.payload_received) / double(steps_run) : 0.0)
           .add("wire_bytes_sent_per_worker", steps_run ? (t.message_sent - t0.message_sent) / double(steps_run) : 0.0)
           .add("wire_bytes_recv_per_worker", steps_run ? (t.message_received - t0.message_received) / double(steps_run) : 0.0);
-      if (clock.steps > 0) clock.add_to(o);
+      if (clock.steps > 0) clock.add_to(o, "");
+      if (replicas.steps > 0) replicas.add_to(o, "replicas_");
       clock = StepClock{};
+      replicas = StepClock{};
       out.log->write(o);
     };
     // Async: the ps holds the trained values and the optimizer's slots.
@@ -261,6 +280,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
       };
       for (int64_t step = global; step < cfg.max_steps; ++step) {
         const auto t_step = Clock::now();
+        StepClock one;
+        one.steps = 1;
         double encode_s = 0;
         float my_loss = 0;
         comm::WorkerClient::Sums got;
@@ -283,7 +304,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
             throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
                                      std::to_string(my_loss) + ")");
           const double computed = since(t_step);
-          clock.compute += computed - encode_s;
+          one.s[StepClock::kCompute] += computed - encode_s;
           double scales_s = 0;
           if (wants_scales) {
             const auto t = Clock::now();
@@ -297,8 +318,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
             encode_s += since(te);
           }
           flush(my_loss);
-          clock.encode += encode_s;
-          clock.wait += scales_s;
+          one.s[StepClock::kEncode] += encode_s;
+          one.s[StepClock::kWait] += scales_s;
           // Decode each shard's sum as it arrives; note when we were blocked.
           std::vector<std::pair<double, double>> blocked;
           double decode_s = 0;
@@ -318,34 +339,34 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
           got = client.end_step(&times);
           blocked.emplace_back(a, since(t_step));
           // times are since begin_step, which began with t_step.
-          for (const auto& [x, y] : blocked) clock.blocked(x, y, times.pushed_s, times.first_sum_s);
-          clock.decode += decode_s;
+          for (const auto& [x, y] : blocked) one.blocked(x, y, times.pushed_s, times.first_sum_s);
+          one.s[StepClock::kDecode] += decode_s;
         } else {
           my_loss = gpu ? gpu->compute_gradient(step) : cfg.comm_only ? s.fixed_gradient(0) : s.compute_gradient(0, step);
           if (cfg.comm_only) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
           if (!std::isfinite(my_loss))
             throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
                                      std::to_string(my_loss) + ")");
-          clock.compute += since(t_step);
+          one.s[StepClock::kCompute] += since(t_step);
           auto t = Clock::now();
           const std::vector<float>& mine = gpu ? gpu->local_scales() : s.local_scales(0);
           const std::vector<float> shared = wants_scales ? client.exchange_scales(step, mine) : zeros;
-          clock.wait += since(t);
+          one.s[StepClock::kWait] += since(t);
           t = Clock::now();
           if (gpu)
             gpu->encode(step, shared, wire.slices, wire.outs);
           else
             s.encode(0, step, shared, wire.slices, wire.outs);
-          clock.encode += since(t);
+          one.s[StepClock::kEncode] += since(t);
           t = Clock::now();
           const auto pushed = client.push(step, my_loss, wire.views);
           result.stale_pushes += pushed.stale;
-          clock.push += since(t);
+          one.s[StepClock::kPush] += since(t);
           t = Clock::now();
           got = client.pull_sums(step, wire.sums);
           const double pulled = since(t);
-          clock.wait += std::min(got.ready_s, pulled);
-          clock.pull += pulled - std::min(got.ready_s, pulled);
+          one.s[StepClock::kWait] += std::min(got.ready_s, pulled);
+          one.s[StepClock::kPull] += pulled - std::min(got.ready_s, pulled);
           t = Clock::now();
           for (size_t v = 0; v < V && !gpu; ++v)
             for (size_t k = 0; k < layout.shards_of[v].size(); ++k) {
@@ -353,14 +374,16 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
               s.codec(0, v).decode_aggregate(wire.sums[layout.shards_of[v][k]],
                                              std::span<float>(sum[v].data).subspan(sh.begin, sh.count));
             }
-          clock.decode += since(t);
+          one.s[StepClock::kDecode] += since(t);
         }
         const auto t_apply = Clock::now();
         if (gpu) gpu->apply(step, layout, wire.sums, static_cast<int>(got.contributions));
         else s.apply(step, sum, static_cast<int>(got.contributions));
-        clock.apply += since(t_apply);
-        clock.total += since(t_step);
-        ++clock.steps;
+        one.s[StepClock::kApply] += since(t_apply);
+        one.s[StepClock::kStep] = since(t_step);
+        clock.add(one);
+        if (got.replicas_reporting > 0) replicas.add_ms(got.replicas_step_ms);
+        client.report_step_times(one.ms());  // travels with the next step's first push
         loss = got.mean_loss;
         ++steps_run;
         log_step(step + 1, s.lr(step));

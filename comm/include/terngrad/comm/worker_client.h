@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "terngrad/comm/placement.h"
+#include "terngrad/comm/step_times.h"
 
 namespace terngrad::comm {
 
@@ -72,7 +73,13 @@ class WorkerClient {
     uint32_t contributions = 0;  // R payloads summed
     float mean_loss = 0;         // their replicas' mean loss
     double ready_s = 0;          // pull_sums: seconds until every ps had the sum ready (the rest: transfer)
+    // end_step: the mean over replicas of their last report_step_times (ps 0's view), and over how many.
+    std::vector<float> replicas_step_ms;
+    uint32_t replicas_reporting = 0;
   };
+  // The step-time report (kStepTimeFields values) the next pipelined step's
+  // first bucket carries, so the chief can log every replica's average.
+  void report_step_times(std::vector<float> ms);
   // Sync: waits for step's sums and writes the aggregated payload of every
   // shard into sums[shard].
   Sums pull_sums(int64_t step, std::vector<std::vector<uint8_t>>& sums);
