@@ -102,8 +102,9 @@ def sweep_leftovers():
     for line in (r.stdout or "").splitlines()[:10000]:
         m = re.match(r"\d+:\s+(tgd(\d+)[ab])[@:]", line)
         if m and not pid_is_ours(int(m.group(2))):
-            sh(["ip", "link", "del", m.group(1)], check=False)
-            removed.append(m.group(1))
+            # A veth's peer goes with it: the second name of a pair may already be gone.
+            if sh(["ip", "link", "del", m.group(1)], check=False).returncode == 0:
+                removed.append(m.group(1))
     return removed
 
 
@@ -299,6 +300,33 @@ def worker(args):
 # ---------------------------------------------------------------------------
 # The driver.
 
+def cpu_jiffies():
+    """(total, busy) jiffies of all CPUs since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), sum(v) - v[3] - v[4]
+
+
+def own_cpu_s():
+    """CPU seconds of this process and its waited-for children."""
+    import resource
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def cpu_busy(seconds=1.0):
+    """Share of all cores busy over `seconds` (/proc/stat), to record whether
+    other jobs were running when the timings were taken."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = snap()
+    time.sleep(seconds)
+    t1, i1 = snap()
+    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
+
+
 class Interrupted(Exception):
     pass
 
@@ -351,6 +379,7 @@ def run_mode(link, mode, args, tmp, procs):
     env["TERNGRAD_LIBRARY"] = args.library
     env["OMP_NUM_THREADS"] = "1"  # two ranks share the machine: one thread each
     before = {s: link.counters(s) for s in "ab"}
+    jiffies0, own0, wall0 = cpu_jiffies(), own_cpu_s(), time.monotonic()
     ranks = []
     for rank, side in enumerate("ab"):
         result = os.path.join(tmp, "%s-%d.json" % (mode, rank))
@@ -364,20 +393,35 @@ def run_mode(link, mode, args, tmp, procs):
         procs.append(p)
         ranks.append((p, result, log))
     deadline = time.monotonic() + WORKER_TIMEOUT_S
-    for p, _, _ in ranks:
-        try:
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+    # Poll both: if one rank fails, the other would wait for it until gloo's
+    # timeout, so it is stopped at once.
+    while True:
+        codes = [p.poll() for p, _, _ in ranks]
+        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+            break
+        if time.monotonic() > deadline:
             stop([q for q, _, _ in ranks])
             raise RuntimeError("%s workers did not finish within %d s" % (mode, WORKER_TIMEOUT_S))
+        time.sleep(0.2)
+    if any(c not in (None, 0) for c in codes):
+        stop([q for q, _, _ in ranks])
     for p, result, log in ranks:
         log.close()
+    for p, result, log in ranks:
         if p.returncode != 0:
             with open(log.name) as f:
                 tail = f.read()[-3000:]
             raise RuntimeError("%s worker failed (exit %d):\n%s" % (mode, p.returncode, tail))
     after = {s: link.counters(s) for s in "ab"}
+    jiffies1, own1, wall1 = cpu_jiffies(), own_cpu_s(), time.monotonic()
+    # CPU time of everything else on the machine while this hook ran, as a
+    # share of all cores: other jobs slow the ranks' compute and the timings.
+    hz = os.sysconf("SC_CLK_TCK")
+    busy_s = (jiffies1[1] - jiffies0[1]) / hz
+    others = max(0.0, busy_s - (own1 - own0)) / ((wall1 - wall0) * (os.cpu_count() or 1))
     res = [json.load(open(r)) for _, r, _ in ranks]
+    for r in res:
+        r["others_cpu_share"] = others
     return res, {s: {k: after[s][k] - before[s][k] for k in after[s]} for s in "ab"}
 
 
@@ -399,6 +443,7 @@ def summarize(mode, res, totals, args, rate):
             "link_bytes_whole_run_incl_setup": {s: totals[s] for s in "ab"},
             "loss_first5_rank0": res[0]["loss_first"], "loss_last5_rank0": res[0]["loss_last"],
             "replicas_identical": res[0]["replicas_identical"] and res[1]["replicas_identical"],
+            "other_jobs_cpu_share": res[0]["others_cpu_share"],
             "per_rank_step_s": [r["step_s"] for r in res]}
 
 
@@ -411,13 +456,14 @@ def environment():
         pass
     import torch
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "torch": torch.__version__, "load_avg_at_start": os.getloadavg(),
+            "torch": torch.__version__, "load_avg_at_end": os.getloadavg(),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-def write_outputs(doc, out_dir, rate_text):
+def write_outputs(doc, out_dir, rate_text, tag=""):
     os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, "ddp_netns_%s" % re.sub(r"[^0-9a-zA-Z.]+", "_", rate_text))
+    stem = os.path.join(out_dir, "ddp_netns_%s%s" % (re.sub(r"[^0-9a-zA-Z.]+", "_", rate_text),
+                                                      "_" + re.sub(r"[^0-9a-zA-Z.]+", "_", tag) if tag else ""))
     with open(stem + ".json", "w") as f:
         json.dump(doc, f, indent=1)
     m = {r["mode"]: r for r in doc["modes"]}
@@ -428,14 +474,14 @@ def write_outputs(doc, out_dir, rate_text):
                  doc["config"]["dims"], "{:,}".format(doc["config"]["params"]), doc["config"]["batch"],
                  doc["config"]["steps"], doc["config"]["warmup"], rate_text, doc["link"]["burst_bytes"],
                  doc["link"]["probe_bps"]["a_to_b"] / 1e6, doc["link"]["probe_bps"]["b_to_a"] / 1e6), "",
-             "| hook | step mean (ms) | step median (ms) | examples/s | link bytes/step (a->b, b->a) | busier direction, share of rate | vs all-reduce | replicas identical |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| hook | step mean (ms) | step median (ms) | examples/s | link bytes/step (a->b, b->a) | busier direction, share of rate | vs all-reduce | replicas identical | CPU used by other jobs |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     base = m.get("allreduce")
     for mode in ("allreduce", "terngrad"):
         r = m.get(mode)
         if not r:
             continue
-        lines.append("| %s | %.1f | %.1f | %.0f | %s / %s | %.2f | %s | %s |" % (
+        lines.append("| %s | %.1f | %.1f | %.0f | %s / %s | %.2f | %s | %s | %.0f%% |" % (
             "all-reduce (PyTorch default)" if mode == "allreduce" else "TernGrad (`terngrad_hook`)",
             1e3 * r["step_mean_s"], 1e3 * r["step_median_s"], r["examples_per_s"],
             "{:,.0f}".format(r["link_bytes_per_step_a_to_b"]), "{:,.0f}".format(r["link_bytes_per_step_b_to_a"]),
@@ -443,13 +489,14 @@ def write_outputs(doc, out_dir, rate_text):
             "%.2fx faster, %.1fx fewer bytes" % (base["step_mean_s"] / r["step_mean_s"],
                                                 base["link_bytes_per_step_total"] / r["link_bytes_per_step_total"])
             if base and mode != "allreduce" else "1.00x",
-            "yes" if r["replicas_identical"] else "NO"))
+            "yes" if r["replicas_identical"] else "NO", 100 * r["other_jobs_cpu_share"]))
     lines += ["", "Compute-only step (no communication, same model and batch, median): %.1f ms." %
               (1e3 * statistics.median([r["compute_only_step_median_s"] for r in doc["modes"]])),
-              "", "Machine: %s, %d cores; kernel %s; Python %s; PyTorch %s; load average at start %s. %s UTC." % (
+              "", "Machine: %s, %d cores; kernel %s; Python %s; PyTorch %s; CPUs %.0f%% busy in the second before "
+              "the run; 1-minute load average %.2f before, %.2f after (the run itself adds up to 2). Finished %s." % (
                   doc["environment"]["cpu"], doc["environment"]["cores"], doc["environment"]["kernel"],
                   doc["environment"]["python"], doc["environment"]["torch"],
-                  "/".join("%.2f" % x for x in doc["environment"]["load_avg_at_start"]),
+                  100 * doc["environment"]["cpu_busy_1s_before"], doc["environment"]["load_avg_at_start"][0], doc["environment"]["load_avg_at_end"][0],
                   doc["environment"]["date_utc"])]
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -493,6 +540,8 @@ def driver(args):
     signal.signal(signal.SIGALRM, on_signal)
     signal.alarm(TOTAL_TIMEOUT_S)  # a hung run still cleans up (SIGALRM -> Interrupted)
     t_start = time.monotonic()
+    load_start = os.getloadavg()  # other jobs on the machine disturb timings: recorded
+    busy_before = cpu_busy()
     try:
         link.create()
         print("namespaces %s, %s; veth %s <-> %s; %s" % (link.ns["a"], link.ns["b"], link.dev["a"], link.dev["b"],
@@ -522,8 +571,9 @@ def driver(args):
                         "tbf_latency": args.tbf_latency, "offloads": link.offloads, "qdisc": link.qdisc,
                         "probe_bps": probe_bps, "probe_below_85pct": low,
                         "tc_stats_after": {s: link.tc_stats(s) for s in "ab"}},
-               "modes": modes, "run_seconds": time.monotonic() - t_start, "environment": environment()}
-        stem = write_outputs(doc, args.out, args.rate)
+               "modes": modes, "run_seconds": time.monotonic() - t_start,
+               "environment": dict(environment(), load_avg_at_start=load_start, cpu_busy_1s_before=busy_before)}
+        stem = write_outputs(doc, args.out, args.rate, args.tag)
         print(open(stem + ".md").read())
         print("wrote %s.json and %s.md" % (stem, stem))
         return 0
@@ -561,6 +611,7 @@ def main():
                     help="MLP layer widths (default 1024,2048,1024,10: 4,206,602 parameters)")
     ap.add_argument("--modes", nargs="+", default=["allreduce", "terngrad"], choices=["allreduce", "terngrad"])
     ap.add_argument("--out", default=os.path.join(REPO, "experiments", "results", "network", "ddp"))
+    ap.add_argument("--tag", default="", help="suffix of the output names (default none: ddp_netns_<rate>.json/.md)")
     # Internal: what runs inside the namespaces.
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
