@@ -127,15 +127,15 @@ def link_loads(replicas, num_ps, push, pull, gpus_per_node=1, layout="dedicated"
             each_way = G * remote * push + (W - G) / nodes * pull   # out: pushes + replies
             each_in = G * remote * pull + (W - G) / nodes * push    # in: pulls + received pushes
             msgs = G * (nodes - 1) + (W - G)
-            links.append(dict(name="node link (colocated ps)", kind="net", bytes_in=each_in,
+            links.append(dict(name="node link (colocated ps)", kind="net", role="worker", bytes_in=each_in,
                               bytes_out=each_way, msgs_in=msgs, msgs_out=msgs))
     elif layout == "dedicated":
         P = int(num_ps)
         if P < 1:
             raise ValueError("num_ps must be >= 1")
-        links.append(dict(name="ps link", kind="net", bytes_in=W * push / P, bytes_out=W * pull / P,
+        links.append(dict(name="ps link", kind="net", role="ps", bytes_in=W * push / P, bytes_out=W * pull / P,
                           msgs_in=W, msgs_out=W))
-        links.append(dict(name="worker node link", kind="net", bytes_in=G * pull, bytes_out=G * push,
+        links.append(dict(name="worker node link", kind="net", role="worker", bytes_in=G * pull, bytes_out=G * push,
                           msgs_in=G * P, msgs_out=G * P))
     else:
         raise ValueError("layout must be 'dedicated' or 'colocated', got %r" % layout)
@@ -179,10 +179,10 @@ def step_time(compute_s, codec_s, comm_s, overlap=0.0, backward_fraction=2.0 / 3
 REQUIRED = ("net", "codec", "replicas", "num_ps", "link_rate_bps", "batch_per_replica", "step_time_s",
             "compute_time_s", "payload_bytes_per_replica", "aggregated_bytes_per_replica", "encode_s",
             "decode_s")
-OPTIONAL = {"gpus_per_node": 1, "ps_layout": "dedicated", "ps_reduce_s": 0.0, "source": ""}
+OPTIONAL = {"gpus_per_node": 1, "ps_layout": "dedicated", "ps_reduce_s": 0.0, "source": "", "ps_link_rate_bps": 0.0}
 NUMERIC = ("replicas", "num_ps", "link_rate_bps", "batch_per_replica", "step_time_s", "compute_time_s",
            "payload_bytes_per_replica", "aggregated_bytes_per_replica", "encode_s", "decode_s",
-           "gpus_per_node", "ps_reduce_s")
+           "gpus_per_node", "ps_reduce_s", "ps_link_rate_bps")
 
 
 def read_rows(path):
@@ -241,7 +241,11 @@ def row_terms(row, inv_eff, alpha):
         if link["kind"] != "net":
             continue  # intra-node links are not in the measured setups' fit
         bits, msgs = link_terms(link)
-        x = (bits / row["link_rate_bps"], msgs)
+        # The ps tasks' links may be shaped to another rate (ps_link_rate_bps; 0 = the same).
+        ps_rate = row.get("ps_link_rate_bps", 0.0)
+        rate = ps_rate if link.get("role") == "ps" and ps_rate > 0 \
+            else row["link_rate_bps"]
+        x = (bits / rate, msgs)
         t = x[0] * inv_eff + x[1] * alpha
         if best is None or t > best[0]:
             best = (t, x)
@@ -918,7 +922,8 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit", help="fit efficiency and per-message overhead to measured steps")
     f.add_argument("input", help="CSV or JSONL with the columns: " + ", ".join(REQUIRED) +
-                   " (optional: gpus_per_node, ps_layout dedicated|colocated, ps_reduce_s, source)")
+                   " (optional: gpus_per_node, ps_layout dedicated|colocated, ps_reduce_s, "
+                   "ps_link_rate_bps, source)")
     f.add_argument("--out", default=os.path.join(default_out, "fit"))
     f.add_argument("--weighting", choices=("relative", "absolute"), default="relative",
                    help="relative (default): each row's error divided by its step time, so 10 ms and 10 s "

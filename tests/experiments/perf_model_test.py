@@ -94,6 +94,12 @@ check(abs(p["msg_overhead_s"] - 2e-4) < 4 * p["msg_overhead_s_se"] + 1e-12, "noi
 rms = pm.summary_stats(pm.residuals(rows, p))["rms_relative"]
 check(0.005 < rms < 0.02, "noisy fit: RMS relative residual %.4f is about the 1%% noise" % rms)
 
+# A ps link shaped slower than the workers' links becomes the bottleneck at its own rate.
+row = dict(pm.OPTIONAL, replicas=2.0, num_ps=1.0, link_rate_bps=1e9, ps_link_rate_bps=1e8, gpus_per_node=1.0,
+           payload_bytes_per_replica=1e6, aggregated_bytes_per_replica=1e6)
+x = pm.row_terms(row, 1.0, 0.0)
+check(close(x[0], 2e6 * 8 / 1e8, 1e-12) and x[1] == 2, "ps_link_rate_bps applies to the ps link")
+
 # The CLI end to end.
 with tempfile.TemporaryDirectory() as tmp:
     synth = os.path.join(tmp, "synthetic.csv")
