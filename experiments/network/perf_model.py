@@ -260,7 +260,7 @@ def predict_row(row, params):
                      params.get("backward_fraction", 2.0 / 3.0))
 
 
-def _solve(rows, xs, ys, weights, fix_alpha_zero):
+def _solve(xs, ys, weights, fix_alpha_zero):
     """Weighted least squares of ys ~ X theta; returns theta, covariance, weighted RSS."""
     import numpy as np
     X = np.array([[x[0]] if fix_alpha_zero else [x[0], x[1]] for x in xs], dtype=float)
@@ -311,18 +311,18 @@ def fit(rows, weighting="relative", fit_overlap=False, backward_fraction=2.0 / 3
                 ws.append(1.0 / r["step_time_s"] if weighting == "relative" else 1.0)
             if all(x[0] == 0 and x[1] == 0 for x in xs):
                 break
-            new, cov, rss = _solve(rows, xs, ys, ws, fix_alpha_zero)
+            new, cov, rss = _solve(xs, ys, ws, fix_alpha_zero)
             if new[1] < 0 and not fix_alpha_zero:
                 # A negative per-message overhead is unphysical: refit with it held at 0.
                 fix_alpha_zero = True
-                new, cov, rss = _solve(rows, xs, ys, ws, True)
+                new, cov, rss = _solve(xs, ys, ws, True)
             converged = abs(new[0] - theta[0]) <= 1e-12 * max(1.0, abs(theta[0])) and \
                 abs(new[1] - theta[1]) <= 1e-15
             theta = (float(new[0]), float(new[1]))
             if converged:
                 break
-        else:
-            pass  # max_iter rounds: keep the last estimate (reported as not converged below)
+        # After max_iter rounds without convergence the last estimate is kept;
+        # the residuals reported with it show how good it is.
         if theta[0] <= 0:
             continue
         params = {"efficiency": 1.0 / theta[0], "msg_overhead_s": theta[1], "overlap": ov,
