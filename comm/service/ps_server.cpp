@@ -119,12 +119,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // Sum buffers of earlier steps, reused so large tensors do not cost fresh
   // (page-faulting, zero-filled) memory every step.
   std::vector<std::vector<uint8_t>> spare_sums;  // [shard]
-  // Scale sharing (ps 0), per step: the running max and who reported.
+  // Scale sharing (ps 0), per step: each variable's running max and who reported it.
   struct Scales {
     int64_t step = -1;
-    std::vector<float> max;
-    std::vector<bool> reported;
-    int count = 0;
+    std::vector<float> max;                   // [variable]
+    std::vector<std::vector<bool>> reported;  // [replica][variable]
+    std::vector<int> count;                   // [variable] replicas that reported it
   };
   std::deque<Scales> scales;
   uint64_t stale = 0, duplicates = 0, bytes_in = 0, bytes_out = 0;
@@ -316,44 +316,75 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (ended()) return ended_status();
     if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales before Init");
     if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
-    if (req->scales_size() != static_cast<int>(variables.size()))
+    // Which variables: every one, or a subset named once each.
+    const size_t V = variables.size();
+    std::vector<uint32_t> vars;
+    if (req->variables_size() == 0) {
+      for (uint32_t v = 0; v < V; ++v) vars.push_back(v);
+    } else {
+      std::vector<bool> seen(V, false);
+      for (uint32_t v : req->variables()) {
+        if (v >= V || seen[v])
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: variable " + std::to_string(v) +
+                                                          (v >= V ? " of " + std::to_string(V) : " named twice"));
+        seen[v] = true;
+        vars.push_back(v);
+      }
+    }
+    if (req->scales_size() != static_cast<int>(vars.size()))
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: " + std::to_string(req->scales_size()) + " scales for " +
-                                                      std::to_string(variables.size()) + " variables");
+                                                      std::to_string(vars.size()) + " variables");
+    for (float x : req->scales())
+      if (!(x >= 0 && x <= 3.4e38f))
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: scale " + std::to_string(x) + " is not a finite non-negative number");
     heard(req->replica());
-    auto it = std::find_if(scales.begin(), scales.end(), [&](const Scales& s) { return s.step == req->step(); });
-    if (it == scales.end()) {
-      Scales s;
-      s.step = req->step();
-      s.max.assign(variables.size(), 0.0f);
-      s.reported.assign(total, false);
-      scales.push_back(std::move(s));
-      while (scales.size() > static_cast<size_t>(opt.keep_steps)) scales.pop_front();
-      it = std::find_if(scales.begin(), scales.end(), [&](const Scales& x) { return x.step == req->step(); });
-      if (it == scales.end())
-        return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(req->step()) + " is too old");
-    }
     const int64_t step = req->step();
-    if (!it->reported[req->replica()]) {
-      it->reported[req->replica()] = true;
-      ++it->count;
-      for (size_t v = 0; v < variables.size(); ++v) it->max[v] = std::max(it->max[v], req->scales(v));
-      cv.notify_all();
-    }
     auto find = [&]() -> Scales* {
       for (auto& s : scales)
         if (s.step == step) return &s;
       return nullptr;
     };
-    long_poll(lock, ctx, [&] { Scales* s = find(); return s == nullptr || s->count >= needed; });
+    if (find() == nullptr) {
+      Scales s;
+      s.step = step;
+      s.max.assign(V, 0.0f);
+      s.reported.assign(total, std::vector<bool>(V, false));
+      s.count.assign(V, 0);
+      scales.push_back(std::move(s));
+      while (scales.size() > static_cast<size_t>(opt.keep_steps)) scales.pop_front();
+      if (find() == nullptr)
+        return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(step) + " is too old");
+    }
+    Scales* mine = find();
+    bool fresh = false;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      const uint32_t v = vars[i];
+      if (mine->reported[req->replica()][v]) continue;  // a retried report
+      mine->reported[req->replica()][v] = true;
+      ++mine->count[v];
+      mine->max[v] = std::max(mine->max[v], req->scales(static_cast<int>(i)));
+      fresh = true;
+    }
+    if (fresh) cv.notify_all();
+    auto all_in = [&](const Scales& s) {
+      for (uint32_t v : vars)
+        if (s.count[v] < needed) return false;
+      return true;
+    };
+    long_poll(lock, ctx, [&] { Scales* s = find(); return s == nullptr || all_in(*s); });
     if (ended()) return ended_status();
     Scales* s = find();
     if (s == nullptr) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(step) + " is too old");
-    reply->set_ready(s->count >= needed);
+    reply->set_ready(all_in(*s));
     if (reply->ready()) {
-      for (float m : s->max) reply->add_max_scales(m);
+      for (uint32_t v : vars) reply->add_max_scales(s->max[v]);
     } else {
-      for (size_t r = 0; r < s->reported.size(); ++r)
-        if (!s->reported[r]) reply->add_missing(static_cast<uint32_t>(r));
+      for (int r = 0; r < total; ++r)
+        for (uint32_t v : vars)
+          if (!s->reported[r][v]) {
+            reply->add_missing(static_cast<uint32_t>(r));
+            break;
+          }
     }
     return grpc::Status::OK;
   }

@@ -501,7 +501,8 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
   return step;
 }
 
-std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const float> local_scales) {
+std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const float> local_scales,
+                                                 std::span<const uint32_t> variables) {
   Impl& m = *impl_;
   for (;;) {
     rpc::ScalesReply reply;
@@ -512,6 +513,7 @@ std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const f
       req.set_replica(static_cast<uint32_t>(m.replica));
       req.set_step(step);
       for (float s : local_scales) req.add_scales(s);
+      for (uint32_t v : variables) req.add_variables(v);
       m.message_sent += req.ByteSizeLong();
       reply.Clear();
       return m.stubs[0]->ExchangeScales(&ctx, req, &reply);
@@ -645,8 +647,11 @@ void WorkerClient::begin_step(int64_t step, std::vector<std::vector<uint8_t>>& s
     m.live_pulls.assign(P, nullptr);
     m.pipe_start = m.pushed_at = m.first_sum_at = Clock::now();
     if (m.senders.empty()) {
+      // Two pushes in flight per ps: the next bucket's bytes follow the
+      // last one's without waiting for its reply (a round trip per bucket).
       m.queues.resize(P);
-      for (int p = 0; p < P; ++p) m.senders.emplace_back([&m, p] { m.sender_loop(p); });
+      for (int p = 0; p < P; ++p)
+        for (int k = 0; k < 2; ++k) m.senders.emplace_back([&m, p] { m.sender_loop(p); });
     }
   }
   for (int p = 0; p < P; ++p)

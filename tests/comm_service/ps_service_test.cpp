@@ -426,6 +426,49 @@ TEST(PsService, StepTimeReportsAreAveragedOverReplicasAndCheckedFirst) {
   EXPECT_THROW(c.report_step_times({1.0f}), std::invalid_argument);
 }
 
+// Scales shared a layer at a time (as the backward pass finishes it): each
+// variable's max over replicas, in the order asked, whatever subsets the
+// replicas report in; bad requests are refused by name.
+TEST(PsService, ScalesAreSharedPerVariableSubset) {
+  PsTask ps(0, 2);
+  const tc::Layout l = tc::place_variables({{"a", 64, "fp32"}, {"b", 64, "fp32"}, {"c", 64, "fp32"}}, 1);
+  std::vector<std::vector<float>> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      tc::WorkerClient c({ps.address()}, l, r, true, 2, 2, fast_client());
+      c.join(0);
+      const std::vector<uint32_t> first = r == 0 ? std::vector<uint32_t>{2, 1} : std::vector<uint32_t>{2};
+      const std::vector<uint32_t> second = r == 0 ? std::vector<uint32_t>{0} : std::vector<uint32_t>{1, 0};
+      auto scales_of = [&](const std::vector<uint32_t>& vars) {
+        std::vector<float> out;
+        for (uint32_t v : vars) out.push_back(1.0f + v + 10.0f * r);
+        return out;
+      };
+      got[r] = c.exchange_scales(0, scales_of(first), first);
+      const auto more = c.exchange_scales(0, scales_of(second), second);
+      got[r].insert(got[r].end(), more.begin(), more.end());
+      c.finish(true);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[0], (std::vector<float>{13.0f, 12.0f, 11.0f}));  // c, b, a: replica 1's
+  EXPECT_EQ(got[1], (std::vector<float>{13.0f, 12.0f, 11.0f}));
+
+  PsTask bad(0, 1);
+  auto refusal = [&](std::vector<float> scales, std::vector<uint32_t> vars) {
+    tc::WorkerClient c({bad.address()}, l, 0, true, 1, 1, fast_client());  // a refusal ends a client's run
+    c.join(0);
+    try {
+      c.exchange_scales(0, scales, vars);
+    } catch (const tc::PeerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal({1, 1}, {0, 0}).find("variable 0 named twice"), std::string::npos);
+  EXPECT_NE(refusal({1}, {7}).find("variable 7 of 3"), std::string::npos);
+}
+
 TEST(PsService, PayloadsOverFourMegabytesGoThrough) {
   PsTask ps(0, 1);
   // 3M floats = 12 MB fp32 in one shard (no split: one ps, one shard).

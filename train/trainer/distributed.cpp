@@ -14,6 +14,7 @@
 
 #include "gpu_replica.h"
 #include "optimizer_handler.h"
+#include "replica_step.h"
 #include "session.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/ps_server.h"
@@ -28,7 +29,10 @@ namespace terngrad::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::OverlappedStep;
+using detail::StepClock;
 using detail::TrainingSession;
+using detail::Wire;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -83,66 +87,6 @@ TrainResult run_ps(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   server.run();
   return {};
 }
-
-// Per-shard payload buffers of one replica, and the sums it pulls.
-struct Wire {
-  std::vector<std::vector<comm::ElementRange>> slices;       // [variable]
-  std::vector<std::vector<uint8_t>> payloads;                // [shard]
-  std::vector<std::vector<std::span<uint8_t>>> outs;         // [variable][slice]
-  std::vector<std::span<const uint8_t>> views;               // [shard]
-  std::vector<std::vector<uint8_t>> sums;                    // [shard]
-  double payload_bytes = 0;
-
-  Wire(TrainingSession& s, const comm::Layout& l) : slices(l.variables.size()), payloads(l.shards.size()),
-                                                    outs(l.variables.size()) {
-    for (size_t v = 0; v < l.variables.size(); ++v) {
-      for (size_t sh : l.shards_of[v]) {
-        slices[v].push_back({l.shards[sh].begin, l.shards[sh].count});
-        payloads[sh].resize(s.codec(0, v).payload_bytes(l.shards[sh].count));
-        payload_bytes += static_cast<double>(payloads[sh].size());
-      }
-      for (size_t sh : l.shards_of[v]) outs[v].emplace_back(payloads[sh]);
-    }
-    views.assign(payloads.begin(), payloads.end());
-  }
-};
-
-// Where a replica's step time goes, summed over the steps since the last log
-// line: the main thread's time, split so that the parts add up to the step.
-// push / wait / pull are time blocked on the network: while this replica's
-// payloads are still leaving (push), then until the first sum arrives
-// (wait: the other replicas and the ps), then while sums arrive (pull).
-struct StepClock {
-  enum Part { kStep, kCompute, kEncode, kPush, kWait, kPull, kDecode, kApply };  // comm::kStepTimeNames' order
-  std::array<double, comm::kStepTimeFields> s{};  // seconds
-  int64_t steps = 0;
-
-  // Blocked time [a, b] (seconds since the step began) to push, wait or pull.
-  void blocked(double a, double b, double pushed, double first_sum) {
-    const auto part = [&](double lo, double hi) { return std::max(0.0, std::min(b, hi) - std::max(a, lo)); };
-    s[kPush] += part(0, pushed);
-    s[kWait] += part(pushed, std::max(pushed, first_sum));
-    s[kPull] += part(std::max(pushed, first_sum), 1e300);
-  }
-  void add(const StepClock& o) {
-    for (size_t i = 0; i < s.size(); ++i) s[i] += o.s[i];
-    steps += o.steps;
-  }
-  void add_ms(const std::vector<float>& ms) {
-    for (size_t i = 0; i < s.size() && i < ms.size(); ++i) s[i] += ms[i] / 1e3;
-    ++steps;
-  }
-  std::vector<float> ms() const {
-    std::vector<float> out;
-    for (double x : s) out.push_back(static_cast<float>(1e3 * x / std::max<int64_t>(1, steps)));
-    return out;
-  }
-  // Per-step means over the interval: "<prefix><part>_ms".
-  void add_to(JsonObject& o, const std::string& prefix) const {
-    const std::vector<float> m = ms();
-    for (size_t i = 0; i < m.size(); ++i) o.add(prefix + comm::kStepTimeNames[i] + "_ms", static_cast<double>(m[i]));
-  }
-};
 
 struct ChiefLog {
   std::unique_ptr<JsonlWriter> log;
@@ -258,89 +202,23 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     if (cfg.sync_replicas) {
       bool wants_scales = false;
       for (size_t v = 0; v < V; ++v) wants_scales |= s.codec(0, v).wants_shared_scale();
-      // Shards of each variable, in buckets of about a message each.
-      constexpr size_t kBucketBytes = size_t{1} << 20;
-      std::vector<size_t> bucket;
-      std::vector<std::span<const uint8_t>> bucket_views;
-      size_t bucket_bytes = 0;
       const bool overlap = cfg.overlap_comm && !gpu;
-      auto flush = [&](float l) {
-        if (!bucket.empty()) client.push_bucket(l, bucket, bucket_views);
-        bucket.clear();
-        bucket_views.clear();
-        bucket_bytes = 0;
-      };
-      auto queue_variable = [&](float l, size_t v) {
-        for (size_t sh : layout.shards_of[v]) {
-          bucket.push_back(sh);
-          bucket_views.push_back(wire.views[sh]);
-          bucket_bytes += wire.views[sh].size();
-          if (bucket_bytes >= kBucketBytes / 2) flush(l);
-        }
-      };
+      OverlappedStep overlapped(s, client, layout, wire);
       for (int64_t step = global; step < cfg.max_steps; ++step) {
         const auto t_step = Clock::now();
         StepClock one;
         one.steps = 1;
-        double encode_s = 0;
         float my_loss = 0;
         comm::WorkerClient::Sums got;
         if (overlap) {
-          // Payloads leave as soon as each variable's gradient exists;
-          // codecs that share scales wait for the exchange after backward.
-          client.begin_step(step, wire.sums);
-          auto ready = [&](float l, size_t v) {
-            if (wants_scales) return;
-            const auto t = Clock::now();
-            s.encode_variable(0, step, v, zeros, wire.slices[v], wire.outs[v]);
-            encode_s += since(t);
-            queue_variable(l, v);
-          };
-          // comm_only: the emulated compute comes first, then the whole
-          // gradient at once (no overlap with it).
-          if (cfg.comm_only) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
-          my_loss = cfg.comm_only ? s.fixed_gradient(0, ready) : s.compute_gradient(0, step, ready);
-          if (!std::isfinite(my_loss))
-            throw std::runtime_error(me + ": training diverged at step " + std::to_string(step) + " (loss " +
-                                     std::to_string(my_loss) + ")");
-          const double computed = since(t_step);
-          one.s[StepClock::kCompute] += computed - encode_s;
-          double scales_s = 0;
-          if (wants_scales) {
-            const auto t = Clock::now();
-            const std::vector<float> shared = client.exchange_scales(step, s.local_scales(0));
-            scales_s = since(t);
-            const auto te = Clock::now();
-            for (size_t v = V; v-- > 0;) {
-              s.encode_variable(0, step, v, shared, wire.slices[v], wire.outs[v]);
-              queue_variable(my_loss, v);
-            }
-            encode_s += since(te);
+          try {
+            const OverlappedStep::Outcome o = overlapped.run(step, sum, one);
+            my_loss = o.loss;
+            got = o.sums;
+          } catch (const std::runtime_error& e) {
+            if (dynamic_cast<const comm::PeerError*>(&e) || dynamic_cast<const comm::RunEnded*>(&e)) throw;
+            throw std::runtime_error(me + ": " + e.what());
           }
-          flush(my_loss);
-          one.s[StepClock::kEncode] += encode_s;
-          one.s[StepClock::kWait] += scales_s;
-          // Decode each shard's sum as it arrives; note when we were blocked.
-          std::vector<std::pair<double, double>> blocked;
-          double decode_s = 0;
-          for (;;) {
-            const double a = since(t_step);
-            const std::optional<size_t> sh = client.next_sum();
-            blocked.emplace_back(a, since(t_step));
-            if (!sh) break;
-            const auto td = Clock::now();
-            const comm::ShardSpec& spec = layout.shards[*sh];
-            s.codec(0, spec.variable).decode_aggregate(wire.sums[*sh],
-                                                       std::span<float>(sum[spec.variable].data).subspan(spec.begin, spec.count));
-            decode_s += since(td);
-          }
-          comm::WorkerClient::StepTimes times;
-          const double a = since(t_step);
-          got = client.end_step(&times);
-          blocked.emplace_back(a, since(t_step));
-          // times are since begin_step, which began with t_step.
-          for (const auto& [x, y] : blocked) one.blocked(x, y, times.pushed_s, times.first_sum_s);
-          one.s[StepClock::kDecode] += decode_s;
         } else {
           my_loss = gpu ? gpu->compute_gradient(step) : cfg.comm_only ? s.fixed_gradient(0) : s.compute_gradient(0, step);
           if (cfg.comm_only) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));

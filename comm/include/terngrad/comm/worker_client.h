@@ -60,7 +60,11 @@ class WorkerClient {
   int64_t join(int64_t global_step, const InitTensors* init = nullptr);
 
   // Sync scale sharing: the max over replicas of each variable's local scale.
-  std::vector<float> exchange_scales(int64_t step, std::span<const float> local_scales);
+  // With `variables`, only those (local_scales[i] is variables[i]'s; the
+  // result in the same order): a layer's scales can be shared as soon as
+  // the backward pass has finished it.
+  std::vector<float> exchange_scales(int64_t step, std::span<const float> local_scales,
+                                     std::span<const uint32_t> variables = {});
 
   struct PushOutcome {
     bool applied = true;  // every ps counted it
@@ -93,7 +97,7 @@ class WorkerClient {
   void begin_step(int64_t step, std::vector<std::vector<uint8_t>>& sums);
   // Queues a push of these shards (layout indices; any ps) with their
   // payloads (shard_payloads[i] for shards[i]) and returns at once; pushes
-  // leave one at a time per ps, in the order queued. The payload bytes must
+  // leave in the order queued, at most two in flight per ps. The payload bytes must
   // stay untouched until end_step(). Every shard is pushed exactly once a step.
   void push_bucket(float loss, std::span<const size_t> shards, std::span<const std::span<const uint8_t>> shard_payloads);
   // Blocks until another shard's sum is in sums[shard] and returns that

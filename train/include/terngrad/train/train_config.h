@@ -62,8 +62,9 @@ struct TrainConfig {
   int64_t min_shard_bytes = 256 * 1024;  // variables split into shards of at least this
   std::string placement = "by_size";     // by_size | round_robin
   // Shards hold at most this many fp32 bytes (0 = no cap): each fits one
-  // 1 MiB message, and a sync step's sums flow back shard by shard.
-  int64_t max_shard_bytes = 1024 * 1024 - 4096;
+  // 1 MiB message, and a sync step's sums flow back shard by shard (the
+  // last shard's sum and trip back is what the pipeline cannot hide).
+  int64_t max_shard_bytes = 256 * 1024;
   // Sync CPU replicas: push each variable as soon as its gradient exists
   // (during backward) and decode sums as they arrive; false: push after the
   // whole backward pass, then pull (the arithmetic is the same).
