@@ -431,6 +431,33 @@ TEST_F(Network, SigkilledLauncherLeavesNoTasksAndItsNamespacesAreSwept) {
   EXPECT_TRUE(tx::EmulatedNetwork::namespaces_of("tgnet", launcher).empty());
 }
 
+// tg-experiment passes a config's link rates to tg-cluster and sweeps
+// --link_rates: each rate's run directory has its own link_stats.json.
+TEST_F(Network, TgExperimentSweepsLinkRates) {
+  SKIP_WITHOUT_NAMESPACES();
+  std::ofstream(dir_ / "links.pbtxt") << "name: \"links\"\n"
+                                         "model { net: LENET moving_average_decay: 0 }\n"
+                                         "dataset { format: SYNTHETIC synthetic_examples: 128 }\n"
+                                         "cluster { mode: LOCAL_CLUSTER num_workers: 1 ps_link_rate: \"200mbit\" "
+                                         "link_rate: \"1gbit\" }\n"
+                                         "training { batch_per_worker: 8 steps: 3 }\n"
+                                         "optimizer { type: SGD learning_rate: 0.01 }\n"
+                                         "evaluation { max_examples: 64 batch_size: 64 log_every_n_steps: 1 }\n"
+                                         "codec { name: \"terngrad\" }\n";
+  const Proc p = run_command(std::string(TG_EXPERIMENT_BIN) + " run " + (dir_ / "links.pbtxt").string() +
+                             " --link_rates=100mbit,1gbit --out=" + (dir_ / "runs").string());
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  for (const auto& [rate, bps] : {std::pair<std::string, double>{"100mbit", 1e8}, {"1gbit", 1e9}}) {
+    const fs::path run = dir_ / "runs/links" / ("link-" + rate) / "w1/seed1";
+    const json::JsonValue stats = json::parse_json(slurp(run / "logs/link_stats.json"));
+    EXPECT_EQ(number(stats, "link_rate_bps"), bps) << rate;
+    EXPECT_EQ(number(stats, "ps_link_rate_bps"), 2e8) << "the config's ps rate stays";
+    EXPECT_NE(slurp(run / "run.json").find("\"link_rate\": \"" + rate + "\""), std::string::npos) << rate;
+    EXPECT_TRUE(fs::exists(run / "result.json")) << rate;
+  }
+  EXPECT_TRUE(live_processes_mentioning(dir_.string()).empty());
+}
+
 // Without CAP_NET_ADMIN (every capability dropped, still uid 0) the launcher
 // stops at once, exit 2, saying what it needs.
 TEST_F(Network, WithoutPrivilegesItSaysSo) {
