@@ -2,10 +2,12 @@
 // a grid (codec x workers x seeds), and reports them.
 //
 //   tg-experiment check CONFIG...                    parse, validate, show the runs
-//   tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--steps=N] [--device=cpu|gpu] [--out=runs]
+//   tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--link_rates=100mbit,1gbit] [--steps=N]
+//                     [--device=cpu|gpu] [--out=runs]
 //   tg-experiment report RUN_DIR... --out=DIR        tables (md, csv) and PNG plots
 //
-// Each grid point runs in <out>/<name>/w<workers>/seed<seed>/, which holds
+// Each grid point runs in <out>/<name>/w<workers>/seed<seed>/ (with emulated
+// links, <out>/<name>/link-<rate>/w<workers>/seed<seed>/), which holds
 // config.pbtxt (the grid point's full config, overrides applied), run.json,
 // metrics.jsonl, checkpoints, result.json, a TensorBoard event file and, for
 // LOCAL_CLUSTER runs, logs/. A grid started again skips the points that have
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "emulated_network.h"
 #include "experiment_config.h"
 #include "result_json.h"
 #include "tensorboard_events.h"
@@ -47,10 +50,13 @@ struct UsageError : std::invalid_argument {
 const char kUsage[] =
     "usage:\n"
     "  tg-experiment check CONFIG...\n"
-    "  tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--steps=N] [--device=cpu|gpu] [--out=DIR]\n"
+    "  tg-experiment run CONFIG... [--workers=2,4,8] [--seeds=1,2,3] [--link_rates=100mbit,1gbit] [--steps=N]\n"
+    "                    [--device=cpu|gpu] [--out=DIR]\n"
     "  tg-experiment report RUN_DIR... --out=DIR [--title=TEXT]\n"
     "CONFIG: an ExperimentConfig in protobuf text (experiments/config/experiment_config.proto).\n"
     "--workers, --seeds: the grid (default: the config's cluster.num_workers and seeds);\n"
+    "--link_rates: emulated links (LOCAL_CLUSTER configs; tc rates; needs root), one grid point per\n"
+    "  rate (default: the config's cluster.link_rate);\n"
     "--steps: shorter runs than the config's (recorded in each run's config.pbtxt);\n"
     "--device: run on the CPU or the GPU whatever the config says (recorded likewise);\n"
     "--out: where run directories go (default runs).\n";
@@ -70,10 +76,26 @@ std::vector<T> parse_list(const std::string& flag, const std::string& v) {
   return out;
 }
 
+std::vector<std::string> parse_link_rates(const std::string& v) {
+  std::vector<std::string> out;
+  std::stringstream in(v);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::string why = tx::link_rate_problem(item);
+    if (!why.empty()) throw UsageError("--link_rates=" + v + ": \"" + item + "\": " + why);
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      throw UsageError("--link_rates=" + v + ": \"" + item + "\" twice");
+    out.push_back(item);
+  }
+  if (out.empty()) throw UsageError("--link_rates=: empty list");
+  return out;
+}
+
 struct Options {
   std::vector<std::string> configs;  // or run dirs (report)
   std::vector<int> workers;
   std::vector<uint64_t> seeds;
+  std::vector<std::string> link_rates;
   int64_t steps = 0;
   std::string device;  // "" = the config's
   std::string out = "runs";
@@ -89,6 +111,7 @@ Options parse_options(const std::vector<std::string>& args) {
     };
     if (const char* v = value("workers")) o.workers = parse_list<int>("--workers", v);
     else if (const char* v = value("seeds")) o.seeds = parse_list<uint64_t>("--seeds", v);
+    else if (const char* v = value("link_rates")) o.link_rates = parse_link_rates(v);
     else if (const char* v = value("steps")) {
       const auto steps = parse_list<int64_t>("--steps", v);
       if (steps.size() != 1) throw UsageError(std::string("--steps=") + v + ": one number of steps for every run");
@@ -128,29 +151,37 @@ std::vector<GridPoint> plan(const Options& o) {
     // The training set's size converts epochs to steps; read it once per config.
     const bool needs_size = !cfg.training().has_steps() || cfg.optimizer().decay().has_decay_epochs();
     const int64_t train_examples = needs_size ? tx::training_set_size(cfg) : 0;
-    for (int w : workers) {
-      for (uint64_t s : seeds) {
-        GridPoint p;
-        p.source = path;
-        p.cfg = tx::at_grid_point(cfg, w, s, o.steps, path);
-        if (o.device == "gpu") p.cfg.mutable_cluster()->set_device(tx::Cluster::GPU);
-        if (o.device == "cpu") {  // one device: a GPU count means nothing there
-          p.cfg.mutable_cluster()->set_device(tx::Cluster::CPU);
-          p.cfg.mutable_cluster()->clear_num_gpus();
+    // "" = no emulated links (the config's default).
+    std::vector<std::string> links = o.link_rates;
+    if (links.empty()) links.push_back(cfg.cluster().link_rate());
+    for (const std::string& link : links) {
+      for (int w : workers) {
+        for (uint64_t s : seeds) {
+          GridPoint p;
+          p.source = path;
+          p.cfg = tx::at_grid_point(cfg, w, s, o.steps, path);
+          if (!o.link_rates.empty()) p.cfg = tx::at_link_rate(p.cfg, link, path);
+          if (o.device == "gpu") p.cfg.mutable_cluster()->set_device(tx::Cluster::GPU);
+          if (o.device == "cpu") {  // one device: a GPU count means nothing there
+            p.cfg.mutable_cluster()->set_device(tx::Cluster::CPU);
+            p.cfg.mutable_cluster()->clear_num_gpus();
+          }
+          p.flags = tx::train_flags(p.cfg, train_examples);
+          p.steps = tx::training_steps(p.cfg, train_examples);
+          tt::TrainConfig check;
+          try {
+            tt::parse_train_flags(p.flags, check);
+            tt::validate(check);
+          } catch (const std::exception& e) {
+            throw std::invalid_argument(path + " (workers " + std::to_string(w) + ", seed " + std::to_string(s) +
+                                        "): " + e.what());
+          }
+          p.examples = p.steps * check.batch_size * w;
+          p.dir = fs::path(o.out) / cfg.name();
+          if (!link.empty()) p.dir /= "link-" + link;
+          p.dir = p.dir / ("w" + std::to_string(w)) / ("seed" + std::to_string(s));
+          points.push_back(std::move(p));
         }
-        p.flags = tx::train_flags(p.cfg, train_examples);
-        p.steps = tx::training_steps(p.cfg, train_examples);
-        tt::TrainConfig check;
-        try {
-          tt::parse_train_flags(p.flags, check);
-          tt::validate(check);
-        } catch (const std::exception& e) {
-          throw std::invalid_argument(path + " (workers " + std::to_string(w) + ", seed " + std::to_string(s) +
-                                      "): " + e.what());
-        }
-        p.examples = p.steps * check.batch_size * w;
-        p.dir = fs::path(o.out) / cfg.name() / ("w" + std::to_string(w)) / ("seed" + std::to_string(s));
-        points.push_back(std::move(p));
       }
     }
   }
@@ -189,6 +220,10 @@ std::string run_json(const GridPoint& p) {
   text("dataset", c.dataset().name());
   text("mode", c.cluster().mode() == tx::Cluster::LOCAL_CLUSTER ? "local_cluster" : "in_process");
   text("config_file", p.source);
+  if (!c.cluster().link_rate().empty()) {
+    text("link_rate", c.cluster().link_rate());
+    text("ps_link_rate", c.cluster().ps_link_rate().empty() ? c.cluster().link_rate() : c.cluster().ps_link_rate());
+  }
   for (const auto& r : c.paper()) {
     if (r.workers() != c.cluster().num_workers()) continue;
     text("paper_table", r.table());
@@ -226,7 +261,10 @@ int run_local_cluster(const GridPoint& p) {
   std::vector<std::string> args = {sibling_program("tg-cluster"), "--num_ps=" + std::to_string(c.num_ps()),
                                    // tg-cluster counts the workers besides the chief
                                    "--num_workers=" + std::to_string(c.num_workers() - 1),
-                                   std::string("--evaluator=") + (c.evaluator() ? "true" : "false"), "--"};
+                                   std::string("--evaluator=") + (c.evaluator() ? "true" : "false")};
+  if (!c.link_rate().empty()) args.push_back("--link_rate=" + c.link_rate());
+  if (!c.ps_link_rate().empty()) args.push_back("--ps_link_rate=" + c.ps_link_rate());
+  args.push_back("--");
   args.insert(args.end(), p.flags.begin(), p.flags.end());
   args.push_back("--train_dir=" + p.dir.string());
   std::vector<char*> argv = argv_of(args);
@@ -288,8 +326,9 @@ int cmd_run(const Options& o) {
   int64_t examples_done = 0;
   for (size_t i = 0; i < points.size(); ++i) {
     const GridPoint& p = points[i];
-    const std::string what = p.cfg.name() + " w" + std::to_string(p.cfg.cluster().num_workers()) + " seed" +
-                             std::to_string(p.cfg.seeds(0));
+    const std::string link = p.cfg.cluster().link_rate();
+    const std::string what = p.cfg.name() + (link.empty() ? "" : " link " + link) + " w" +
+                             std::to_string(p.cfg.cluster().num_workers()) + " seed" + std::to_string(p.cfg.seeds(0));
     if (finished[i]) {
       std::fprintf(stderr, "[%zu/%zu] %s: finished before, skipped (%s)\n", i + 1, points.size(), what.c_str(),
                    p.dir.c_str());

@@ -124,6 +124,13 @@ class Run:
         self.seed = int(number(seed, f"{run_dir}: seed")) if seed is not None else None
         experiment = meta.get("experiment")
         self.base = experiment_base(str(experiment), self.codec, self.workers) if experiment else self.net
+        # Emulated links (tg-experiment --link_rates): runs at different rates
+        # are different experiments, never seeds of one, and terngrad pairs
+        # with the fp32 baseline at the same rate.
+        link = meta.get("link_rate")
+        if link:
+            ps_link = meta.get("ps_link_rate")
+            self.base += f" @ {link}" + (f" (ps {ps_link})" if ps_link and ps_link != link else "")
 
         self._read_curves()
 

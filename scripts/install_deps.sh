@@ -3,7 +3,7 @@
 # already present. Run as root (CI does) or with sudo available.
 set -euo pipefail
 packages=(
-  cmake g++ make pkg-config python3
+  cmake g++ make pkg-config python3 iproute2
   libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   dataset-fashion-mnist

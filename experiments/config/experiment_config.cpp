@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "emulated_network.h"
 #include "terngrad/train/datasets.h"
 #include "terngrad/train/train_config.h"
 
@@ -135,6 +136,18 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
         num(c.num_gpus()));
   if (c.mode() == Cluster::IN_PROCESS && c.replicas_to_aggregate() > 0)
     bad(source, "cluster.replicas_to_aggregate", "backup workers need mode: LOCAL_CLUSTER", num(c.replicas_to_aggregate()));
+  // "" is the default (loopback), so the fields count as set when non-empty.
+  const std::string& link = c.link_rate();
+  const std::string& ps_link = c.ps_link_rate();
+  if (!link.empty() && !link_rate_problem(link).empty())
+    bad(source, "cluster.link_rate", link_rate_problem(link), "\"" + link + "\"");
+  if (!ps_link.empty() && !link_rate_problem(ps_link).empty())
+    bad(source, "cluster.ps_link_rate", link_rate_problem(ps_link), "\"" + ps_link + "\"");
+  if (!ps_link.empty() && link.empty())
+    bad(source, "cluster.ps_link_rate", "needs link_rate (the other tasks' links)", "\"" + ps_link + "\"");
+  if (!link.empty() && c.mode() != Cluster::LOCAL_CLUSTER)
+    bad(source, "cluster.link_rate", "emulated links join task processes; they need mode: LOCAL_CLUSTER",
+        "\"" + link + "\"");
 
   const Training& t = cfg.training();
   if (t.batch_case() == Training::BATCH_NOT_SET)
@@ -204,6 +217,13 @@ ExperimentConfig at_grid_point(const ExperimentConfig& cfg, int workers, uint64_
   if (p.cluster().replicas_to_aggregate() > workers)
     bad(source, "cluster.replicas_to_aggregate", "exceeds the " + std::to_string(workers) + " workers",
         num(p.cluster().replicas_to_aggregate()));
+  return p;
+}
+
+ExperimentConfig at_link_rate(const ExperimentConfig& point, const std::string& rate, const std::string& source) {
+  ExperimentConfig p = point;
+  p.mutable_cluster()->set_link_rate(rate);
+  validate_experiment(p, source + " (--link_rates=" + rate + ")");
   return p;
 }
 

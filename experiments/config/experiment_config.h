@@ -28,6 +28,10 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
 ExperimentConfig at_grid_point(const ExperimentConfig& cfg, int workers, uint64_t seed, int64_t steps_override,
                                const std::string& source);
 
+// The grid point's config at another link rate (tg-experiment --link_rates):
+// cluster.link_rate = rate, validated (LOCAL_CLUSTER only).
+ExperimentConfig at_link_rate(const ExperimentConfig& point, const std::string& rate, const std::string& source);
+
 // Examples in the training set the config names (reads the dataset's headers
 // only for IDX; CIFAR-10 batches from their sizes; synthetic from the config).
 int64_t training_set_size(const ExperimentConfig& cfg);

@@ -149,6 +149,11 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
       {{"cluster { num_gpus: 0 device: GPU }"}, "cluster.num_gpus"},
       {{"cluster { num_gpus: 2 }"}, "cluster.num_gpus"},
       {{"cluster { mode: LOCAL_CLUSTER num_gpus: 2 device: GPU }"}, "cluster.num_gpus"},
+      {{"cluster { mode: LOCAL_CLUSTER link_rate: \"fast\" }"}, "cluster.link_rate"},
+      {{"cluster { mode: LOCAL_CLUSTER link_rate: \"100\" }"}, "cluster.link_rate"},
+      {{"cluster { mode: LOCAL_CLUSTER link_rate: \"1gbit\" ps_link_rate: \"9zbit\" }"}, "cluster.ps_link_rate"},
+      {{"cluster { mode: LOCAL_CLUSTER ps_link_rate: \"50mbit\" }"}, "cluster.ps_link_rate"},
+      {{"cluster { link_rate: \"100mbit\" }"}, "cluster.link_rate"},
   };
   for (const auto& c : cases) {
     std::string text = kValid;
@@ -198,4 +203,34 @@ TEST(ExperimentConfig, TextRoundTrips) {
   const auto cfg = tx::parse_experiment_config(kValid, "cfg.pbtxt");
   const auto again = tx::parse_experiment_config(tx::to_text(cfg), "again");
   EXPECT_EQ(tx::to_text(again), tx::to_text(cfg));
+}
+
+// Emulated links: the rates parse and validate, and stay in the config
+// (tg-experiment passes them to tg-cluster, which is not a tg-train flag).
+TEST(ExperimentConfig, LinkRatesAreCheckedAndKept) {
+  std::string text = with_line(kValid, "cluster { mode: LOCAL_CLUSTER num_workers: 2 link_rate: \"100mbit\" "
+                                       "ps_link_rate: \"1gbit\" }");
+  const tx::ExperimentConfig cfg = tx::parse_experiment_config(text, "cfg.pbtxt");
+  EXPECT_EQ(cfg.cluster().link_rate(), "100mbit");
+  EXPECT_EQ(cfg.cluster().ps_link_rate(), "1gbit");
+  const tx::ExperimentConfig point = tx::at_grid_point(cfg, 2, 1, 0, "cfg.pbtxt");
+  for (const auto& f : tx::train_flags(point, 0)) EXPECT_EQ(f.find("link_rate"), std::string::npos) << f;
+  // A sweep point at another rate; an IN_PROCESS config cannot have one.
+  EXPECT_EQ(tx::at_link_rate(point, "10gbit", "cfg.pbtxt").cluster().link_rate(), "10gbit");
+  try {
+    tx::at_link_rate(point, "10gbits", "cfg.pbtxt");
+    ADD_FAILURE() << "accepted 10gbits";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.pbtxt (--link_rates=10gbits): cluster.link_rate: unknown unit"),
+              std::string::npos) << e.what();
+  }
+  const tx::ExperimentConfig in_process = tx::parse_experiment_config(kValid, "cfg.pbtxt");
+  try {
+    tx::at_link_rate(in_process, "1gbit", "cfg.pbtxt");
+    ADD_FAILURE() << "IN_PROCESS with a link rate";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("need mode: LOCAL_CLUSTER"), std::string::npos) << e.what();
+  }
+  // The text form keeps them (config.pbtxt in each run directory).
+  EXPECT_NE(tx::to_text(cfg).find("link_rate: \"100mbit\""), std::string::npos);
 }

@@ -156,6 +156,34 @@ def main():
         check("n/a" not in md.split("## Final")[0].split("|---|")[1], "two-seed groups show n/a")
         check(not [n for n in os.listdir(out) if n.endswith(".tmp")], "temporary files left in OUT_DIR")
 
+        # Emulated links: the same grid at two link rates gives a group per
+        # rate (not 4 "seeds"), each terngrad group against fp32 at its rate.
+        links_root = os.path.join(tmp, "links")
+        for link in ("100mbit", "1gbit"):
+            for (codec, workers), seeds in RUNS.items():
+                if workers != 2:
+                    continue
+                for seed, values in seeds.items():
+                    write_run(os.path.join(links_root, link), codec, workers, seed, values, distributed=False)
+                    meta_path = os.path.join(links_root, link, f"synthetic-{codec}-w{workers}", f"seed{seed}",
+                                             "run.json")
+                    with open(meta_path) as f:
+                        meta = json.load(f)
+                    meta.update({"link_rate": link, "ps_link_rate": link})
+                    with open(meta_path, "w") as f:
+                        json.dump(meta, f)
+        p = run_report([links_root, "--out", os.path.join(tmp, "links_report")])
+        check(p.returncode == 0, f"link-rate runs: {p.returncode} {p.stderr!r}")
+        if p.returncode == 0:
+            with open(os.path.join(tmp, "links_report", "results.csv")) as f:
+                link_rows = list(csv.DictReader(f))
+            check(sorted((r["experiment"], r["codec"], r["num_seeds"]) for r in link_rows) ==
+                  [("synthetic-lenet @ 100mbit", "fp32", "2"), ("synthetic-lenet @ 100mbit", "terngrad", "2"),
+                   ("synthetic-lenet @ 1gbit", "fp32", "2"), ("synthetic-lenet @ 1gbit", "terngrad", "2")],
+                  f"link-rate groups: {[(r['experiment'], r['codec'], r['num_seeds']) for r in link_rows]}")
+            check(all(r["delta_top1_vs_fp32_points"] != "" for r in link_rows if r["codec"] == "terngrad"),
+                  "terngrad at a link rate has no fp32 baseline at that rate")
+
         # Errors: nothing found; a malformed result.json named, outputs untouched.
         empty = os.path.join(tmp, "empty")
         os.makedirs(empty)

@@ -153,6 +153,26 @@ TEST_F(TgExperiment, BadConfigsAndFlagsAreRefusedBeforeAnythingRuns) {
   p = run(std::string(TG_EXPERIMENT_BIN) + " run " + (dir_ / "fp32.pbtxt").string() + " --wrokers=2");
   EXPECT_EQ(p.exit_code, 2) << p.output;
   EXPECT_NE(p.output.find("unknown flag --wrokers=2"), std::string::npos) << p.output;
+  p = run(std::string(TG_EXPERIMENT_BIN) + " run " + (dir_ / "fp32.pbtxt").string() + " --link_rates=1gbit,fast");
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_NE(p.output.find("--link_rates=1gbit,fast: \"fast\": expected a rate"), std::string::npos) << p.output;
+  // Emulated links join processes: an IN_PROCESS config cannot take a rate.
+  p = run(std::string(TG_EXPERIMENT_BIN) + " run " + (dir_ / "fp32.pbtxt").string() + " --link_rates=1gbit");
+  EXPECT_EQ(p.exit_code, 2) << p.output;
+  EXPECT_NE(p.output.find("cluster.link_rate: emulated links join task processes"), std::string::npos) << p.output;
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+}
+
+// --link_rates sweeps the rate like --workers and --seeds: one run directory
+// per rate, link-<rate>/ above w<workers>/.
+TEST_F(TgExperiment, LinkRatesAreAGridDimension) {
+  write(dir_ / "cluster.pbtxt", config("syn-cluster", "fp32", "LOCAL_CLUSTER"));
+  const Proc p = run(std::string(TG_EXPERIMENT_BIN) + " check " + (dir_ / "cluster.pbtxt").string() +
+                     " --link_rates=100mbit,1gbit --seeds=1 --out=" + (dir_ / "runs").string());
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find((dir_ / "runs/syn-cluster/link-100mbit/w2/seed1").string()), std::string::npos) << p.output;
+  EXPECT_NE(p.output.find((dir_ / "runs/syn-cluster/link-1gbit/w2/seed1").string()), std::string::npos) << p.output;
+  EXPECT_EQ(p.output.find("link_rate"), std::string::npos) << "no tg-train flag: tg-cluster takes it\n" << p.output;
 }
 
 TEST_F(TgExperiment, LocalClusterModeRunsPsAndWorkerProcesses) {
