@@ -1,5 +1,6 @@
 // The codec's SIMD kernels (stats, encode, decode, decode-accumulate, the
-// ps's payload sums and their decode, fp16 conversion), written once with
+// ps's payload sums and their decode, fp16 conversion, the ps's dense
+// float32 / binary16 sums), written once with
 // Google Highway and compiled for AVX2, AVX-512 and NEON (foreach_target.h
 // includes this file once per target, each copy in its own namespace with
 // its own target attributes).
@@ -19,7 +20,9 @@
 //  - sums: integer arithmetic; their decode is one int->float conversion
 //    and one multiply, as the portable code;
 //  - fp16: the hardware's round-to-nearest-even conversions, which the
-//    scalar code reproduces bit for bit (saturation applied before).
+//    scalar code reproduces bit for bit (saturation applied before);
+//  - dense sums: one float32 add per element per body, from +0, in body
+//    order: the scalar loop's adds, vector by vector.
 //
 // SVE is not a target: Highway's SVE vectors are sizeless types, which cannot
 // live in the arrays these kernels keep their lanes and Philox states in, and
@@ -557,6 +560,53 @@ void Fp16DecodeInto(const uint8_t* in, size_t n, float* out) {
 void Fp16Decode(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<false>(in, n, out); }
 void Fp16DecodeAccumulate(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<true>(in, n, out); }
 
+// ---------------------------------------------------------------- dense sum
+// The ps's sum of R float32 / binary16 bodies into float32 (dense_sum.h):
+// per vector of elements acc = +0, then acc = acc + v_r for r = 0..R-1, the
+// portable kernel's operations in its order (acc the first operand, as its
+// `acc += v`). Four vectors a step give four independent add chains; the
+// bodies are read in lockstep, R+1 sequential streams that the hardware
+// prefetchers follow. Halves widen exactly (PromoteTo), as fp16::to_float.
+HWY_INLINE VF LoadBodyF32(const uint8_t* p) { return hn::LoadU(DF(), reinterpret_cast<const float*>(p)); }
+HWY_INLINE VF LoadBodyF16(const uint8_t* p) {
+  return hn::PromoteTo(DF(), hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(p)));
+}
+
+template <size_t kInBytes, class Load>
+HWY_INLINE uint64_t DenseSumRange(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1,
+                                  uint8_t* out, Load load) {
+  const DF df;
+  constexpr size_t kVecs = 4;
+  constexpr size_t kVecBytes = kInBytes * kLanes;  // input bytes per vector of elements
+  uint64_t e = e0;
+  for (; e + kVecs * kLanes <= e1; e += kVecs * kLanes) {
+    VF acc[kVecs];
+    for (size_t v = 0; v < kVecs; ++v) acc[v] = hn::Zero(df);
+    for (size_t r = 0; r < count; ++r) {
+      const uint8_t* p = bodies[r] + kInBytes * e;
+      for (size_t v = 0; v < kVecs; ++v) acc[v] = hn::Add(acc[v], load(p + v * kVecBytes));
+    }
+    float* o = reinterpret_cast<float*>(out + 4 * e);
+    for (size_t v = 0; v < kVecs; ++v) hn::StoreU(acc[v], df, o + v * kLanes);
+  }
+  for (; e + kLanes <= e1; e += kLanes) {
+    VF acc = hn::Zero(df);
+    for (size_t r = 0; r < count; ++r) acc = hn::Add(acc, load(bodies[r] + kInBytes * e));
+    hn::StoreU(acc, df, reinterpret_cast<float*>(out + 4 * e));
+  }
+  return e;  // the caller's portable kernel sums the last < kLanes elements
+}
+
+void DenseSumF32(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out) {
+  const uint64_t e = DenseSumRange<4>(bodies, count, e0, e1, out, [](const uint8_t* p) { return LoadBodyF32(p); });
+  dense_sum_f32_portable(bodies, count, e, e1, out);
+}
+
+void DenseSumF16(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out) {
+  const uint64_t e = DenseSumRange<2>(bodies, count, e0, e1, out, [](const uint8_t* p) { return LoadBodyF16(p); });
+  dense_sum_f16_portable(bodies, count, e, e1, out);
+}
+
 #endif  // HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
 
 }  // namespace HWY_NAMESPACE
@@ -571,7 +621,8 @@ namespace {
 #define TG_KERNEL_TABLE(NS) \
   KernelTable {                                                                           \
     &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::SumFieldsMax, \
-        &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate    \
+        &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate,   \
+        &NS::DenseSumF32, &NS::DenseSumF16                                                  \
   }
 }  // namespace
 
