@@ -8,7 +8,7 @@
 //                  passes over a fresh tensor-sized float vector, then a copy)
 //   terngrad sum   sum_payloads of R shared-scale payloads (ternary_sum.h)
 //
-//   ps_sum_bench [--n=16777216] [--reps=7] [--round=0.15] [--quick]
+//   ps_sum_bench [--n=16777216] [--reps=7] [--round=0.15] [--only=fp32|fp16|terngrad] [--quick]
 //
 // Traffic of an op: the R bodies read once and its output written once (the
 // fp32 sum: 4Rn + 4n bytes; fp16: 2Rn + 4n; terngrad: R n/4 + n bit_width(2R)/8).
@@ -241,6 +241,13 @@ struct Shape {
   std::abort();
 }
 
+std::string flag_text(int argc, char** argv, const char* name) {
+  const size_t len = std::strlen(name);
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') return argv[i] + len + 1;
+  return "";
+}
+
 std::string cpu_model() {
   FILE* f = std::fopen("/proc/cpuinfo", "r");
   if (!f) return "unknown CPU";
@@ -402,6 +409,10 @@ int main(int argc, char** argv) {
     tern.ops.push_back({"sum_payloads", 1, true, tern_sum, {}, {}});
     shapes.push_back(std::move(tern));
   }
+
+  // --only: the shapes whose label starts with it.
+  if (const std::string only = flag_text(argc, argv, "--only"); !only.empty())
+    std::erase_if(shapes, [&](const Shape& s) { return s.label.rfind(only, 0) != 0; });
 
   // The floor's buffers: page-aligned, as large as the largest shape needs.
   size_t max_in = 0, max_out = 0;

@@ -1,9 +1,9 @@
-// Private: the CPU kernels behind codec.h and the threading policy shared by
-// the codec's passes. Each hot pass has a portable scalar kernel (the
-// reference) and Highway kernels for AVX2, AVX-512 and NEON
-// (simd_kernels.cpp); encode also a hand-written AVX-512 one, which measured
-// faster. A KernelTable per SIMD level picks among them (cpu_features.h says
-// how a level is chosen).
+// Private: the CPU kernels behind codec.h, ternary_sum.h, fp16.h and
+// dense_sum.h, and the threading policy shared by the codec's passes. Each
+// hot pass has a portable scalar kernel (the reference) and Highway kernels
+// for AVX2, AVX-512 and NEON (simd_kernels.cpp); encode also a hand-written
+// AVX-512 one, which measured faster. A KernelTable per SIMD level picks
+// among them (cpu_features.h says how a level is chosen).
 #pragma once
 
 #include <cstddef>
