@@ -75,8 +75,12 @@ void decode_sum_fields_portable(const uint8_t* body, uint64_t body_bytes, uint64
 // The ps's dense sum (dense_sum.h): out elements [e0, e1) = the float32 sum
 // of elements [e0, e1) of `count` float32 / binary16 bodies, in body order
 // from +0 (out and bodies are byte pointers to element 0, any alignment).
-void dense_sum_f32_portable(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out);
-void dense_sum_f16_portable(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out);
+// stream: a hint that the output will not be read soon, so SIMD kernels may
+// write it with non-temporal stores (the portable ones ignore it).
+void dense_sum_f32_portable(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                            bool stream);
+void dense_sum_f16_portable(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                            bool stream);
 
 }  // namespace terngrad::quantize::detail
 
@@ -105,8 +109,10 @@ struct KernelTable {
   void (*fp16_encode)(const float* x, size_t n, uint8_t* out);
   void (*fp16_decode)(const uint8_t* in, size_t n, float* out);
   void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float* out);
-  void (*dense_sum_f32)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out);
-  void (*dense_sum_f16)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out);
+  void (*dense_sum_f32)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                        bool stream);
+  void (*dense_sum_f16)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                        bool stream);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

@@ -3,6 +3,7 @@
 // bit: every size class around the vector widths (4, 8, 16 floats, four
 // vectors a step) with odd tails, 1 to 8 bodies, bodies and output off any
 // alignment (a body follows a 16-byte payload header; offsets 4 and 1 here),
+// sums large enough for OpenMP blocks and for the streaming-store path,
 // values that make the order of the adds visible, and the special values.
 // ctest runs this suite once per SIMD level (TG_CPU_SIMD); DenseSumLevels
 // also compares every supported level with the portable kernels directly.
@@ -28,6 +29,10 @@ namespace {
 const std::vector<size_t> kSizes = {0, 1, 2, 3, 7, 15, 16, 17, 31, 63, 64, 65, 255, 1023, 4097};
 // Past the parallel threshold (2^17 elements): several OpenMP blocks, the last one partial.
 constexpr size_t kLarge = (size_t{1} << 20) + 3;
+// Past the size from which the output is written with non-temporal stores
+// (4M elements, dense_sum_cpu.cpp), where each block first sums up to the
+// output's next 64-byte boundary with the portable kernel.
+constexpr size_t kHuge = (size_t{1} << 22) + 5;
 const std::vector<size_t> kBodyCounts = {1, 2, 3, 4, 8};
 constexpr size_t kGuard = 64;  // bytes around the output that must stay untouched
 constexpr uint8_t kGuardByte = 0xA5;
@@ -159,6 +164,8 @@ std::vector<Case> cases(size_t elem_bytes) {
     for (size_t r : kBodyCounts)
       for (size_t offset : {size_t{0}, elem_bytes, size_t{1}}) out.push_back({n, r, offset});
   for (size_t r : kBodyCounts) out.push_back({kLarge, r, 4});
+  out.push_back({kHuge, 3, elem_bytes});
+  out.push_back({kHuge, 2, 1});  // an output off 4-byte alignment: no streaming stores
   return out;
 }
 
