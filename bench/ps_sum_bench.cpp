@@ -16,10 +16,12 @@
 // The floor of an op is the time this machine takes to read R buffers of the
 // op's input size and write one of its output size with a kernel that does
 // nothing else: 64-byte vector loads ORed together (so they cannot be dropped),
-// stores of that vector, all streams advancing together in 4 KiB steps of
-// each input. It runs with regular and with non-temporal stores, on one thread
-// and on all, and the fastest of those is the floor: an honest upper bound on
-// the bandwidth any sum of those bytes can reach.
+// stores of that vector, all streams advancing together in steps of 4 KiB or
+// of 256 bytes of each input (the output in proportion). It runs with both
+// step sizes, regular and non-temporal stores, on one thread and on all, and
+// the fastest of those is the floor: an upper bound on the bandwidth a sum of
+// those bytes can reach, as far as these access patterns find it (a frac
+// somewhat above 1 says the op found a better pattern than the floor did).
 //
 // Noise. This is not Google Benchmark: on a shared machine a burst of someone
 // else's work must hit the floor and the op alike, so each repetition times
@@ -82,10 +84,10 @@ void thread_share(size_t bytes, size_t t, size_t nt, size_t& begin, size_t& end)
 #if defined(TG_BENCH_X86)
 template <bool kNonTemporal>
 __attribute__((target("avx512f"))) void stream_avx512(const uint8_t* const* in, size_t r, size_t in_b, size_t in_e,
-                                                      uint8_t* out, size_t out_b, size_t out_e) {
-  // Steps of 4 KiB of each input; the output advances in proportion.
+                                                      uint8_t* out, size_t out_b, size_t out_e, size_t step_bytes) {
+  // Steps of step_bytes of each input; the output advances in proportion.
   const size_t in_len = in_e - in_b, out_len = out_e - out_b;
-  const size_t steps = std::max<size_t>(1, in_len / 4096);
+  const size_t steps = std::max<size_t>(1, in_len / step_bytes);
   const size_t in_step = (in_len / steps + 255) / 256 * 256;
   const size_t out_step = (out_len / steps + 63) / 64 * 64;
   __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -119,9 +121,9 @@ __attribute__((target("avx512f"))) void stream_avx512(const uint8_t* const* in, 
 
 // Portable stand-in where AVX-512 is missing: 8-byte words, the same pattern.
 void stream_generic(const uint8_t* const* in, size_t r, size_t in_b, size_t in_e, uint8_t* out, size_t out_b,
-                    size_t out_e) {
+                    size_t out_e, size_t step_bytes) {
   const size_t in_len = in_e - in_b, out_len = out_e - out_b;
-  const size_t steps = std::max<size_t>(1, in_len / 4096);
+  const size_t steps = std::max<size_t>(1, in_len / step_bytes);
   const size_t in_step = (in_len / steps + 63) / 64 * 64, out_step = (out_len / steps + 63) / 64 * 64;
   uint64_t acc = 0;
   size_t ib = in_b, ob = out_b;
@@ -143,7 +145,7 @@ void stream_generic(const uint8_t* const* in, size_t r, size_t in_b, size_t in_e
 // One pass of the floor kernel over the whole shape (R inputs of in_bytes, an
 // output of out_bytes; all 64-byte aligned), on one thread or all.
 void stream_pass(const std::vector<const uint8_t*>& in, size_t in_bytes, uint8_t* out, size_t out_bytes,
-                 bool parallel, bool non_temporal) {
+                 bool parallel, bool non_temporal, size_t step_bytes) {
   auto run = [&](size_t t, size_t nt) {
     size_t ib, ie, ob, oe;
     thread_share(in_bytes, t, nt, ib, ie);
@@ -151,14 +153,14 @@ void stream_pass(const std::vector<const uint8_t*>& in, size_t in_bytes, uint8_t
 #if defined(TG_BENCH_X86)
     if (tg_bench::have_avx512()) {
       if (non_temporal)
-        stream_avx512<true>(in.data(), in.size(), ib, ie, out, ob, oe);
+        stream_avx512<true>(in.data(), in.size(), ib, ie, out, ob, oe, step_bytes);
       else
-        stream_avx512<false>(in.data(), in.size(), ib, ie, out, ob, oe);
+        stream_avx512<false>(in.data(), in.size(), ib, ie, out, ob, oe, step_bytes);
       return;
     }
 #endif
     (void)non_temporal;
-    stream_generic(in.data(), in.size(), ib, ie, out, ob, oe);
+    stream_generic(in.data(), in.size(), ib, ie, out, ob, oe, step_bytes);
   };
   if (!parallel) {
     run(0, 1);
@@ -232,7 +234,7 @@ struct Shape {
   std::string label;
   size_t r = 0, in_bytes = 0, out_bytes = 0;
   std::vector<Op> ops;
-  std::vector<double> floor_1t[2], floor_mt[2];  // per repetition and mode, seconds: fastest store kind
+  std::vector<double> floor_1t[2], floor_mt[2];  // per repetition and mode, seconds: fastest variant
   double traffic() const { return static_cast<double>(r * in_bytes + out_bytes); }
 };
 
@@ -440,9 +442,11 @@ int main(int argc, char** argv) {
     const std::vector<const uint8_t*> in(floor_ptrs.begin(), floor_ptrs.begin() + s.r);
     auto floor_time = [&](bool parallel, const AlignedArray<float>* evict) {
       double best = 1e30;
-      for (bool nt : {false, true})
-        best = std::min(best, seconds_per_call([&] { stream_pass(in, s.in_bytes, floor_out.data(), s.out_bytes, parallel, nt); },
-                                               round_s / 2, evict));
+      for (size_t step : {size_t{4096}, size_t{256}})
+        for (bool nt : {false, true})
+          best = std::min(best, seconds_per_call(
+                                    [&] { stream_pass(in, s.in_bytes, floor_out.data(), s.out_bytes, parallel, nt, step); },
+                                    round_s / 4, evict));
       return best;
     };
     for (Op& op : s.ops) with_threads(op.threads, op.fn);  // warm-up: page faults, the OpenMP team
