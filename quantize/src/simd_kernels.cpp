@@ -347,9 +347,11 @@ void DecodeBytes(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_e
 //   over payloads into four byte vectors acc[j], one per code position j:
 //   byte 2g of acc[j] holds element 8g+j of group g, byte 2g+1 element 8g+4+j.
 // Packing then depends on b = bits per field:
-//  - b <= 4 (R <= 7): in 16-bit lane g, L = sum_j acc[j].lo << bj and
-//    H = sum_j acc[j].hi << bj (4b <= 16 bits each); group g is L | H << 4b
-//    in a 32-bit lane, whose b low bytes a byte shuffle gathers per block;
+//  - b <= 4 (R <= 7): the fields are summed two to a byte instead
+//    (SumCodesFew), and in 16-bit lane g become L = f0 | f1 << b | f2 << 2b
+//    | f3 << 3b and H, the same of f4..f7 (4b <= 16 bits each); group g is
+//    L | H << 4b in a 32-bit lane, whose b low bytes a byte shuffle gathers
+//    per block;
 //  - b <= 8: back to element order (StoreInterleaved4), and the 8 fields of
 //    each 64-bit lane squeezed to b bits by three shift-or steps.
 using D8 = hn::ScalableTag<uint8_t>;
@@ -382,13 +384,15 @@ HWY_INLINE V8 SumCodes(const uint8_t* const* bodies, size_t count, uint64_t g, V
 // operations per payload: c' = (bit0 + 1) - bit1 per 2-bit field (01 + 0b01
 // - 0 = 10, 00 + 01 - 0 = 01, 00 + 01 - 1 = 00; no carry or borrow leaves a
 // field, even for the reserved 11, which is flagged), and the fields summed
-// two to a byte, in 4-bit lanes: positions 0 and 2 in `even`, 1 and 3 in
-// `odd` (7 payloads * 2 = 14 < 16, so no lane overflows). Split into the
-// same acc[j] as SumCodes at the end, once per step instead of per payload.
-HWY_INLINE V8 SumCodesFew(const uint8_t* const* bodies, size_t count, uint64_t g, V8 (&acc)[4]) {
+// two to a byte, in 4-bit lanes (7 payloads * 2 = 14 < 16, so no lane
+// overflows): byte 2g of `even` holds the fields of elements 8g (low nibble)
+// and 8g+2, byte 2g+1 those of 8g+4 and 8g+6; `odd` the same for 8g+1, 8g+3,
+// 8g+5, 8g+7. Returns the reserved-code bits seen.
+HWY_INLINE V8 SumCodesFew(const uint8_t* const* bodies, size_t count, uint64_t g, V8& even, V8& odd) {
   const D8 d8;
-  const V8 low_bits = hn::Set(d8, 0x55), pairs = hn::Set(d8, 0x33), nibble = hn::Set(d8, 0x0F);
-  V8 bad = hn::Zero(d8), even = hn::Zero(d8), odd = hn::Zero(d8);
+  const V8 low_bits = hn::Set(d8, 0x55), pairs = hn::Set(d8, 0x33);
+  V8 bad = hn::Zero(d8);
+  even = odd = hn::Zero(d8);
   for (size_t p = 0; p < count; ++p) {
     const V8 b = hn::LoadU(d8, bodies[p] + 2 * g);
     const V8 b0 = hn::And(b, low_bits);
@@ -398,10 +402,6 @@ HWY_INLINE V8 SumCodesFew(const uint8_t* const* bodies, size_t count, uint64_t g
     even = hn::Add(even, hn::And(plus_one, pairs));
     odd = hn::Add(odd, hn::And(hn::ShiftRight<2>(plus_one), pairs));
   }
-  acc[0] = hn::And(even, nibble);
-  acc[1] = hn::And(odd, nibble);
-  acc[2] = hn::ShiftRight<4>(even);
-  acc[3] = hn::ShiftRight<4>(odd);
   return bad;
 }
 
@@ -432,19 +432,22 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
     }
     const V8 shuffle = hn::Load(d8, gather);
     const auto low_byte = hn::Set(d16, 0x00FF);
+    const auto nibbles = hn::Set(d16, 0x0F0F);  // the low nibble of each byte
     const auto low_half = hn::Set(d32, 0xFFFF);
     alignas(64) uint8_t packed[2][kBytesPerStep];
     constexpr size_t kBlocks = kBytesPerStep / 16;
     for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
-      V8 acc[4];
-      bad = hn::Or(bad, SumCodesFew(bodies, count, g, acc));  // b <= 4: R <= 7
-      auto lo = hn::And(hn::BitCast(d16, acc[0]), low_byte);
-      auto hi = hn::ShiftRight<8>(hn::BitCast(d16, acc[0]));
-      for (int j = 1; j < 4; ++j) {
-        const auto a = hn::BitCast(d16, acc[j]);
-        lo = hn::Or(lo, hn::ShiftLeftSame(hn::And(a, low_byte), static_cast<int>(bits * j)));
-        hi = hn::Or(hi, hn::ShiftLeftSame(hn::ShiftRight<8>(a), static_cast<int>(bits * j)));
-      }
+      V8 even, odd;
+      bad = hn::Or(bad, SumCodesFew(bodies, count, g, even, odd));  // b <= 4: R <= 7
+      // In 16-bit lane g, from the nibble sums: x = f0 | f1 << b (low byte)
+      // and f4 | f5 << b (high byte), y = f2 | f3 << b and f6 | f7 << b (each
+      // shift stays inside its byte: 2b <= 8), then L and H.
+      const auto e16 = hn::BitCast(d16, even), o16 = hn::BitCast(d16, odd);
+      const auto x = hn::Or(hn::And(e16, nibbles), hn::ShiftLeftSame(hn::And(o16, nibbles), static_cast<int>(bits)));
+      const auto y = hn::Or(hn::And(hn::ShiftRight<4>(e16), nibbles),
+                            hn::ShiftLeftSame(hn::And(hn::ShiftRight<4>(o16), nibbles), static_cast<int>(bits)));
+      const auto lo = hn::Or(hn::And(x, low_byte), hn::ShiftLeftSame(hn::And(y, low_byte), static_cast<int>(2 * bits)));
+      const auto hi = hn::Or(hn::ShiftRight<8>(x), hn::ShiftLeftSame(hn::ShiftRight<8>(y), static_cast<int>(2 * bits)));
       // 32-bit lane: L | H << 16 (groups 8k..8k+3 of block k from ZipLower,
       // 8k+4..8k+7 from ZipUpper), then H moved down to bit 4b.
       const hn::Vec<decltype(d32)> zipped[2] = {hn::ZipLower(d32, lo, hi), hn::ZipUpper(d32, lo, hi)};
@@ -453,10 +456,18 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
                               hn::ShiftLeftSame(hn::ShiftRight<16>(zipped[h]), static_cast<int>(4 * bits)));
         hn::Store(hn::TableLookupBytes(hn::BitCast(d8, w), shuffle), d8, packed[h]);
       }
-      for (size_t k = 0; k < kBlocks; ++k) {
-        for (int h = 0; h < 2; ++h) {
-          const uint64_t at = (g + 8 * k + 4 * h) * bits;
-          CopyOut(out + at, packed[h] + 16 * k, 16, 4 * bits, at + 16 <= end_byte);
+      // 16-byte stores in address order, each spilling zeros that the next
+      // one overwrites. One bound check per step: only a block's last step
+      // (its last stores would spill past end_byte) takes the careful path.
+      if ((g + kGroupsPerStep) * bits + 16 <= end_byte) {
+        for (size_t k = 0; k < kBlocks; ++k)
+          for (int h = 0; h < 2; ++h) std::memcpy(out + (g + 8 * k + 4 * h) * bits, packed[h] + 16 * k, 16);
+      } else {
+        for (size_t k = 0; k < kBlocks; ++k) {
+          for (int h = 0; h < 2; ++h) {
+            const uint64_t at = (g + 8 * k + 4 * h) * bits;
+            CopyOut(out + at, packed[h] + 16 * k, 16, 4 * bits, at + 16 <= end_byte);
+          }
         }
       }
     }
