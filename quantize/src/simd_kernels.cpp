@@ -433,7 +433,6 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
     const V8 shuffle = hn::Load(d8, gather);
     const auto low_byte = hn::Set(d16, 0x00FF);
     const auto nibbles = hn::Set(d16, 0x0F0F);  // the low nibble of each byte
-    const auto low_half = hn::Set(d32, 0xFFFF);
     alignas(64) uint8_t packed[2][kBytesPerStep];
     constexpr size_t kBlocks = kBytesPerStep / 16;
     for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
@@ -446,16 +445,18 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
       const auto x = hn::Or(hn::And(e16, nibbles), hn::ShiftLeftSame(hn::And(o16, nibbles), static_cast<int>(bits)));
       const auto y = hn::Or(hn::And(hn::ShiftRight<4>(e16), nibbles),
                             hn::ShiftLeftSame(hn::And(hn::ShiftRight<4>(o16), nibbles), static_cast<int>(bits)));
-      const auto lo = hn::Or(hn::And(x, low_byte), hn::ShiftLeftSame(hn::And(y, low_byte), static_cast<int>(2 * bits)));
-      const auto hi = hn::Or(hn::ShiftRight<8>(x), hn::ShiftLeftSame(hn::ShiftRight<8>(y), static_cast<int>(2 * bits)));
-      // 32-bit lane: L | H << 16 (groups 8k..8k+3 of block k from ZipLower,
-      // 8k+4..8k+7 from ZipUpper), then H moved down to bit 4b.
-      const hn::Vec<decltype(d32)> zipped[2] = {hn::ZipLower(d32, lo, hi), hn::ZipUpper(d32, lo, hi)};
-      for (int h = 0; h < 2; ++h) {
-        const auto w = hn::Or(hn::And(zipped[h], low_half),
-                              hn::ShiftLeftSame(hn::ShiftRight<16>(zipped[h]), static_cast<int>(4 * bits)));
-        hn::Store(hn::TableLookupBytes(hn::BitCast(d8, w), shuffle), d8, packed[h]);
+      auto lo = hn::Or(hn::And(x, low_byte), hn::ShiftLeftSame(hn::And(y, low_byte), static_cast<int>(2 * bits)));
+      auto hi = hn::Or(hn::ShiftRight<8>(x), hn::ShiftLeftSame(hn::ShiftRight<8>(y), static_cast<int>(2 * bits)));
+      // Group g is L | H << 4b: split at bit 16 while still in 16-bit lanes
+      // (the low 16 - 4b bits of H join L), so that zipping the two gives it
+      // whole in a 32-bit lane (groups 8k..8k+3 of block k from ZipLower,
+      // 8k+4..8k+7 from ZipUpper). b = 4 splits exactly at the lanes.
+      if (bits < 4) {
+        lo = hn::Or(lo, hn::ShiftLeftSame(hi, static_cast<int>(4 * bits)));
+        hi = hn::ShiftRightSame(hi, static_cast<int>(16 - 4 * bits));
       }
+      const hn::Vec<decltype(d32)> zipped[2] = {hn::ZipLower(d32, lo, hi), hn::ZipUpper(d32, lo, hi)};
+      for (int h = 0; h < 2; ++h) hn::Store(hn::TableLookupBytes(hn::BitCast(d8, zipped[h]), shuffle), d8, packed[h]);
       // 16-byte stores in address order, each spilling zeros that the next
       // one overwrites. One bound check per step: only a block's last step
       // (its last stores would spill past end_byte) takes the careful path.
