@@ -1,7 +1,11 @@
 // "fp16": gradients sent as IEEE binary16, half the bytes of fp32. Rounding
 // and the saturating overflow rule are described in terngrad/quantize/fp16.h.
+#include <stdexcept>
+#include <vector>
+
 #include "builtin_codecs.h"
 #include "dense_header.h"
+#include "terngrad/quantize/dense_sum.h"
 #include "terngrad/quantize/fp16.h"
 #include "slices.h"
 #include "spec_reader.h"
@@ -32,6 +36,25 @@ class Fp16Codec final : public GradientCodec {
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
     const uint64_t n = check_dense_payload(kType, payload, out.size());
     fp16::decode(payload.data() + kDenseHeaderBytes, n, out.data());
+  }
+
+  // The float32 sum of the halves, in payload order, into an "fp32" payload:
+  // the default aggregate's arithmetic (0 + p0 + p1 + ... per element, each
+  // half widened exactly) and its checks (every payload before any output),
+  // in one pass straight into the output instead of R decode_accumulate
+  // passes over a tensor-sized scratch (terngrad/quantize/dense_sum.h).
+  void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                 std::vector<uint8_t>& out) const override {
+    if (payloads.empty()) throw std::invalid_argument("fp16 aggregate: no payloads to sum");
+    std::vector<const uint8_t*> bodies;
+    bodies.reserve(payloads.size());
+    for (const auto& p : payloads) {
+      check_dense_payload(kType, p, n);
+      bodies.push_back(p.data() + kDenseHeaderBytes);
+    }
+    out.resize(dense_payload_bytes(DenseType::kFloat32, n));
+    write_dense_header(DenseType::kFloat32, n, out);
+    quantize::dense_sum_f16(bodies, n, out.data() + kDenseHeaderBytes);
   }
 
   void validate(std::span<const uint8_t> payload, uint64_t n) const override {

@@ -7,6 +7,7 @@
 #include "dense_header.h"
 #include "slices.h"
 #include "spec_reader.h"
+#include "terngrad/quantize/dense_sum.h"
 
 namespace terngrad::comm::detail {
 
@@ -31,27 +32,23 @@ class Fp32Codec final : public GradientCodec {
     read_fp32_payload(payload, out);
   }
 
-  // The float32 sum, in payload order, accumulated block by block straight
-  // into the output payload: no tensor-sized scratch (a parameter server
-  // sums hundreds of megabytes per step). Same arithmetic as the default:
-  // 0 + p0 + p1 + ... per element.
+  // The float32 sum, in payload order, straight into the output payload: no
+  // tensor-sized scratch (a parameter server sums hundreds of megabytes per
+  // step). Same arithmetic as the default: 0 + p0 + p1 + ... per element;
+  // the SIMD level's kernel (terngrad/quantize/dense_sum.h) gives the bits of
+  // the scalar loop.
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
     if (payloads.empty()) throw std::invalid_argument("fp32 aggregate: no payloads to sum");
-    for (const auto& p : payloads) check_dense_payload(kType, p, n);
+    std::vector<const uint8_t*> bodies;
+    bodies.reserve(payloads.size());
+    for (const auto& p : payloads) {
+      check_dense_payload(kType, p, n);
+      bodies.push_back(p.data() + kDenseHeaderBytes);
+    }
     out.resize(dense_payload_bytes(kType, n));
     write_dense_header(kType, n, out);
-    constexpr size_t kBlock = 2048;
-    float acc[kBlock], v[kBlock];
-    for (uint64_t b = 0; b < n; b += kBlock) {
-      const size_t m = static_cast<size_t>(std::min<uint64_t>(kBlock, n - b));
-      std::fill(acc, acc + m, 0.0f);
-      for (const auto& p : payloads) {
-        load_f32s(p.data() + kDenseHeaderBytes + 4 * b, m, v);
-        for (size_t i = 0; i < m; ++i) acc[i] += v[i];
-      }
-      store_f32s(acc, m, out.data() + kDenseHeaderBytes + 4 * b);
-    }
+    quantize::dense_sum_f32(bodies, n, out.data() + kDenseHeaderBytes);
   }
 
   void validate(std::span<const uint8_t> payload, uint64_t n) const override {

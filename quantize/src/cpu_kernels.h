@@ -1,9 +1,9 @@
-// Private: the CPU kernels behind codec.h and the threading policy shared by
-// the codec's passes. Each hot pass has a portable scalar kernel (the
-// reference) and Highway kernels for AVX2, AVX-512 and NEON
-// (simd_kernels.cpp); encode also a hand-written AVX-512 one, which measured
-// faster. A KernelTable per SIMD level picks among them (cpu_features.h says
-// how a level is chosen).
+// Private: the CPU kernels behind codec.h, ternary_sum.h, fp16.h and
+// dense_sum.h, and the threading policy shared by the codec's passes. Each
+// hot pass has a portable scalar kernel (the reference) and Highway kernels
+// for AVX2, AVX-512 and NEON (simd_kernels.cpp); encode also a hand-written
+// AVX-512 one, which measured faster. A KernelTable per SIMD level picks
+// among them (cpu_features.h says how a level is chosen).
 #pragma once
 
 #include <cstddef>
@@ -72,6 +72,16 @@ uint32_t sum_fields_max_portable(const uint8_t* body, uint64_t body_bytes, uint6
 void decode_sum_fields_portable(const uint8_t* body, uint64_t body_bytes, uint64_t e0, uint64_t e1,
                                 uint32_t bits, uint32_t contributions, float scale, float* out);
 
+// The ps's dense sum (dense_sum.h): out elements [e0, e1) = the float32 sum
+// of elements [e0, e1) of `count` float32 / binary16 bodies, in body order
+// from +0 (out and bodies are byte pointers to element 0, any alignment).
+// stream: a hint that the output will not be read soon, so SIMD kernels may
+// write it with non-temporal stores (the portable ones ignore it).
+void dense_sum_f32_portable(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                            bool stream);
+void dense_sum_f16_portable(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                            bool stream);
+
 }  // namespace terngrad::quantize::detail
 
 namespace terngrad::quantize::fp16 {
@@ -99,6 +109,10 @@ struct KernelTable {
   void (*fp16_encode)(const float* x, size_t n, uint8_t* out);
   void (*fp16_decode)(const uint8_t* in, size_t n, float* out);
   void (*fp16_decode_accumulate)(const uint8_t* in, size_t n, float* out);
+  void (*dense_sum_f32)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                        bool stream);
+  void (*dense_sum_f16)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                        bool stream);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

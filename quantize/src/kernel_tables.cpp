@@ -15,7 +15,8 @@ const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             decode_bytes_portable,      sum_groups_portable,
                             sum_fields_max_portable,    decode_sum_fields_portable,
                             fp16::encode_portable,      fp16::decode_portable,
-                            fp16::decode_accumulate_portable};
+                            fp16::decode_accumulate_portable, dense_sum_f32_portable,
+                            dense_sum_f16_portable};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {

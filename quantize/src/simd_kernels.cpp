@@ -1,5 +1,6 @@
 // The codec's SIMD kernels (stats, encode, decode, decode-accumulate, the
-// ps's payload sums and their decode, fp16 conversion), written once with
+// ps's payload sums and their decode, fp16 conversion, the ps's dense
+// float32 / binary16 sums), written once with
 // Google Highway and compiled for AVX2, AVX-512 and NEON (foreach_target.h
 // includes this file once per target, each copy in its own namespace with
 // its own target attributes).
@@ -19,7 +20,9 @@
 //  - sums: integer arithmetic; their decode is one int->float conversion
 //    and one multiply, as the portable code;
 //  - fp16: the hardware's round-to-nearest-even conversions, which the
-//    scalar code reproduces bit for bit (saturation applied before).
+//    scalar code reproduces bit for bit (saturation applied before);
+//  - dense sums: one float32 add per element per body, from +0, in body
+//    order: the scalar loop's adds, vector by vector.
 //
 // SVE is not a target: Highway's SVE vectors are sizeless types, which cannot
 // live in the arrays these kernels keep their lanes and Philox states in, and
@@ -344,9 +347,11 @@ void DecodeBytes(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_e
 //   over payloads into four byte vectors acc[j], one per code position j:
 //   byte 2g of acc[j] holds element 8g+j of group g, byte 2g+1 element 8g+4+j.
 // Packing then depends on b = bits per field:
-//  - b <= 4 (R <= 7): in 16-bit lane g, L = sum_j acc[j].lo << bj and
-//    H = sum_j acc[j].hi << bj (4b <= 16 bits each); group g is L | H << 4b
-//    in a 32-bit lane, whose b low bytes a byte shuffle gathers per block;
+//  - b <= 4 (R <= 7): the fields are summed two to a byte instead
+//    (SumCodesFew), and in 16-bit lane g become L = f0 | f1 << b | f2 << 2b
+//    | f3 << 3b and H, the same of f4..f7 (4b <= 16 bits each); group g is
+//    L | H << 4b in a 32-bit lane, whose b low bytes a byte shuffle gathers
+//    per block;
 //  - b <= 8: back to element order (StoreInterleaved4), and the 8 fields of
 //    each 64-bit lane squeezed to b bits by three shift-or steps.
 using D8 = hn::ScalableTag<uint8_t>;
@@ -371,6 +376,31 @@ HWY_INLINE V8 SumCodes(const uint8_t* const* bodies, size_t count, uint64_t g, V
     acc[1] = hn::Add(acc[1], hn::And(hn::ShiftRight<2>(plus_one), three));
     acc[2] = hn::Add(acc[2], hn::And(hn::ShiftRight<4>(plus_one), three));
     acc[3] = hn::Add(acc[3], hn::ShiftRight<6>(plus_one));
+  }
+  return bad;
+}
+
+// SumCodes for at most 7 payloads (b <= 4, the packing below), with fewer
+// operations per payload: c' = (bit0 + 1) - bit1 per 2-bit field (01 + 0b01
+// - 0 = 10, 00 + 01 - 0 = 01, 00 + 01 - 1 = 00; no carry or borrow leaves a
+// field, even for the reserved 11, which is flagged), and the fields summed
+// two to a byte, in 4-bit lanes (7 payloads * 2 = 14 < 16, so no lane
+// overflows): byte 2g of `even` holds the fields of elements 8g (low nibble)
+// and 8g+2, byte 2g+1 those of 8g+4 and 8g+6; `odd` the same for 8g+1, 8g+3,
+// 8g+5, 8g+7. Returns the reserved-code bits seen.
+HWY_INLINE V8 SumCodesFew(const uint8_t* const* bodies, size_t count, uint64_t g, V8& even, V8& odd) {
+  const D8 d8;
+  const V8 low_bits = hn::Set(d8, 0x55), pairs = hn::Set(d8, 0x33);
+  V8 bad = hn::Zero(d8);
+  even = odd = hn::Zero(d8);
+  for (size_t p = 0; p < count; ++p) {
+    const V8 b = hn::LoadU(d8, bodies[p] + 2 * g);
+    const V8 b0 = hn::And(b, low_bits);
+    const V8 b1 = hn::And(hn::ShiftRight<1>(b), low_bits);
+    bad = hn::Or(bad, hn::And(b0, b1));
+    const V8 plus_one = hn::Sub(hn::Add(b0, low_bits), b1);
+    even = hn::Add(even, hn::And(plus_one, pairs));
+    odd = hn::Add(odd, hn::And(hn::ShiftRight<2>(plus_one), pairs));
   }
   return bad;
 }
@@ -402,31 +432,43 @@ uint32_t SumGroups(const uint8_t* const* bodies, size_t count, uint64_t g0, uint
     }
     const V8 shuffle = hn::Load(d8, gather);
     const auto low_byte = hn::Set(d16, 0x00FF);
-    const auto low_half = hn::Set(d32, 0xFFFF);
+    const auto nibbles = hn::Set(d16, 0x0F0F);  // the low nibble of each byte
     alignas(64) uint8_t packed[2][kBytesPerStep];
     constexpr size_t kBlocks = kBytesPerStep / 16;
     for (; g + kGroupsPerStep <= g1; g += kGroupsPerStep) {
-      V8 acc[4];
-      bad = hn::Or(bad, SumCodes(bodies, count, g, acc));
-      auto lo = hn::And(hn::BitCast(d16, acc[0]), low_byte);
-      auto hi = hn::ShiftRight<8>(hn::BitCast(d16, acc[0]));
-      for (int j = 1; j < 4; ++j) {
-        const auto a = hn::BitCast(d16, acc[j]);
-        lo = hn::Or(lo, hn::ShiftLeftSame(hn::And(a, low_byte), static_cast<int>(bits * j)));
-        hi = hn::Or(hi, hn::ShiftLeftSame(hn::ShiftRight<8>(a), static_cast<int>(bits * j)));
+      V8 even, odd;
+      bad = hn::Or(bad, SumCodesFew(bodies, count, g, even, odd));  // b <= 4: R <= 7
+      // In 16-bit lane g, from the nibble sums: x = f0 | f1 << b (low byte)
+      // and f4 | f5 << b (high byte), y = f2 | f3 << b and f6 | f7 << b (each
+      // shift stays inside its byte: 2b <= 8), then L and H.
+      const auto e16 = hn::BitCast(d16, even), o16 = hn::BitCast(d16, odd);
+      const auto x = hn::Or(hn::And(e16, nibbles), hn::ShiftLeftSame(hn::And(o16, nibbles), static_cast<int>(bits)));
+      const auto y = hn::Or(hn::And(hn::ShiftRight<4>(e16), nibbles),
+                            hn::ShiftLeftSame(hn::And(hn::ShiftRight<4>(o16), nibbles), static_cast<int>(bits)));
+      auto lo = hn::Or(hn::And(x, low_byte), hn::ShiftLeftSame(hn::And(y, low_byte), static_cast<int>(2 * bits)));
+      auto hi = hn::Or(hn::ShiftRight<8>(x), hn::ShiftLeftSame(hn::ShiftRight<8>(y), static_cast<int>(2 * bits)));
+      // Group g is L | H << 4b: split at bit 16 while still in 16-bit lanes
+      // (the low 16 - 4b bits of H join L), so that zipping the two gives it
+      // whole in a 32-bit lane (groups 8k..8k+3 of block k from ZipLower,
+      // 8k+4..8k+7 from ZipUpper). b = 4 splits exactly at the lanes.
+      if (bits < 4) {
+        lo = hn::Or(lo, hn::ShiftLeftSame(hi, static_cast<int>(4 * bits)));
+        hi = hn::ShiftRightSame(hi, static_cast<int>(16 - 4 * bits));
       }
-      // 32-bit lane: L | H << 16 (groups 8k..8k+3 of block k from ZipLower,
-      // 8k+4..8k+7 from ZipUpper), then H moved down to bit 4b.
       const hn::Vec<decltype(d32)> zipped[2] = {hn::ZipLower(d32, lo, hi), hn::ZipUpper(d32, lo, hi)};
-      for (int h = 0; h < 2; ++h) {
-        const auto w = hn::Or(hn::And(zipped[h], low_half),
-                              hn::ShiftLeftSame(hn::ShiftRight<16>(zipped[h]), static_cast<int>(4 * bits)));
-        hn::Store(hn::TableLookupBytes(hn::BitCast(d8, w), shuffle), d8, packed[h]);
-      }
-      for (size_t k = 0; k < kBlocks; ++k) {
-        for (int h = 0; h < 2; ++h) {
-          const uint64_t at = (g + 8 * k + 4 * h) * bits;
-          CopyOut(out + at, packed[h] + 16 * k, 16, 4 * bits, at + 16 <= end_byte);
+      for (int h = 0; h < 2; ++h) hn::Store(hn::TableLookupBytes(hn::BitCast(d8, zipped[h]), shuffle), d8, packed[h]);
+      // 16-byte stores in address order, each spilling zeros that the next
+      // one overwrites. One bound check per step: only a block's last step
+      // (its last stores would spill past end_byte) takes the careful path.
+      if ((g + kGroupsPerStep) * bits + 16 <= end_byte) {
+        for (size_t k = 0; k < kBlocks; ++k)
+          for (int h = 0; h < 2; ++h) std::memcpy(out + (g + 8 * k + 4 * h) * bits, packed[h] + 16 * k, 16);
+      } else {
+        for (size_t k = 0; k < kBlocks; ++k) {
+          for (int h = 0; h < 2; ++h) {
+            const uint64_t at = (g + 8 * k + 4 * h) * bits;
+            CopyOut(out + at, packed[h] + 16 * k, 16, 4 * bits, at + 16 <= end_byte);
+          }
         }
       }
     }
@@ -557,6 +599,88 @@ void Fp16DecodeInto(const uint8_t* in, size_t n, float* out) {
 void Fp16Decode(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<false>(in, n, out); }
 void Fp16DecodeAccumulate(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<true>(in, n, out); }
 
+// ---------------------------------------------------------------- dense sum
+// The ps's sum of R float32 / binary16 bodies into float32 (dense_sum.h):
+// per vector of elements acc = +0, then acc = acc + v_r for r = 0..R-1, the
+// portable kernel's operations in its order (acc the first operand, as its
+// `acc += v`). Four vectors a step give four independent add chains; the
+// bodies are read in lockstep, R+1 sequential streams that the hardware
+// prefetchers follow (software prefetch measured no better). Halves widen
+// exactly (PromoteTo), as fp16::to_float.
+//
+// With `stream` (large sums, whose output would not stay in cache anyway)
+// the output is written with non-temporal stores from the first 64-byte
+// boundary on: a regular store first reads the line it writes (one more
+// stream of traffic), and at 16M elements skipping that read measured 10-20%
+// faster on Zen 4 (bench/RESULTS.md, "ps sums").
+HWY_INLINE VF LoadBodyF32(const uint8_t* p) { return hn::LoadU(DF(), reinterpret_cast<const float*>(p)); }
+HWY_INLINE VF LoadBodyF16(const uint8_t* p) {
+  return hn::PromoteTo(DF(), hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(p)));
+}
+
+template <size_t kInBytes, bool kStream, class Load>
+HWY_INLINE uint64_t DenseSumVectors(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1,
+                                    uint8_t* out, Load load) {
+  const DF df;
+  constexpr size_t kVecs = 4;
+  constexpr size_t kVecBytes = kInBytes * kLanes;  // input bytes per vector of elements
+  uint64_t e = e0;
+  for (; e + kVecs * kLanes <= e1; e += kVecs * kLanes) {
+    VF acc[kVecs];
+    for (size_t v = 0; v < kVecs; ++v) acc[v] = hn::Zero(df);
+    for (size_t r = 0; r < count; ++r) {
+      const uint8_t* p = bodies[r] + kInBytes * e;
+      for (size_t v = 0; v < kVecs; ++v) acc[v] = hn::Add(acc[v], load(p + v * kVecBytes));
+    }
+    float* o = reinterpret_cast<float*>(out + 4 * e);
+    for (size_t v = 0; v < kVecs; ++v) {
+      if (kStream)
+        hn::Stream(acc[v], df, o + v * kLanes);  // o is 64-byte aligned here
+      else
+        hn::StoreU(acc[v], df, o + v * kLanes);
+    }
+  }
+  if (kStream) hwy::FlushStream();  // before the caller's stores and OpenMP's barrier
+  for (; e + kLanes <= e1; e += kLanes) {
+    VF acc = hn::Zero(df);
+    for (size_t r = 0; r < count; ++r) acc = hn::Add(acc, load(bodies[r] + kInBytes * e));
+    hn::StoreU(acc, df, reinterpret_cast<float*>(out + 4 * e));
+  }
+  return e;  // the caller's portable kernel sums the last < kLanes elements
+}
+
+using DensePortable = void (*)(const uint8_t* const*, size_t, uint64_t, uint64_t, uint8_t*, bool);
+
+template <size_t kInBytes, class Load>
+HWY_INLINE void DenseSum(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
+                         bool stream, Load load, DensePortable portable) {
+  uint64_t e = e0;
+  if (stream) {
+    // The elements before the output's first 64-byte boundary, then aligned streaming stores.
+    const uint64_t misaligned = (64 - reinterpret_cast<uintptr_t>(out + 4 * e0) % 64) % 64;
+    const uint64_t head = std::min<uint64_t>(e1, e0 + misaligned / 4);  // out + 4*e is 4-byte aligned in practice
+    if (misaligned % 4 == 0) {
+      portable(bodies, count, e0, head, out, false);
+      e = DenseSumVectors<kInBytes, true>(bodies, count, head, e1, out, load);
+    } else {
+      e = DenseSumVectors<kInBytes, false>(bodies, count, e0, e1, out, load);
+    }
+  } else {
+    e = DenseSumVectors<kInBytes, false>(bodies, count, e0, e1, out, load);
+  }
+  portable(bodies, count, e, e1, out, false);
+}
+
+void DenseSumF32(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out, bool stream) {
+  DenseSum<4>(bodies, count, e0, e1, out, stream, [](const uint8_t* p) { return LoadBodyF32(p); },
+              dense_sum_f32_portable);
+}
+
+void DenseSumF16(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out, bool stream) {
+  DenseSum<2>(bodies, count, e0, e1, out, stream, [](const uint8_t* p) { return LoadBodyF16(p); },
+              dense_sum_f16_portable);
+}
+
 #endif  // HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
 
 }  // namespace HWY_NAMESPACE
@@ -571,7 +695,8 @@ namespace {
 #define TG_KERNEL_TABLE(NS) \
   KernelTable {                                                                           \
     &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::SumFieldsMax, \
-        &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate    \
+        &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate,   \
+        &NS::DenseSumF32, &NS::DenseSumF16                                                  \
   }
 }  // namespace
 

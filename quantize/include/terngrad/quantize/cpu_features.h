@@ -1,6 +1,7 @@
 // Which CPU kernels run. One binary runs everywhere: the codec's hot passes
-// (stats, encode, decode, decode-accumulate, the ps's payload sums, and the
-// fp16 codec's conversions) have one kernel per instruction-set level, chosen
+// (stats, encode, decode, decode-accumulate, the ps's payload sums, the fp16
+// codec's conversions, and the ps's dense float32 / binary16 sums,
+// dense_sum.h) have one kernel per instruction-set level, chosen
 // at run time. Every level produces the same bytes as the portable scalar
 // kernels, which are the reference (tests/quantize/simd_levels_test.cpp).
 //
