@@ -41,7 +41,7 @@ NET_FLAGS = {
     # CifarNet on Fashion-MNIST in CIFAR-10's binary format (tg-fmnist-to-cifar).
     "cifarnet": ["--net=cifarnet", "--batch_size=32", "--optimizer=adam", "--initial_learning_rate=0.0002",
                  "--quantize_logits=true"],
-    "alexnet": ["--net=alexnet", "--dataset_name=synthetic", "--synthetic_examples=2", "--batch_size=1",
+    "alexnet": ["--net=alexnet", "--dataset_name=synthetic", "--synthetic_examples=8", "--batch_size=1",
                 "--comm_only=true"],
 }
 BREAKDOWN = ["compute", "encode", "push", "wait", "pull", "decode", "apply"]
