@@ -3,7 +3,7 @@
 (TernGrad, Wen et al. 2017, Sec. "performance model"), its fit to measured
 steps, and its evaluation at the paper's cluster settings.
 
-    perf_model.py fit MEASUREMENTS.csv|.jsonl [--out DIR]     # least-squares fit + residuals
+    perf_model.py fit MEASUREMENTS.csv|.jsonl|results.json [--out DIR]  # least-squares fit + residuals
     perf_model.py synth OUT.csv [--efficiency E --overhead S]  # SYNTHETIC rows to try `fit` on
     perf_model.py paper [--out DIR] [--from-fit fit.json]      # curves at the paper's settings
 
@@ -185,10 +185,41 @@ NUMERIC = ("replicas", "num_ps", "link_rate_bps", "batch_per_replica", "step_tim
            "gpus_per_node", "ps_reduce_s", "ps_link_rate_bps")
 
 
+def grid_rows(doc, path):
+    """Model rows from run_grid.py's results.json: every finished run on shaped
+    links (unshaped loopback rows have no link to fit). The worker's apply
+    counts as compute; payload and aggregate bytes are the replica's own."""
+    rows = []
+    for i, r in enumerate(doc["runs"], 1):
+        if not r.get("ok") or not r.get("rate_bps"):
+            continue
+        for k in ("step_ms", "compute_ms", "apply_ms", "encode_ms", "decode_ms",
+                  "bytes_sent_per_replica", "bytes_recv_per_replica"):
+            if k not in r:
+                raise ValueError("%s: run %d (%s) lacks %s" % (path, i, r.get("name", "?"), k))
+        rows.append({"net": r["net"], "codec": r["codec"], "replicas": r["replicas"], "num_ps": r["num_ps"],
+                     "link_rate_bps": r["rate_bps"], "batch_per_replica": 1 if r["net"] == "alexnet" else 32,
+                     "step_time_s": r["step_ms"] / 1e3, "compute_time_s": (r["compute_ms"] + r["apply_ms"]) / 1e3,
+                     "payload_bytes_per_replica": r["bytes_sent_per_replica"],
+                     "aggregated_bytes_per_replica": r["bytes_recv_per_replica"],
+                     "encode_s": r["encode_ms"] / 1e3, "decode_s": r["decode_ms"] / 1e3,
+                     "source": "run_grid %s %s %s" % (r["name"], doc.get("date", ""), doc.get("cpu", ""))})
+    return rows
+
+
 def read_rows(path):
-    """Rows of a CSV (lines starting with '#' are comments) or JSONL file, checked."""
+    """Rows of a CSV (lines starting with '#' are comments), a JSONL file, or
+    run_grid.py's results.json, checked."""
     with open(path) as f:
         text = f.read()
+    if text.lstrip().startswith("{") and path.endswith(".json"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError("%s: not JSON (%s)" % (path, e))
+        if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+            raise ValueError("%s: a .json input must be run_grid.py's results.json (an object with \"runs\")" % path)
+        text = "\n".join(json.dumps(r) for r in grid_rows(doc, path))
     body = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not body:
         raise ValueError("%s: no rows" % path)

@@ -100,6 +100,28 @@ row = dict(pm.OPTIONAL, replicas=2.0, num_ps=1.0, link_rate_bps=1e9, ps_link_rat
 x = pm.row_terms(row, 1.0, 0.0)
 check(close(x[0], 2e6 * 8 / 1e8, 1e-12) and x[1] == 2, "ps_link_rate_bps applies to the ps link")
 
+# run_grid.py's results.json: finished runs on shaped links become rows (apply
+# counts as compute); failed and unshaped runs are left out.
+with tempfile.TemporaryDirectory() as tmp:
+    run = {"name": "lenet_fp32_r2_ps1_1gbit", "net": "lenet", "codec": "fp32", "replicas": 2, "num_ps": 1,
+           "rate": "1gbit", "rate_bps": 1e9, "ok": True, "step_ms": 114.0, "compute_ms": 28.0, "apply_ms": 1.0,
+           "encode_ms": 0.9, "decode_ms": 0.4, "bytes_sent_per_replica": 5024448, "bytes_recv_per_replica": 5024448}
+    grid = {"runs": [run, dict(run, name="x", ok=False), dict(run, name="y", rate="unshaped", rate_bps=None)],
+            "date": "2026-11-24", "cpu": "test"}
+    path = os.path.join(tmp, "results.json")
+    json.dump(grid, open(path, "w"))
+    rows = pm.read_rows(path)
+    check(len(rows) == 1 and rows[0]["link_rate_bps"] == 1e9 and close(rows[0]["compute_time_s"], 0.029, 1e-12)
+          and rows[0]["payload_bytes_per_replica"] == 5024448 and close(rows[0]["step_time_s"], 0.114, 1e-12),
+          "results.json: one shaped, finished run read; apply counted as compute")
+    del run["encode_ms"]
+    json.dump({"runs": [run]}, open(path, "w"))
+    try:
+        pm.read_rows(path)
+        check(False, "results.json run without encode_ms refused")
+    except ValueError as e:
+        check("encode_ms" in str(e) and "lenet_fp32_r2_ps1_1gbit" in str(e), "results.json run without encode_ms refused: %s" % e)
+
 # The CLI end to end.
 with tempfile.TemporaryDirectory() as tmp:
     synth = os.path.join(tmp, "synthetic.csv")
