@@ -74,32 +74,44 @@ std::vector<std::string> addresses(const std::vector<std::unique_ptr<PsTask>>& p
   return a;
 }
 
-// The first half of a replica's sync step against a layout: scales, slices, push.
-void push_step(tc::WorkerClient& c, int replica, int64_t step, std::vector<std::unique_ptr<tc::GradientCodec>>& codecs) {
+// A replica's gradients for a step and the shared scales the ps hands out for them.
+std::vector<float> local_gradients(tc::WorkerClient& c, int replica, int64_t step,
+                                   std::vector<std::unique_ptr<tc::GradientCodec>>& codecs,
+                                   std::vector<std::vector<float>>& grads) {
   const tc::Layout& l = c.layout();
-  std::vector<std::vector<float>> grads;
   std::vector<float> scales;
   for (size_t v = 0; v < l.variables.size(); ++v) {
     grads.push_back(gradient(l.variables[v].size, replica, step));
     scales.push_back(codecs[v]->wants_shared_scale() ? codecs[v]->local_scale(grads[v]) : 0.0f);
   }
-  const std::vector<float> shared = c.exchange_scales(step, scales);
-  std::vector<std::vector<uint8_t>> payloads(l.shards.size());
-  for (size_t v = 0; v < l.variables.size(); ++v) {
-    std::vector<tc::ElementRange> slices;
-    std::vector<std::span<uint8_t>> outs;
-    for (size_t s : l.shards_of[v]) {
-      slices.push_back({l.shards[s].begin, l.shards[s].count});
-      payloads[s].resize(codecs[v]->payload_bytes(l.shards[s].count));
-    }
-    for (size_t s : l.shards_of[v]) outs.emplace_back(payloads[s]);
-    tc::EncodeContext ctx;
-    ctx.tensor_id = static_cast<uint32_t>(v);
-    ctx.step = static_cast<uint32_t>(step);
-    ctx.seed = 100 + replica;
-    if (codecs[v]->wants_shared_scale()) ctx.shared_scale = shared[v];
-    codecs[v]->encode_slices(grads[v], ctx, slices, outs);
+  return c.exchange_scales(step, scales);
+}
+
+// Encodes variable v's shards into payloads[shard] (sized here).
+void encode_shards(const tc::Layout& l, size_t v, int replica, int64_t step, const std::vector<float>& grad,
+                   float shared_scale, tc::GradientCodec& codec, std::vector<std::vector<uint8_t>>& payloads) {
+  std::vector<tc::ElementRange> slices;
+  std::vector<std::span<uint8_t>> outs;
+  for (size_t s : l.shards_of[v]) {
+    slices.push_back({l.shards[s].begin, l.shards[s].count});
+    payloads[s].resize(codec.payload_bytes(l.shards[s].count));
   }
+  for (size_t s : l.shards_of[v]) outs.emplace_back(payloads[s]);
+  tc::EncodeContext ctx;
+  ctx.tensor_id = static_cast<uint32_t>(v);
+  ctx.step = static_cast<uint32_t>(step);
+  ctx.seed = 100 + replica;
+  if (codec.wants_shared_scale()) ctx.shared_scale = shared_scale;
+  codec.encode_slices(grad, ctx, slices, outs);
+}
+
+// The first half of a replica's sync step against a layout: scales, slices, push.
+void push_step(tc::WorkerClient& c, int replica, int64_t step, std::vector<std::unique_ptr<tc::GradientCodec>>& codecs) {
+  const tc::Layout& l = c.layout();
+  std::vector<std::vector<float>> grads;
+  const std::vector<float> shared = local_gradients(c, replica, step, codecs, grads);
+  std::vector<std::vector<uint8_t>> payloads(l.shards.size());
+  for (size_t v = 0; v < l.variables.size(); ++v) encode_shards(l, v, replica, step, grads[v], shared[v], *codecs[v], payloads);
   std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
   c.push(step, 0.5f * replica, views);
 }
@@ -139,27 +151,10 @@ std::vector<std::vector<float>> pipelined_step(tc::WorkerClient& c, int replica,
   std::vector<std::vector<uint8_t>> sums;
   c.begin_step(step, sums);
   std::vector<std::vector<float>> grads;
-  std::vector<float> scales;
-  for (size_t v = 0; v < l.variables.size(); ++v) {
-    grads.push_back(gradient(l.variables[v].size, replica, step));
-    scales.push_back(codecs[v]->wants_shared_scale() ? codecs[v]->local_scale(grads[v]) : 0.0f);
-  }
-  const std::vector<float> shared = c.exchange_scales(step, scales);
+  const std::vector<float> shared = local_gradients(c, replica, step, codecs, grads);
   payloads.resize(l.shards.size());
   for (size_t v = l.variables.size(); v-- > 0;) {
-    std::vector<tc::ElementRange> slices;
-    std::vector<std::span<uint8_t>> outs;
-    for (size_t s : l.shards_of[v]) {
-      slices.push_back({l.shards[s].begin, l.shards[s].count});
-      payloads[s].resize(codecs[v]->payload_bytes(l.shards[s].count));
-    }
-    for (size_t s : l.shards_of[v]) outs.emplace_back(payloads[s]);
-    tc::EncodeContext ctx;
-    ctx.tensor_id = static_cast<uint32_t>(v);
-    ctx.step = static_cast<uint32_t>(step);
-    ctx.seed = 100 + replica;
-    if (codecs[v]->wants_shared_scale()) ctx.shared_scale = shared[v];
-    codecs[v]->encode_slices(grads[v], ctx, slices, outs);
+    encode_shards(l, v, replica, step, grads[v], shared[v], *codecs[v], payloads);
     std::vector<std::span<const uint8_t>> views;
     for (size_t s : l.shards_of[v]) views.emplace_back(payloads[s]);
     c.push_bucket(0.5f * replica, l.shards_of[v], views);
