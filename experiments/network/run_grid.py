@@ -42,7 +42,9 @@ NET_FLAGS = {
     "cifarnet": ["--net=cifarnet", "--batch_size=32", "--optimizer=adam", "--initial_learning_rate=0.0002",
                  "--quantize_logits=true"],
     "alexnet": ["--net=alexnet", "--dataset_name=synthetic", "--synthetic_examples=8", "--batch_size=1",
-                "--comm_only=true"],
+                # One fp32 step moves ~1 GB through the ps link: ~80 s at 100 Mbit/s, longer
+                # than the default peer timeout a streamed pull waits for its sum.
+                "--comm_only=true", "--peer_timeout_secs=600", "--rpc_timeout_secs=600"],
 }
 BREAKDOWN = ["compute", "encode", "push", "wait", "pull", "decode", "apply"]
 
@@ -362,7 +364,10 @@ def main():
                 tta[(codec, r)], _ = steps_to_accuracy(args, codec, r, args.target)
     doc = {"runs": rows, "steps_to_target": [{"codec": c, "replicas": r, "steps": s} for (c, r), s in tta.items()],
            "target_top1": args.target, "cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": "),
-           "date": time.strftime("%Y-%m-%d")}
+           "date": time.strftime("%Y-%m-%d"),
+           # The codec kernels the tasks ran (TG_CPU_SIMD reaches every task: tg-cluster passes its environment on).
+           "cpu_simd": os.environ.get("TG_CPU_SIMD", "native: " + ("avx512" if " avx512f" in open("/proc/cpuinfo").read()
+                                                                   else "avx2" if " avx2" in open("/proc/cpuinfo").read() else "other"))}
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1)
