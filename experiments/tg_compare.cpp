@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
+      std::printf("usage: tg-compare [tg-train flags]\n");
       std::printf("tg-compare: fp32 vs TernGrad with the same flags; defaults:");
       for (const auto& d : args) std::printf(" %s", d.c_str());
       std::printf("\n\n%s", tt::train_flags_help().c_str());
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
     tt::parse_train_flags(args, base);
     tt::validate(base);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tg-compare: %s\n", e.what());
+    std::fprintf(stderr, "tg-compare: %s\nusage: tg-compare [tg-train flags] (tg-compare --help lists them)\n", e.what());
     return 2;
   }
   struct Row {

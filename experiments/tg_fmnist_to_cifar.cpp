@@ -15,21 +15,31 @@
 
 #include "terngrad/train/datasets.h"
 
+namespace {
+const char* kUsage = "usage: tg-fmnist-to-cifar [--data_dir=DIR] --out=DIR\n";
+}  // namespace
+
 int main(int argc, char** argv) {
   namespace tt = terngrad::train;
   std::string data_dir = "/usr/share/datasets/fashion-mnist", out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "%s  --data_dir=DIR  Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
+          "  --out=DIR       where data_batch_1..5.bin and test_batch.bin (CIFAR-10 binary format) go\n",
+          kUsage);
+      return 0;
+    }
     if (a.rfind("--data_dir=", 0) == 0) data_dir = a.substr(11);
     else if (a.rfind("--out=", 0) == 0) out = a.substr(6);
     else {
-      std::fprintf(stderr, "tg-fmnist-to-cifar: unknown argument %s\nusage: tg-fmnist-to-cifar [--data_dir=DIR] --out=DIR\n",
-                   a.c_str());
+      std::fprintf(stderr, "tg-fmnist-to-cifar: unknown argument %s\n%s", a.c_str(), kUsage);
       return 2;
     }
   }
   if (out.empty()) {
-    std::fprintf(stderr, "tg-fmnist-to-cifar: --out=DIR is required\n");
+    std::fprintf(stderr, "tg-fmnist-to-cifar: --out=DIR is required\n%s", kUsage);
     return 2;
   }
   try {

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     tt::validate(cfg);
     cluster = tt::cluster_of(cfg);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tg-train: %s\n", e.what());
+    std::fprintf(stderr, "tg-train: %s\nusage: tg-train [--flag=value ...] (tg-train --help lists the flags)\n", e.what());
     return 2;
   }
   if (cluster) {
