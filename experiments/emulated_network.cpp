@@ -21,7 +21,7 @@
 #include <strings.h>
 #include <thread>
 
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 
 namespace terngrad::experiments {
 namespace {
@@ -381,19 +381,19 @@ pid_t EmulatedNetwork::spawn(const Host& host, const std::vector<std::string>& a
 
 LinkCounters EmulatedNetwork::counters(const Host& host) const {
   const std::string out = check({"ip", "-n", host.netns, "-s", "-j", "link", "show", "dev", "eth0"});
-  namespace json = terngrad::comm::json;
-  auto member = [](const json::JsonValue& v, const std::string& key) -> const json::JsonValue& {
-    for (const auto& [k, m] : v.members)
-      if (k == key) return m;
-    throw NetworkError("ip -s -j link show: no \"" + key + "\" in its output");
+  namespace json = terngrad::json;
+  auto member = [](const json::Json& v, const std::string& key) -> const json::Json& {
+    const auto it = v.is_object() ? v.find(key) : v.end();
+    if (it == v.end()) throw NetworkError("ip -s -j link show: no \"" + key + "\" in its output");
+    return *it;
   };
   try {
-    const json::JsonValue v = json::parse_json(out);
-    if (v.items.empty()) throw NetworkError("ip -s -j link show: an empty list");
-    const json::JsonValue& stats = member(v.items[0], "stats64");
+    const json::Json v = json::parse_strict(out);
+    if (!v.is_array() || v.empty()) throw NetworkError("ip -s -j link show: an empty list");
+    const json::Json& stats = member(v[0], "stats64");
     LinkCounters c;
-    c.tx_bytes = member(member(stats, "tx"), "bytes").as_u64("tx bytes");
-    c.rx_bytes = member(member(stats, "rx"), "bytes").as_u64("rx bytes");
+    c.tx_bytes = json::as_u64(member(member(stats, "tx"), "bytes"), "tx bytes");
+    c.rx_bytes = json::as_u64(member(member(stats, "rx"), "bytes"), "rx bytes");
     return c;
   } catch (const NetworkError&) {
     throw;

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "tensorboard_events.h"
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 
 namespace terngrad::experiments {
 namespace {
 
 namespace fs = std::filesystem;
-namespace json = terngrad::comm::json;
+namespace json = terngrad::json;
 
 // Marks the event files this converter owns, so a re-run replaces its own
 // file and never touches event files written by anything else.
@@ -31,25 +31,24 @@ struct Scalar {
   double value;
 };
 
-const json::JsonValue* member(const json::JsonValue& obj, const std::string& key) {
-  for (const auto& [k, v] : obj.members)
-    if (k == key) return &v;
-  return nullptr;
+const json::Json* member(const json::Json& obj, const std::string& key) {
+  const auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
 }
 
 // A number field, or nullopt when absent or null (the writer turns NaN/Inf
 // into null). Any other type is an error.
-std::optional<double> number_field(const json::JsonValue& obj, const std::string& key) {
-  const json::JsonValue* v = member(obj, key);
-  if (v == nullptr || v->type == json::JsonValue::Type::kNull) return std::nullopt;
-  if (v->type != json::JsonValue::Type::kNumber) throw std::runtime_error("\"" + key + "\" is not a number");
-  return std::strtod(v->text.c_str(), nullptr);
+std::optional<double> number_field(const json::Json& obj, const std::string& key) {
+  const json::Json* v = member(obj, key);
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  if (!v->is_number()) throw std::runtime_error("\"" + key + "\" is not a number");
+  return v->get<double>();
 }
 
-int64_t step_field(const json::JsonValue& obj) {
-  const json::JsonValue* v = member(obj, "step");
+int64_t step_field(const json::Json& obj) {
+  const json::Json* v = member(obj, "step");
   if (v == nullptr) throw std::runtime_error("missing \"step\"");
-  return static_cast<int64_t>(v->as_u64("\"step\""));
+  return static_cast<int64_t>(json::as_u64(*v, "\"step\""));
 }
 
 // Reads one JSONL file, appending its scalars. bytes_sent_cumulative carries
@@ -61,15 +60,14 @@ void read_jsonl(const fs::path& file, std::vector<Scalar>& out, double& bytes_se
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      const json::JsonValue obj = json::parse_json(line);
-      if (obj.type != json::JsonValue::Type::kObject) throw std::runtime_error("not a JSON object");
-      const json::JsonValue* event = member(obj, "event");
-      if (event == nullptr || event->type != json::JsonValue::Type::kString)
-        throw std::runtime_error("missing \"event\" string");
+      const json::Json obj = json::parse_strict(line);
+      if (!obj.is_object()) throw std::runtime_error("not a JSON object");
+      const json::Json* event = member(obj, "event");
+      if (event == nullptr || !event->is_string()) throw std::runtime_error("missing \"event\" string");
       const auto add = [&](const char* key, const std::string& tag, int64_t step) {
         if (const auto v = number_field(obj, key)) out.push_back({tag, step, *v});
       };
-      if (event->text == "train") {
+      if (*event == "train") {
         const int64_t step = step_field(obj);
         add("loss", "train/loss", step);
         add("learning_rate", "train/learning_rate", step);
@@ -82,7 +80,7 @@ void read_jsonl(const fs::path& file, std::vector<Scalar>& out, double& bytes_se
           out.push_back({"comm/bytes_sent_per_worker_cumulative", step, bytes_sent_cumulative});
         }
         last_train_step = step;
-      } else if (event->text == "eval") {
+      } else if (*event == "eval") {
         const int64_t step = step_field(obj);
         add("top1", "eval/top1", step);
         add("top5", "eval/top5", step);

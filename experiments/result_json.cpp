@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "terngrad/base/json.h"
 #include "terngrad/train/atomic_file.h"
 
 namespace terngrad::experiments {
@@ -33,22 +34,31 @@ std::string result_summary(const train::TrainConfig& cfg, const train::TrainResu
 }
 
 void write_result_json(const std::string& path, const train::TrainConfig& cfg, const train::TrainResult& r) {
-  char buf[4096];
-  const int n = std::snprintf(buf, sizeof buf,
-               "{\"net\": \"%s\", \"num_nodes\": %d, \"batch_size\": %lld, \"grad_bits\": %d, \"clip_factor\": %g, "
-               "\"seed\": %llu, \"steps\": %lld, \"top1\": %.6f, \"top5\": %.6f, \"ema_top1\": %.6f, "
-               "\"ema_top5\": %.6f, \"eval_examples\": %lld, \"final_loss\": %.6f, "
-               "\"bytes_sent_per_worker_step\": %.1f, \"bytes_recv_per_worker_step\": %.1f, "
-               "\"fp32_bytes_per_worker_step\": %.1f, \"wire_bytes_sent_per_worker_step\": %.1f, "
-               "\"wire_bytes_recv_per_worker_step\": %.1f, \"stale_pushes\": %lld, "
-               "\"examples_per_sec\": %.3f, \"wall_seconds\": %.3f, \"codecs\": \"%s\"}\n",
-               cfg.net.c_str(), cfg.num_nodes, (long long)cfg.batch_size, cfg.grad_bits, cfg.clip_factor,
-               (unsigned long long)cfg.seed, (long long)r.steps, r.top1, r.top5, r.ema_top1, r.ema_top5,
-               (long long)r.eval_examples, r.final_loss, r.bytes_sent_per_worker_step, r.bytes_recv_per_worker_step,
-               r.fp32_bytes_per_worker_step, r.wire_bytes_sent_per_worker_step, r.wire_bytes_recv_per_worker_step,
-               (long long)r.stale_pushes, r.examples_per_sec, r.wall_seconds, r.codec_summary.c_str());
-  if (n < 0 || n >= static_cast<int>(sizeof buf)) throw std::runtime_error(path + ": result too long to format");
-  train::write_file_atomically(path, buf);
+  const json::Json result = {
+      {"net", cfg.net},
+      {"num_nodes", cfg.num_nodes},
+      {"batch_size", cfg.batch_size},
+      {"grad_bits", cfg.grad_bits},
+      {"clip_factor", cfg.clip_factor},
+      {"seed", cfg.seed},
+      {"steps", r.steps},
+      {"top1", r.top1},
+      {"top5", r.top5},
+      {"ema_top1", r.ema_top1},
+      {"ema_top5", r.ema_top5},
+      {"eval_examples", r.eval_examples},
+      {"final_loss", r.final_loss},
+      {"bytes_sent_per_worker_step", r.bytes_sent_per_worker_step},
+      {"bytes_recv_per_worker_step", r.bytes_recv_per_worker_step},
+      {"fp32_bytes_per_worker_step", r.fp32_bytes_per_worker_step},
+      {"wire_bytes_sent_per_worker_step", r.wire_bytes_sent_per_worker_step},
+      {"wire_bytes_recv_per_worker_step", r.wire_bytes_recv_per_worker_step},
+      {"stale_pushes", r.stale_pushes},
+      {"examples_per_sec", r.examples_per_sec},
+      {"wall_seconds", r.wall_seconds},
+      {"codecs", r.codec_summary},
+  };
+  train::write_file_atomically(path, json::dump_pretty(result) + "\n");
 }
 
 }  // namespace terngrad::experiments

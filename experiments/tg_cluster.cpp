@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "emulated_network.h"
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 #include "terngrad/train/atomic_file.h"
 
 namespace {
@@ -75,7 +75,8 @@ struct Options {
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "tg-cluster: %s\n(see tg-cluster --help)\n", msg.c_str());
+  std::fprintf(stderr, "tg-cluster: %s\nusage: tg-cluster [launcher flags] -- [tg-train flags] (tg-cluster --help lists them)\n",
+               msg.c_str());
   std::exit(2);
 }
 
@@ -200,11 +201,12 @@ struct Task {
   double seconds = 0;
 };
 
-std::string json_list(const std::vector<Task>& tasks, const std::string& type) {
-  std::string s = "[";
+// The addresses of the tasks of one type, as TF_CONFIG lists them.
+terngrad::json::Json addresses_of(const std::vector<Task>& tasks, const std::string& type) {
+  terngrad::json::Json list = terngrad::json::Json::array();
   for (const Task& t : tasks)
-    if (t.type == type) s += (s.size() > 1 ? ", \"" : "\"") + t.address + "\"";
-  return s + "]";
+    if (t.type == type) list.push_back(t.address);
+  return list;
 }
 
 std::string tail_of(const fs::path& file, int lines) {
@@ -263,39 +265,28 @@ std::string megabytes(uint64_t bytes) {
 // payload the trainer counts), and the one-line summary of the ps links.
 void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx::EmulatedNetwork& net,
                       double wall_seconds, const std::string& outcome) {
-  namespace json = terngrad::comm::json;
-  std::string j = "{";
-  auto key = [&j](const char* k) {
-    if (j.size() > 1) j += ", ";
-    json::append_json_string(j, k);
-    j += ": ";
-  };
-  key("link_rate"), json::append_json_string(j, o.link_rate);
-  // Counts as integers (append_json_number would write 1e+08).
-  key("link_rate_bps"), j += std::to_string(o.link_rate_bps);
-  key("ps_link_rate"), json::append_json_string(j, o.ps_link_rate);
-  key("ps_link_rate_bps"), j += std::to_string(o.ps_link_rate_bps);
-  key("wall_seconds"), json::append_json_number(j, wall_seconds);
-  key("outcome"), json::append_json_string(j, outcome);
-  key("tasks");
-  j += "[";
+  terngrad::json::Json j;
+  j["link_rate"] = o.link_rate;
+  j["link_rate_bps"] = o.link_rate_bps;
+  j["ps_link_rate"] = o.ps_link_rate;
+  j["ps_link_rate_bps"] = o.ps_link_rate_bps;
+  j["wall_seconds"] = wall_seconds;
+  j["outcome"] = outcome;
+  j["tasks"] = terngrad::json::Json::array();
   uint64_t ps_tx = 0, ps_rx = 0;
   int ps_count = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const tx::EmulatedNetwork::Host& h = net.hosts().at(i);
     const tx::LinkCounters c = net.counters(h);
     if (tasks[i].type == "ps") ps_tx += c.tx_bytes, ps_rx += c.rx_bytes, ++ps_count;
-    j += i ? ",\n  {" : "\n  {";
-    json::append_json_string(j, "task"), j += ": ", json::append_json_string(j, tasks[i].type + "-" + std::to_string(tasks[i].index));
-    j += ", ", json::append_json_string(j, "address"), j += ": ", json::append_json_string(j, h.address);
-    j += ", ", json::append_json_string(j, "link_rate_bps"), j += ": ", j += std::to_string(h.rate_bps);
-    j += ", ", json::append_json_string(j, "tx_bytes"), j += ": ", j += std::to_string(c.tx_bytes);
-    j += ", ", json::append_json_string(j, "rx_bytes"), j += ": ", j += std::to_string(c.rx_bytes);
-    j += "}";
+    j["tasks"].push_back({{"task", tasks[i].type + "-" + std::to_string(tasks[i].index)},
+                          {"address", h.address},
+                          {"link_rate_bps", h.rate_bps},
+                          {"tx_bytes", c.tx_bytes},
+                          {"rx_bytes", c.rx_bytes}});
   }
-  j += "\n]}\n";
   const fs::path path = fs::path(o.log_dir) / "link_stats.json";
-  terngrad::train::write_file_atomically(path.string(), j);
+  terngrad::train::write_file_atomically(path.string(), terngrad::json::dump_pretty(j) + "\n");
   const double secs = std::max(wall_seconds, 1e-9);
   std::fprintf(stderr,
                "tg-cluster: ps links (%s each way): %d ps sent %s and received %s in %.1f s "
@@ -367,10 +358,9 @@ int run(Options& o) {
     }
   }
 
-  std::string cluster = "{\"ps\": " + json_list(tasks, "ps") + ", \"worker\": " + json_list(tasks, "worker");
-  if (o.chief) cluster += ", \"chief\": " + json_list(tasks, "chief");
-  if (o.evaluator) cluster += ", \"evaluator\": " + json_list(tasks, "evaluator");
-  cluster += "}";
+  terngrad::json::Json cluster = {{"ps", addresses_of(tasks, "ps")}, {"worker", addresses_of(tasks, "worker")}};
+  if (o.chief) cluster["chief"] = addresses_of(tasks, "chief");
+  if (o.evaluator) cluster["evaluator"] = addresses_of(tasks, "evaluator");
   std::fprintf(stderr, "tg-cluster: %d ps, %d replicas (%s), %s; logs in %s\n", o.num_ps, replicas,
                o.chief ? "chief + workers" : "worker 0 is the chief", o.evaluator ? "an evaluator" : "no evaluator",
                o.log_dir.c_str());
@@ -382,8 +372,8 @@ int run(Options& o) {
   const auto run_start = Clock::now();
   for (size_t k = 0; k < tasks.size(); ++k) {
     Task& t = tasks[k];
-    const std::string tf_config = "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" + t.type +
-                                  "\", \"index\": " + std::to_string(t.index) + "}}";
+    const std::string tf_config =
+        terngrad::json::dump_line({{"cluster", cluster}, {"task", {{"type", t.type}, {"index", t.index}}}});
     std::vector<std::string> args = {o.tg_train};
     args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
     if (!user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : threads));

@@ -32,7 +32,7 @@
 #include "experiment_config.h"
 #include "result_json.h"
 #include "tensorboard_events.h"
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 #include "terngrad/train/atomic_file.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
@@ -201,42 +201,29 @@ std::string read_file(const fs::path& p) {
 }
 
 std::string run_json(const GridPoint& p) {
-  namespace json = terngrad::comm::json;
   const tx::ExperimentConfig& c = p.cfg;
-  std::string j = "{";
-  auto key = [&j](const char* k) {
-    if (j.size() > 1) j += ", ";
-    json::append_json_string(j, k);
-    j += ": ";
-  };
-  auto text = [&](const char* k, const std::string& v) { key(k), json::append_json_string(j, v); };
-  auto number = [&](const char* k, double v) { key(k), json::append_json_number(j, v); };
-  text("experiment", c.name());
-  text("codec", tx::codec_label(c));
-  number("workers", c.cluster().num_workers());
-  number("seed", static_cast<double>(c.seeds(0)));
-  number("steps", static_cast<double>(p.steps));
-  text("net", p.flags.at(0).substr(6));  // --net=...
-  text("dataset", c.dataset().name());
-  text("mode", c.cluster().mode() == tx::Cluster::LOCAL_CLUSTER ? "local_cluster" : "in_process");
-  text("config_file", p.source);
+  terngrad::json::Json j;
+  j["experiment"] = c.name();
+  j["codec"] = tx::codec_label(c);
+  j["workers"] = c.cluster().num_workers();
+  j["seed"] = c.seeds(0);
+  j["steps"] = p.steps;
+  j["net"] = p.flags.at(0).substr(6);  // --net=...
+  j["dataset"] = c.dataset().name();
+  j["mode"] = c.cluster().mode() == tx::Cluster::LOCAL_CLUSTER ? "local_cluster" : "in_process";
+  j["config_file"] = p.source;
   if (!c.cluster().link_rate().empty()) {
-    text("link_rate", c.cluster().link_rate());
-    text("ps_link_rate", c.cluster().ps_link_rate().empty() ? c.cluster().link_rate() : c.cluster().ps_link_rate());
+    j["link_rate"] = c.cluster().link_rate();
+    j["ps_link_rate"] = c.cluster().ps_link_rate().empty() ? c.cluster().link_rate() : c.cluster().ps_link_rate();
   }
   for (const auto& r : c.paper()) {
     if (r.workers() != c.cluster().num_workers()) continue;
-    text("paper_table", r.table());
-    if (r.has_top1()) number("paper_top1", r.top1());
-    if (r.has_top5()) number("paper_top5", r.top5());
+    j["paper_table"] = r.table();
+    if (r.has_top1()) j["paper_top1"] = r.top1();
+    if (r.has_top5()) j["paper_top5"] = r.top5();
   }
-  key("tg_train_flags");
-  j += "[";
-  for (size_t i = 0; i < p.flags.size(); ++i) {
-    if (i) j += ", ";
-    json::append_json_string(j, p.flags[i]);
-  }
-  return j + "]}\n";
+  j["tg_train_flags"] = p.flags;
+  return terngrad::json::dump_pretty(j) + "\n";
 }
 
 // execv's argument vector over args (which must outlive it).
@@ -389,11 +376,21 @@ int cmd_report(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+  if (argc < 2) {
+    std::fprintf(stderr, "tg-experiment: no command given\n%s", kUsage);
+    return 2;
+  }
+  if (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::printf("%s", kUsage);
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
   const std::string cmd = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+  }
   Options o;
   try {
     o = parse_options(std::vector<std::string>(argv + 2, argv + argc));

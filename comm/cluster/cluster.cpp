@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 
 namespace terngrad::comm {
 
@@ -152,48 +153,46 @@ void validate_cluster(const ClusterSpec& s) {
 }
 
 ClusterSpec parse_tf_config(std::string_view text) {
-  json::JsonValue root;
+  json::Json root;
   try {
-    root = json::parse_json(text);
+    root = json::parse_strict(text);
   } catch (const std::exception& e) {
     bad(std::string("TF_CONFIG is not valid JSON: ") + e.what());
   }
-  using Type = json::JsonValue::Type;
-  if (root.type != Type::kObject) bad("TF_CONFIG must be a JSON object with \"cluster\" and \"task\"");
+  if (!root.is_object()) bad("TF_CONFIG must be a JSON object with \"cluster\" and \"task\"");
   ClusterSpec s;
-  const json::JsonValue *cluster = nullptr, *task = nullptr;
-  for (const auto& [k, v] : root.members) {
+  const json::Json *cluster = nullptr, *task = nullptr;
+  for (const auto& [k, v] : root.items()) {
     if (k == "cluster") cluster = &v;
     else if (k == "task") task = &v;
     else if (k != "environment" && k != "rpc_layer") bad("TF_CONFIG: unknown field \"" + k + "\"");
   }
-  if (!cluster || cluster->type != Type::kObject) bad("TF_CONFIG.cluster: missing or not an object");
-  if (!task || task->type != Type::kObject) bad("TF_CONFIG.task: missing or not an object");
-  for (const auto& [role, hosts] : cluster->members) {
+  if (!cluster || !cluster->is_object()) bad("TF_CONFIG.cluster: missing or not an object");
+  if (!task || !task->is_object()) bad("TF_CONFIG.task: missing or not an object");
+  for (const auto& [role, hosts] : cluster->items()) {
     const std::string field = "TF_CONFIG.cluster." + role;
     const TaskType t = parse_task_type(role, "TF_CONFIG.cluster");
-    if (hosts.type != Type::kArray) bad(field + ": not an array of \"host:port\" strings");
+    if (!hosts.is_array()) bad(field + ": not an array of \"host:port\" strings");
     auto& list = list_of(s, t);
     if (!list.empty()) bad(field + ": listed twice");
-    for (size_t i = 0; i < hosts.items.size(); ++i) {
+    for (size_t i = 0; i < hosts.size(); ++i) {
       const std::string what = field + "[" + std::to_string(i) + "]";
-      if (hosts.items[i].type != Type::kString) bad(what + ": not a string");
-      list.push_back(parse_host_port(hosts.items[i].text, what));
+      if (!hosts[i].is_string()) bad(what + ": not a string");
+      list.push_back(parse_host_port(hosts[i].get<std::string>(), what));
     }
   }
   bool have_type = false, have_index = false;
-  for (const auto& [k, v] : task->members) {
+  for (const auto& [k, v] : task->items()) {
     if (k == "type") {
-      if (v.type != Type::kString) bad("TF_CONFIG.task.type: not a string");
-      s.task_type = parse_task_type(v.text, "TF_CONFIG.task.type");
+      if (!v.is_string()) bad("TF_CONFIG.task.type: not a string");
+      s.task_type = parse_task_type(v.get<std::string>(), "TF_CONFIG.task.type");
       have_type = true;
     } else if (k == "index") {
-      if (v.type != Type::kNumber) bad("TF_CONFIG.task.index: not a number");
-      int idx = -1;
-      const auto r = std::from_chars(v.text.data(), v.text.data() + v.text.size(), idx);
-      if (r.ec != std::errc() || r.ptr != v.text.data() + v.text.size() || idx < 0)
-        bad("TF_CONFIG.task.index: " + v.text + " is not a non-negative integer");
-      s.task_index = idx;
+      if (!v.is_number()) bad("TF_CONFIG.task.index: not a number");
+      const bool valid = v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                         v.get<int64_t>() <= std::numeric_limits<int>::max();
+      if (!valid) bad("TF_CONFIG.task.index: " + v.dump() + " is not a non-negative integer");
+      s.task_index = static_cast<int>(v.get<int64_t>());
       have_index = true;
     } else if (k != "trial" && k != "cloud") {
       bad("TF_CONFIG.task: unknown field \"" + k + "\"");

@@ -27,11 +27,11 @@
 
 #include "emulated_network.h"
 #include "run_command.h"
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 
 namespace fs = std::filesystem;
 namespace tx = terngrad::experiments;
-namespace json = terngrad::comm::json;
+namespace json = terngrad::json;
 using Clock = std::chrono::steady_clock;
 using terngrad::testing::Proc;
 using terngrad::testing::run_command;
@@ -62,12 +62,13 @@ std::string slurp(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-const json::JsonValue& member(const json::JsonValue& v, const std::string& key) {
-  for (const auto& [k, m] : v.members)
-    if (k == key) return m;
-  throw std::runtime_error("no member " + key);
+const json::Json& member(const json::Json& v, const std::string& key) {
+  const auto it = v.find(key);
+  if (it == v.end()) throw std::runtime_error("no member " + key);
+  return *it;
 }
-double number(const json::JsonValue& v, const std::string& key) { return std::stod(member(v, key).text); }
+double number(const json::Json& v, const std::string& key) { return member(v, key).get<double>(); }
+std::string text(const json::Json& v, const std::string& key) { return member(v, key).get<std::string>(); }
 
 // A live process (zombies, which hold no namespace and run nothing, count as gone).
 bool alive(pid_t pid) {
@@ -342,18 +343,18 @@ TEST_F(Network, ShapedRunTakesAtLeastPayloadOverRateAndLeavesNothing) {
   EXPECT_NE(out.find("tg-cluster: ps links (50mbit each way)"), std::string::npos) << out;
 
   // link_stats.json
-  const json::JsonValue stats = json::parse_json(slurp(dir_ / "run" / "logs" / "link_stats.json"));
+  const json::Json stats = json::parse_strict(slurp(dir_ / "run" / "logs" / "link_stats.json"));
   EXPECT_EQ(number(stats, "link_rate_bps"), rate);
   EXPECT_EQ(number(stats, "ps_link_rate_bps"), ps_rate);
-  EXPECT_EQ(member(stats, "outcome").text, "ok");
+  EXPECT_EQ(text(stats, "outcome"), "ok");
   const double wall = number(stats, "wall_seconds");
-  std::map<std::string, const json::JsonValue*> task;
-  for (const auto& t : member(stats, "tasks").items) task[member(t, "task").text] = &t;
+  std::map<std::string, const json::Json*> task;
+  for (const auto& t : member(stats, "tasks")) task[text(t, "task")] = &t;
   ASSERT_EQ(task.size(), 2u);
-  const json::JsonValue& ps = *task.at("ps-0");
-  const json::JsonValue& chief = *task.at("chief-0");
-  EXPECT_EQ(member(ps, "address").text, "10.77.0.1");
-  EXPECT_EQ(member(chief, "address").text, "10.77.0.2");
+  const json::Json& ps = *task.at("ps-0");
+  const json::Json& chief = *task.at("chief-0");
+  EXPECT_EQ(text(ps, "address"), "10.77.0.1");
+  EXPECT_EQ(text(chief, "address"), "10.77.0.2");
   EXPECT_EQ(number(ps, "link_rate_bps"), ps_rate);
   EXPECT_EQ(number(chief, "link_rate_bps"), rate);
 
@@ -362,8 +363,8 @@ TEST_F(Network, ShapedRunTakesAtLeastPayloadOverRateAndLeavesNothing) {
   double payload = 0, slowest_rate_time = 0;
   std::vector<double> step_secs;
   for (std::string line; std::getline(metrics, line);) {
-    const json::JsonValue m = json::parse_json(line);
-    if (member(m, "event").text != "train") continue;
+    const json::Json m = json::parse_strict(line);
+    if (text(m, "event") != "train") continue;
     payload = number(m, "bytes_sent_per_worker");
     step_secs.push_back(8 / number(m, "examples_per_sec"));  // batch 8, one step per line
   }
@@ -456,7 +457,7 @@ TEST_F(Network, TgExperimentSweepsLinkRates) {
   ASSERT_EQ(p.exit_code, 0) << p.output;
   for (const auto& [rate, bps] : {std::pair<std::string, double>{"100mbit", 1e8}, {"1gbit", 1e9}}) {
     const fs::path run = dir_ / "runs/links" / ("link-" + rate) / "w1/seed1";
-    const json::JsonValue stats = json::parse_json(slurp(run / "logs/link_stats.json"));
+    const json::Json stats = json::parse_strict(slurp(run / "logs/link_stats.json"));
     EXPECT_EQ(number(stats, "link_rate_bps"), bps) << rate;
     EXPECT_EQ(number(stats, "ps_link_rate_bps"), 2e8) << "the config's ps rate stays";
     EXPECT_NE(slurp(run / "run.json").find("\"link_rate\": \"" + rate + "\""), std::string::npos) << rate;

@@ -1,54 +1,48 @@
 // JsonObject and JsonlWriter (metrics.h).
-#include <charconv>
 #include <stdexcept>
 
 #include "file_io.h"
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 #include "terngrad/train/metrics.h"
 
 namespace terngrad::train {
 
-void JsonObject::key(std::string_view k) {
-  if (!body_.empty()) body_ += ",";
-  comm::json::append_json_string(body_, k);
-  body_ += ":";
-}
+JsonObject::JsonObject() : fields_(std::make_unique<json::Json>(json::Json::object())) {}
+JsonObject::~JsonObject() = default;
+JsonObject::JsonObject(JsonObject&&) noexcept = default;
+JsonObject& JsonObject::operator=(JsonObject&&) noexcept = default;
 
 JsonObject& JsonObject::add(std::string_view k, std::string_view value) {
-  key(k);
-  comm::json::append_json_string(body_, value);
+  (*fields_)[std::string(k)] = std::string(value);
   return *this;
 }
 
 JsonObject& JsonObject::add(std::string_view k, bool value) {
-  key(k);
-  body_ += value ? "true" : "false";
+  (*fields_)[std::string(k)] = value;
   return *this;
 }
 
 JsonObject& JsonObject::add(std::string_view k, double value) {
-  key(k);
-  comm::json::append_json_number(body_, value);
+  (*fields_)[std::string(k)] = value;  // NaN and +-Inf are written as null
   return *this;
 }
 
 JsonObject& JsonObject::add_int(std::string_view k, int64_t value) {
-  key(k);
-  body_ += std::to_string(value);
+  (*fields_)[std::string(k)] = value;
   return *this;
 }
 
 JsonObject& JsonObject::add_uint(std::string_view k, uint64_t value) {
-  key(k);
-  body_ += std::to_string(value);
+  (*fields_)[std::string(k)] = value;
   return *this;
 }
 
 JsonObject& JsonObject::add_null(std::string_view k) {
-  key(k);
-  body_ += "null";
+  (*fields_)[std::string(k)] = nullptr;
   return *this;
 }
+
+std::string JsonObject::str() const { return json::dump_line(*fields_); }
 
 JsonlWriter::JsonlWriter(std::string path, bool append) : path_(std::move(path)) {
   bool torn = false;

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "file_io.h"
-#include "terngrad/comm/json.h"
+#include "terngrad/base/json.h"
 
 namespace terngrad::train {
 
@@ -22,19 +22,11 @@ constexpr uint64_t kMaxHeader = 100'000'000;
 void export_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
                         const std::map<std::string, std::string>& metadata) {
   auto bad = [&](const std::string& msg) { throw std::invalid_argument("export_safetensors(" + path + "): " + msg); };
-  std::string header = "{";
+  json::Json doc = json::Json::object();
   if (!metadata.empty()) {
-    comm::json::append_json_string(header, kMetadataKey);
-    header += ":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ",";
-      first = false;
-      comm::json::append_json_string(header, k);
-      header += ":";
-      comm::json::append_json_string(header, v);
-    }
-    header += "}";
+    json::Json meta = json::Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    doc[kMetadataKey] = std::move(meta);
   }
   std::set<std::string> seen;
   uint64_t offset = 0;
@@ -47,18 +39,11 @@ void export_safetensors(const std::string& path, const std::vector<std::pair<std
     if (static_cast<uint64_t>(n) != t->data.size())
       bad("tensor '" + name + "' has shape " + detail::format_shape(t->shape) + " but holds " +
           std::to_string(t->data.size()) + " values");
-    if (header.size() > 1) header += ",";
-    comm::json::append_json_string(header, name);
-    header += ":{\"dtype\":\"F32\",\"shape\":[";
-    for (size_t i = 0; i < t->shape.size(); ++i) {
-      if (i) header += ",";
-      header += std::to_string(t->shape[i]);
-    }
     const uint64_t end = offset + 4 * t->data.size();
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+    doc[name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
-  header += "}";
+  std::string header = json::dump_line(doc);
   // Pad with spaces (valid JSON whitespace) so the data section is 8-byte
   // aligned, which lets readers map the file and view tensors in place.
   header.append((8 - header.size() % 8) % 8, ' ');
@@ -90,47 +75,46 @@ SafetensorsFile read_safetensors(const std::string& path) {
          std::to_string(bytes.size() - 8) + " remaining bytes (or the 100 MB limit)");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, out.header_length);
   if (text.empty() || text[0] != '{') fail("header does not start with '{'");
-  comm::json::JsonValue root;
+  json::Json root;
   try {
-    root = comm::json::parse_json(text);
+    root = json::parse_strict(text);
   } catch (const std::exception& e) {
     fail(std::string("header: ") + e.what());
   }
-  if (root.type != comm::json::JsonValue::Type::kObject) fail("header is not a JSON object");
+  if (!root.is_object()) fail("header is not a JSON object");
   const uint64_t data_start = 8 + out.header_length;
   const uint64_t data_size = bytes.size() - data_start;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
-  for (const auto& [name, v] : root.members) {
+  for (const auto& [name, v] : root.items()) {
     if (name == kMetadataKey) {
-      if (v.type != comm::json::JsonValue::Type::kObject) fail("__metadata__ is not an object");
-      for (const auto& [k, s] : v.members) {
-        if (s.type != comm::json::JsonValue::Type::kString) fail("__metadata__ value of '" + k + "' is not a string");
-        out.metadata[k] = s.text;
+      if (!v.is_object()) fail("__metadata__ is not an object");
+      for (const auto& [k, s] : v.items()) {
+        if (!s.is_string()) fail("__metadata__ value of '" + k + "' is not a string");
+        out.metadata[k] = s.get<std::string>();
       }
       continue;
     }
     const std::string what = "tensor '" + name + "'";
     if (out.tensors.count(name)) fail("duplicate " + what);
-    if (v.type != comm::json::JsonValue::Type::kObject) fail(what + " is not an object");
-    const comm::json::JsonValue *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
-    for (const auto& [k, m] : v.members) {
+    if (!v.is_object()) fail(what + " is not an object");
+    const json::Json *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
+    for (const auto& [k, m] : v.items()) {
       if (k == "dtype") dtype = &m;
       else if (k == "shape") shape = &m;
       else if (k == "data_offsets") offsets = &m;
       else fail(what + " has unknown field '" + k + "'");
     }
     if (!dtype || !shape || !offsets) fail(what + " lacks dtype, shape or data_offsets");
-    if (dtype->type != comm::json::JsonValue::Type::kString || dtype->text != "F32")
-      fail(what + " has dtype " + (dtype->type == comm::json::JsonValue::Type::kString ? dtype->text : "?") +
+    if (!dtype->is_string() || dtype->get<std::string>() != "F32")
+      fail(what + " has dtype " + (dtype->is_string() ? dtype->get<std::string>() : "?") +
            ", this reader handles F32 only");
-    if (shape->type != comm::json::JsonValue::Type::kArray) fail(what + " shape is not an array");
-    if (offsets->type != comm::json::JsonValue::Type::kArray || offsets->items.size() != 2)
-      fail(what + " data_offsets is not [begin, end]");
+    if (!shape->is_array()) fail(what + " shape is not an array");
+    if (!offsets->is_array() || offsets->size() != 2) fail(what + " data_offsets is not [begin, end]");
     Tensor t;
-    for (const auto& d : shape->items) t.shape.push_back(static_cast<int64_t>(d.as_u64(path + ": " + what + " dimension")));
+    for (const auto& d : *shape) t.shape.push_back(static_cast<int64_t>(json::as_u64(d, path + ": " + what + " dimension")));
     const int64_t n = detail::element_count(t.shape, path + ": " + what);
-    const uint64_t b = offsets->items[0].as_u64(path + ": " + what + " begin offset");
-    const uint64_t e = offsets->items[1].as_u64(path + ": " + what + " end offset");
+    const uint64_t b = json::as_u64((*offsets)[0], path + ": " + what + " begin offset");
+    const uint64_t e = json::as_u64((*offsets)[1], path + ": " + what + " end offset");
     if (b > e || e > data_size)
       fail(what + " data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + "] outside the " +
            std::to_string(data_size) + "-byte data section");

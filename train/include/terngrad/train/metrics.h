@@ -6,17 +6,27 @@
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
+#include "terngrad/base/json_fwd.h"
+
 namespace terngrad::train {
 
-// One flat JSON object, built field by field in insertion order. Strings are
-// escaped; non-finite doubles (which JSON cannot represent) become null.
+// One flat JSON object, built field by field in insertion order (a key added
+// again keeps its place and takes the new value). Non-finite doubles (which
+// JSON cannot represent) become null. The JSON library stays out of this
+// header: only jsonl_writer.cpp sees it.
 class JsonObject {
  public:
+  JsonObject();
+  ~JsonObject();
+  JsonObject(JsonObject&&) noexcept;
+  JsonObject& operator=(JsonObject&&) noexcept;
+
   JsonObject& add(std::string_view key, std::string_view value);
   JsonObject& add(std::string_view key, const std::string& value) { return add(key, std::string_view(value)); }
   JsonObject& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
@@ -30,13 +40,13 @@ class JsonObject {
   }
   JsonObject& add_null(std::string_view key);
 
-  std::string str() const { return "{" + body_ + "}"; }
+  // One line of compact JSON.
+  std::string str() const;
 
  private:
   JsonObject& add_int(std::string_view key, int64_t value);
   JsonObject& add_uint(std::string_view key, uint64_t value);
-  void key(std::string_view k);
-  std::string body_;
+  std::unique_ptr<json::Json> fields_;
 };
 
 // Appends (append = true, what a resumed run does) or truncates, one object
