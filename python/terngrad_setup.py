@@ -79,7 +79,11 @@ def build_libterngrad(destination_dir):
                      "-DTG_LIBRARY_ONLY=ON", "-DTG_CUDA=OFF", "-DTG_NATIVE=OFF",
                      "-DCMAKE_BUILD_TYPE=Release",
                      "-DCMAKE_LIBRARY_OUTPUT_DIRECTORY=" + str(library_dir)]
-        configure += shlex.split(os.environ.get("TERNGRAD_CMAKE_ARGS", ""))
+        try:
+            configure += shlex.split(os.environ.get("TERNGRAD_CMAKE_ARGS", ""))
+        except ValueError as e:
+            raise SetupError("terngrad: TERNGRAD_CMAKE_ARGS=%r is not a valid shell word list: %s"
+                             % (os.environ["TERNGRAD_CMAKE_ARGS"], e)) from None
         _run(configure, "configuring libterngrad (cmake -S %s)" % REPO_ROOT)
 
         build = [cmake, "--build", build_dir, "--target", "terngrad_capi"]
