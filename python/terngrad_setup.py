@@ -92,7 +92,7 @@ def build_libterngrad(destination_dir):
             build += ["--parallel", str(os.cpu_count() or 1)]
         _run(build, "building libterngrad (cmake --build --target terngrad_capi)")
 
-        built = library_dir / BUNDLED_LIBRARY  # the namelink: copyfile follows it
+        built = library_dir / BUNDLED_LIBRARY  # the namelink: copy2 copies what it points to
         if not built.exists():
             raise ExecError("terngrad: the build finished but %s is missing" % built)
         destination_dir.mkdir(parents=True, exist_ok=True)
