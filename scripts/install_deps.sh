@@ -8,6 +8,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc nlohmann-json3-dev
   dataset-fashion-mnist
   python3-numpy python3-torch python3-matplotlib
+  python3-venv python3-pip python3-setuptools python3-wheel
   g++-aarch64-linux-gnu qemu-user
 )
 missing=()

@@ -2,9 +2,11 @@
 
 Where the library is looked for, in order:
   1. the path in the environment variable TERNGRAD_LIBRARY (build trees, tests);
-  2. the libdir of an installed tree: `cmake --install` puts this package in
+  2. libterngrad.so next to this file: `pip install ./python` builds the
+     library with CMake and bundles it there (python/terngrad_setup.py);
+  3. the libdir of an installed tree: `cmake --install` puts this package in
      <libdir>/python3/dist-packages/terngrad, three levels below the library;
-  3. the dynamic loader's search path (LD_LIBRARY_PATH, ldconfig) by soname.
+  4. the dynamic loader's search path (LD_LIBRARY_PATH, ldconfig) by soname.
 """
 import ctypes
 import os
@@ -14,6 +16,9 @@ from pathlib import Path
 # terngrad.h, and the soname the library has for it.
 API_MAJOR, API_MINOR = 0, 1
 SONAME = "libterngrad.so.%d.%d" % (API_MAJOR, API_MINOR)
+# The copy a pip install bundles: unversioned, the C API version is checked
+# after loading.
+BUNDLED_NAME = "libterngrad.so"
 
 _c_tg_status = ctypes.c_int
 _codec_p = ctypes.c_void_p
@@ -36,8 +41,10 @@ def _candidates():
     env = os.environ.get("TERNGRAD_LIBRARY")
     if env:
         return [env]  # an explicit choice: no silent fallback to another copy
-    installed = Path(__file__).resolve().parents[3] / SONAME
-    return [str(installed), SONAME]
+    here = Path(__file__).resolve()
+    bundled = here.with_name(BUNDLED_NAME)
+    installed = here.parents[3] / SONAME
+    return [str(bundled), str(installed), SONAME]
 
 
 def _load():
@@ -49,7 +56,8 @@ def _load():
             tried.append("%s (%s)" % (path, e))
     raise ImportError(
         "terngrad: cannot load libterngrad; tried " + "; ".join(tried) +
-        ". Build it (cmake --build build --target terngrad_capi) and set "
+        ". Install the package with pip install ./python (it builds and bundles the library), "
+        "or build it (cmake --build build --target terngrad_capi) and set "
         "TERNGRAD_LIBRARY=<build>/comm/capi/%s, or install it with cmake --install." % SONAME)
 
 
