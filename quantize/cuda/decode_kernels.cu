@@ -28,12 +28,13 @@ __global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payloa
   if (fault != HeaderFault::kNone) {
     if (claim_error(dev, op, Errc::kMalformedPayload) == 1) {
       dev->view.err.detail = static_cast<int>(fault);
-      dev->view.err.u0 = payload_bytes >= 16 ? load_le64(payload + 8) : 0;
+      // The count, when the bytes reach past it, for the error message.
+      dev->view.err.u0 = payload_bytes >= kHeaderCountOffset + sizeof(uint64_t) ? header_count(payload) : 0;
       dev->view.err.u1 = payload_bytes;
     }
     return;
   }
-  const uint64_t count = load_le64(payload + 8);
+  const uint64_t count = header_count(payload);
   if (count != n) {
     // A well-formed payload of another tensor: a caller's shape error, as on the CPU.
     if (claim_error(dev, op, Errc::kInvalidArgument) == 1) {
@@ -43,7 +44,7 @@ __global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payloa
     }
     return;
   }
-  const uint32_t scale_bits = load_le32(payload + 16);
+  const uint32_t scale_bits = header_scale_bits(payload);
   if (track_counts_scale) {
     // Counts from payloads of different scales cannot be summed exactly.
     if (dev->view.counts_scale_set != 0 && dev->view.counts_scale_bits != scale_bits) {

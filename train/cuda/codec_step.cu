@@ -17,12 +17,9 @@ namespace tqc = terngrad::quantize::cuda;
 namespace {
 
 // out[i] = scale * float(count[i]), the scale read from the first payload's
-// header on the device (bytes 16..19, little-endian float32: FORMAT.md), so
-// the scale never travels to the host.
+// header on the device, so the scale never travels to the host.
 __global__ void counts_to_sum(const int16_t* counts, const uint8_t* header, float* out, uint64_t n) {
-  uint32_t bits = 0;
-  for (int b = 3; b >= 0; --b) bits = (bits << 8) | header[16 + b];
-  const float scale = __uint_as_float(bits);
+  const float scale = __uint_as_float(quantize::header_scale_bits(header));
   for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
     out[i] = scale * static_cast<float>(static_cast<int32_t>(counts[i]));
 }
