@@ -7,9 +7,12 @@
 #include <string>
 
 #include "device_state.cuh"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::quantize::cuda {
+
+using terngrad::device::grid_stride_range;
 
 namespace detail {
 
@@ -69,10 +72,9 @@ __global__ void __launch_bounds__(kBodyBlock)
   if (error_pending(dev)) return;  // header refused: the body is not worth reading
   const uint64_t nbytes = body_bytes(n);
   const uint64_t groups = (nbytes + 3) / 4;
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
   const uint32_t pad = padding_mask(n);
   unsigned long long first_bad = ~0ull;  // smallest key this thread found
-  for (uint64_t w = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; w < groups; w += stride) {
+  for (const uint64_t w : grid_stride_range(groups)) {
     const uint64_t k0 = 4 * w;
     uint32_t word = 0;
     if (kWord && k0 + 4 <= nbytes) {
@@ -113,9 +115,8 @@ __global__ void __launch_bounds__(kBodyBlock)
                 const Workspace::Device* dev) {
   if (error_pending(dev)) return;  // bad header or body: write nothing
   const uint64_t nbytes = body_bytes(n);
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
   const float s = dev->payload_scale;
-  for (uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < nbytes; k += stride) {
+  for (const uint64_t k : grid_stride_range(nbytes)) {
     const uint32_t byte = body[k];
     const uint64_t i = 4 * k;
     if constexpr (kOp == BodyOp::kCounts) {

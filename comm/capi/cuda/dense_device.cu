@@ -9,10 +9,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/error.h"
 #include "terngrad/quantize/format.h"  // load_le32 / load_le64 (host and device)
 
 namespace terngrad::capi::cuda {
+
+using terngrad::device::grid_stride_range;
+using terngrad::device::grid_thread_index;
 
 using comm::detail::codec_name;
 using comm::detail::DenseType;
@@ -91,11 +95,11 @@ struct HeaderBytes {
 
 __global__ void encode_kernel(DenseType type, HeaderBytes header, const float* x,
                               uint64_t n, uint8_t* out) {
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  const uint64_t first = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (first < kDenseHeaderBytes) out[first] = header.b[first];
+  // The first kDenseHeaderBytes threads of the grid also copy one header byte each.
+  const uint64_t thread = grid_thread_index<uint64_t>();
+  if (thread < kDenseHeaderBytes) out[thread] = header.b[thread];
   uint8_t* body = out + kDenseHeaderBytes;
-  for (uint64_t i = first; i < n; i += stride) {
+  for (const uint64_t i : grid_stride_range(n)) {
     if (type == DenseType::kFloat32) {
       const uint32_t u = __float_as_uint(x[i]);
       for (int b = 0; b < 4; ++b) body[4 * i + b] = static_cast<uint8_t>(u >> (8 * b));
@@ -141,8 +145,7 @@ __global__ void header_kernel(DenseType type, const uint8_t* p, size_t payload_b
 __global__ void decode_kernel(DenseType type, const uint8_t* body, uint64_t n, float* out,
                               bool accumulate, const DenseFaultRecord* rec) {
   if (fault_pending(rec)) return;  // the header was refused: write nothing
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (const uint64_t i : grid_stride_range(n)) {
     float v;
     if (type == DenseType::kFloat32) {
       v = __uint_as_float(quantize::load_le32(body + 4 * i));
