@@ -14,7 +14,7 @@
 // per operation as manual time. Rates are computed here from that GPU time.
 //
 // The floor. Before any timing main() measures, per size, the best read-only
-// bandwidth of a streaming reduction kernel over the input (bench_support.h).
+// bandwidth of a streaming reduction kernel over the input (cuda_bandwidth_probe.h).
 // Every codec benchmark reports
 //   frac_of_floor = (minimal traffic bytes / floor bandwidth) / time per op,
 // with minimal traffic (n elements, n/4 body bytes):
@@ -49,7 +49,7 @@
 #include <string>
 #include <vector>
 
-#include "../quantize/cuda/bench_support.h"
+#include "cuda_bandwidth_probe.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/cuda.h"
 #include "terngrad/quantize/format.h"
@@ -226,7 +226,7 @@ double measure_read_bandwidth(SizeState& s, int rounds) {
   double best = 0.0;
   for (int r = 0; r < rounds; ++r) {
     const double t = time_batch(
-        ops, [&] { tc::bench_support::read_only_reduce_async(s.x, s.n, s.sink, g_stream); });
+        ops, [&] { terngrad::bench::read_only_reduce_async(s.x, s.n, s.sink, g_stream); });
     best = std::max(best, 4.0 * static_cast<double>(s.n) * static_cast<double>(ops) / t);
   }
   return best;
@@ -268,7 +268,7 @@ void require_clean(benchmark::State& st, SizeState& s) {
 void bm_mem_read(benchmark::State& st, size_t n) {
   SizeState& s = state_for(n);
   run_timed(st, s, 4.0 * static_cast<double>(n),
-            [&] { tc::bench_support::read_only_reduce_async(s.x, n, s.sink, g_stream); });
+            [&] { terngrad::bench::read_only_reduce_async(s.x, n, s.sink, g_stream); });
 }
 
 void bm_mem_copy(benchmark::State& st, size_t n) {

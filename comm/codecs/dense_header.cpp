@@ -1,5 +1,6 @@
 #include "dense_header.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -39,11 +40,11 @@ void write_dense_header(DenseType t, uint64_t n, std::span<uint8_t> out) {
     throw std::invalid_argument(prefix(t, "encode") + "output buffer has " + std::to_string(out.size()) +
                                 " bytes, " + std::to_string(n) + " elements need " + std::to_string(need));
   uint8_t* p = out.data();
-  quantize::store_le32(p, kDenseMagicLe32);
-  p[4] = kDenseVersion;
-  p[5] = static_cast<uint8_t>(t);
-  p[6] = p[7] = 0;
-  quantize::store_le64(p + 8, n);
+  quantize::store_le32(p + kDenseMagicOffset, kDenseMagicLe32);
+  p[kDenseVersionOffset] = kDenseVersion;
+  p[kDenseTypeOffset] = static_cast<uint8_t>(t);
+  std::fill_n(p + kDenseReservedOffset, kDenseReservedBytes, uint8_t{0});
+  quantize::store_le64(p + kDenseCountOffset, n);
 }
 
 uint64_t check_dense_payload(DenseType t, std::span<const uint8_t> payload, size_t out_elements) {
@@ -52,24 +53,24 @@ uint64_t check_dense_payload(DenseType t, std::span<const uint8_t> payload, size
     throw std::runtime_error(pre + "payload has " + std::to_string(payload.size()) + " bytes, less than the " +
                              std::to_string(kDenseHeaderBytes) + "-byte header");
   const uint8_t* p = payload.data();
-  if (const uint32_t magic = quantize::load_le32(p); magic != kDenseMagicLe32)
+  if (const uint32_t magic = quantize::load_le32(p + kDenseMagicOffset); magic != kDenseMagicLe32)
     throw std::runtime_error(pre + "bad magic " + hex32(magic) + " (expected " + hex32(kDenseMagicLe32) +
                              ", \"TGDN\")");
-  if (p[4] != kDenseVersion)
-    throw std::runtime_error(pre + "unsupported version " + std::to_string(p[4]) + " (expected " +
+  if (const uint8_t version = p[kDenseVersionOffset]; version != kDenseVersion)
+    throw std::runtime_error(pre + "unsupported version " + std::to_string(version) + " (expected " +
                              std::to_string(kDenseVersion) + ")");
-  if (p[5] != static_cast<uint8_t>(t)) {
-    const bool other = p[5] == static_cast<uint8_t>(DenseType::kFloat16) ||
-                       p[5] == static_cast<uint8_t>(DenseType::kFloat32);
-    throw std::runtime_error(pre + "element type " + std::to_string(p[5]) +
-                             (other ? std::string(" (a ") + codec_name(static_cast<DenseType>(p[5])) + " payload)"
+  if (const uint8_t type = p[kDenseTypeOffset]; type != static_cast<uint8_t>(t)) {
+    const bool other = type == static_cast<uint8_t>(DenseType::kFloat16) ||
+                       type == static_cast<uint8_t>(DenseType::kFloat32);
+    throw std::runtime_error(pre + "element type " + std::to_string(type) +
+                             (other ? std::string(" (a ") + codec_name(static_cast<DenseType>(type)) + " payload)"
                                     : std::string(" (unknown)")) +
                              ", this codec decodes type " + std::to_string(static_cast<int>(t)));
   }
-  if (p[6] != 0 || p[7] != 0)
-    throw std::runtime_error(pre + "reserved header bytes 6-7 are " + std::to_string(p[6]) + ", " +
-                             std::to_string(p[7]) + " (must be 0)");
-  const uint64_t count = quantize::load_le64(p + 8);
+  if (const uint8_t* reserved = p + kDenseReservedOffset; reserved[0] != 0 || reserved[1] != 0)
+    throw std::runtime_error(pre + "reserved header bytes 6-7 are " + std::to_string(reserved[0]) + ", " +
+                             std::to_string(reserved[1]) + " (must be 0)");
+  const uint64_t count = quantize::load_le64(p + kDenseCountOffset);
   const uint64_t body = payload.size() - kDenseHeaderBytes, w = element_bytes(t);
   // Compare by division so a huge count cannot wrap the size computation.
   if (body % w != 0 || body / w != count)

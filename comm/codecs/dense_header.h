@@ -23,6 +23,16 @@ inline constexpr uint32_t kDenseMagicLe32 = 0x4E444754u;  // "TGDN"
 inline constexpr uint8_t kDenseVersion = 1;
 inline constexpr size_t kDenseHeaderBytes = 16;
 
+// Where each field of the table above starts; every reader and writer (here
+// and in the C API's device path) goes through these names.
+inline constexpr size_t kDenseMagicOffset = 0;     // u32, kDenseMagicLe32
+inline constexpr size_t kDenseVersionOffset = 4;   // u8, kDenseVersion
+inline constexpr size_t kDenseTypeOffset = 5;      // u8, DenseType
+inline constexpr size_t kDenseReservedOffset = 6;  // kDenseReservedBytes zero bytes
+inline constexpr size_t kDenseReservedBytes = 2;
+inline constexpr size_t kDenseCountOffset = 8;     // u64, elements
+static_assert(kDenseReservedOffset + kDenseReservedBytes == kDenseCountOffset);
+
 enum class DenseType : uint8_t { kFloat16 = 16, kFloat32 = 32 };
 
 inline constexpr size_t element_bytes(DenseType t) { return t == DenseType::kFloat32 ? 4 : 2; }

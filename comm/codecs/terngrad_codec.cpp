@@ -130,8 +130,8 @@ class TernGradCodec final : public GradientCodec {
     for (size_t i = 0; i < payloads.size(); ++i) {
       const uint8_t* p = payloads[i].data();
       if (quantize::check_header(p, payloads[i].size()) != quantize::HeaderFault::kNone) return false;
-      const uint32_t bits = quantize::load_le32(p + 16);
-      if ((p[6] & quantize::kFlagSharedScale) == 0 || quantize::load_le64(p + 8) != n) return false;
+      const uint32_t bits = quantize::header_scale_bits(p);
+      if ((quantize::header_flags(p) & quantize::kFlagSharedScale) == 0 || quantize::header_count(p) != n) return false;
       if (i == 0) scale_bits = bits;
       if (bits != scale_bits) return false;
     }

@@ -7,9 +7,12 @@
 #include <string>
 
 #include "device_state.cuh"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::quantize::cuda {
+
+using terngrad::device::grid_stride_range;
 
 namespace detail {
 
@@ -28,12 +31,13 @@ __global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payloa
   if (fault != HeaderFault::kNone) {
     if (claim_error(dev, op, Errc::kMalformedPayload) == 1) {
       dev->view.err.detail = static_cast<int>(fault);
-      dev->view.err.u0 = payload_bytes >= 16 ? load_le64(payload + 8) : 0;
+      // The count, when the bytes reach past it, for the error message.
+      dev->view.err.u0 = payload_bytes >= kHeaderCountOffset + sizeof(uint64_t) ? header_count(payload) : 0;
       dev->view.err.u1 = payload_bytes;
     }
     return;
   }
-  const uint64_t count = load_le64(payload + 8);
+  const uint64_t count = header_count(payload);
   if (count != n) {
     // A well-formed payload of another tensor: a caller's shape error, as on the CPU.
     if (claim_error(dev, op, Errc::kInvalidArgument) == 1) {
@@ -43,7 +47,7 @@ __global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payloa
     }
     return;
   }
-  const uint32_t scale_bits = load_le32(payload + 16);
+  const uint32_t scale_bits = header_scale_bits(payload);
   if (track_counts_scale) {
     // Counts from payloads of different scales cannot be summed exactly.
     if (dev->view.counts_scale_set != 0 && dev->view.counts_scale_bits != scale_bits) {
@@ -68,10 +72,9 @@ __global__ void __launch_bounds__(kBodyBlock)
   if (error_pending(dev)) return;  // header refused: the body is not worth reading
   const uint64_t nbytes = body_bytes(n);
   const uint64_t groups = (nbytes + 3) / 4;
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
   const uint32_t pad = padding_mask(n);
   unsigned long long first_bad = ~0ull;  // smallest key this thread found
-  for (uint64_t w = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; w < groups; w += stride) {
+  for (const uint64_t w : grid_stride_range(groups)) {
     const uint64_t k0 = 4 * w;
     uint32_t word = 0;
     if (kWord && k0 + 4 <= nbytes) {
@@ -112,9 +115,8 @@ __global__ void __launch_bounds__(kBodyBlock)
                 const Workspace::Device* dev) {
   if (error_pending(dev)) return;  // bad header or body: write nothing
   const uint64_t nbytes = body_bytes(n);
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
   const float s = dev->payload_scale;
-  for (uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < nbytes; k += stride) {
+  for (const uint64_t k : grid_stride_range(nbytes)) {
     const uint32_t byte = body[k];
     const uint64_t i = 4 * k;
     if constexpr (kOp == BodyOp::kCounts) {

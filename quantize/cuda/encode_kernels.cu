@@ -7,9 +7,12 @@
 #include <string>
 
 #include "device_state.cuh"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::quantize::cuda {
+
+using terngrad::device::grid_stride_range;
 
 namespace detail {
 
@@ -27,17 +30,15 @@ __global__ void __launch_bounds__(kPackBlock)
   // unchecked operation failed): the header was not written, neither is the body.
   if (error_pending(dev)) return;
   const uint64_t nbytes = body_bytes(n);
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const float scale = dev->view.scale;
   if (!(scale > 0.0f)) {
     // All-zero tensor (or shared scale 0): every code is 0, as encode_byte
     // would give, without spending Philox rounds on it.
-    for (; k < nbytes; k += stride) body[k] = 0;
+    for (const uint64_t k : grid_stride_range(nbytes)) body[k] = 0;
     return;
   }
   const TernaryQuantizer q = make_quantizer(scale);
-  for (; k < nbytes; k += stride) {
+  for (const uint64_t k : grid_stride_range(nbytes)) {
     const uint64_t i = 4 * k;  // i < n since k < body_bytes(n)
     float v0, v1, v2, v3;
     if (kVec && i + 3 < n) {

@@ -5,10 +5,13 @@
 #include <string>
 
 #include "device_state.cuh"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/cuda_sum.h"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::quantize::cuda {
+
+using terngrad::device::grid_stride_range;
 
 namespace {
 
@@ -28,7 +31,7 @@ __device__ __forceinline__ uint32_t field_at(const uint8_t* body, uint64_t body_
 // Pass 1: every field <= 2R and zero padding, else the smallest bad index.
 __global__ void validate_kernel(const uint8_t* body, uint64_t body_bytes, uint64_t n, uint32_t bits,
                                 uint32_t max_field, unsigned long long* bad) {
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+  for (const uint64_t i : grid_stride_range(n))
     if (field_at(body, body_bytes, i, bits) > max_field) atomicMin(bad, static_cast<unsigned long long>(i));
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const uint64_t used = n * bits;
@@ -41,7 +44,7 @@ __global__ void validate_kernel(const uint8_t* body, uint64_t body_bytes, uint64
 __global__ void decode_kernel(const uint8_t* body, uint64_t body_bytes, uint64_t n, uint32_t bits, int32_t r,
                               float scale, const unsigned long long* bad, float* out) {
   if (*static_cast<const volatile unsigned long long*>(bad) != kNone) return;
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+  for (const uint64_t i : grid_stride_range(n))
     out[i] = scale * static_cast<float>(static_cast<int32_t>(field_at(body, body_bytes, i, bits)) - r);
 }
 

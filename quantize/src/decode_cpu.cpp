@@ -39,23 +39,13 @@ PayloadHeader parse_header(std::span<const uint8_t> payload) {
     std::string what = std::string("malformed payload (") + std::to_string(payload.size()) +
                        " bytes): " + header_fault_name(fault);
     if (fault == HeaderFault::kLengthMismatch) {
-      const uint64_t count = load_le64(payload.data() + 8);
+      const uint64_t count = header_count(payload.data());
       what += "; header says " + std::to_string(count) + " elements";
       if (count <= (uint64_t{1} << 62)) what += " = " + std::to_string(max_encoded_bytes(count)) + " bytes";
     }
     throw CodecError(Errc::kMalformedPayload, what);
   }
-  const uint8_t* p = payload.data();
-  PayloadHeader h;
-  h.version = p[4];
-  h.codec = p[5];
-  h.flags = p[6];
-  h.count = load_le64(p + 8);
-  h.scale = bits_float(load_le32(p + 16));
-  h.tensor_id = load_le32(p + 20);
-  h.seed = load_le64(p + 24);
-  h.step = load_le32(p + 32);
-  return h;
+  return read_header_fields(payload.data());
 }
 
 // Word-at-a-time scan for the reserved code 0b11; the padding of the last

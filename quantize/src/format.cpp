@@ -1,5 +1,7 @@
 #include "terngrad/quantize/format.h"
 
+#include "terngrad/quantize/ternary_math.h"  // bits_float
+
 namespace terngrad::quantize {
 
 const char* header_fault_name(HeaderFault f) {
@@ -17,6 +19,19 @@ const char* header_fault_name(HeaderFault f) {
       return "payload length disagrees with the element count (truncated or padded payload)";
   }
   return "unknown fault";
+}
+
+PayloadHeader read_header_fields(const uint8_t* p) {
+  PayloadHeader h;
+  h.version = p[kHeaderVersionOffset];
+  h.codec = header_codec(p);
+  h.flags = header_flags(p);
+  h.count = header_count(p);
+  h.scale = bits_float(header_scale_bits(p));
+  h.tensor_id = load_le32(p + kHeaderTensorIdOffset);
+  h.seed = load_le64(p + kHeaderSeedOffset);
+  h.step = load_le32(p + kHeaderStepOffset);
+  return h;
 }
 
 }  // namespace terngrad::quantize

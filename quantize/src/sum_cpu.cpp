@@ -73,23 +73,6 @@ bool unpack_range(const uint8_t* body, uint64_t e0, uint64_t e1, uint32_t bits, 
   return true;
 }
 
-void write_sum_header(uint8_t* p, uint64_t n, float scale, uint32_t contributions, uint32_t bits, uint32_t tensor_id,
-                      uint32_t step) {
-  store_le32(p, kMagicLe32);
-  p[4] = kFormatVersion;
-  p[5] = kCodecTernarySum;
-  p[6] = kFlagSharedScale;
-  p[7] = static_cast<uint8_t>(kHeaderBytes);
-  store_le64(p + 8, n);
-  store_le32(p + 16, float_bits(scale));
-  store_le32(p + 20, tensor_id);
-  store_le32(p + 24, contributions);
-  p[28] = static_cast<uint8_t>(bits);
-  p[29] = p[30] = p[31] = 0;
-  store_le32(p + 32, step);
-  store_le32(p + kHeaderCrcOffset, crc32_ieee(p, kHeaderCrcOffset));
-}
-
 SumHeader parse_sum_header(std::span<const uint8_t> payload) {
   auto fail = [&](const std::string& what) {
     throw CodecError(Errc::kMalformedPayload,
@@ -97,27 +80,30 @@ SumHeader parse_sum_header(std::span<const uint8_t> payload) {
   };
   const uint8_t* p = payload.data();
   if (payload.size() < kHeaderBytes) fail(header_fault_name(HeaderFault::kTooShort));
-  if (load_le32(p) != kMagicLe32) fail(header_fault_name(HeaderFault::kBadMagic));
-  if (p[4] != kFormatVersion) fail(header_fault_name(HeaderFault::kBadVersion));
-  if (p[5] != kCodecTernarySum) fail("codec id " + std::to_string(p[5]) + " is not 2 (ternary sum)");
-  if (p[6] != kFlagSharedScale) fail("flags must be 0x01 (one shared scale), got " + std::to_string(p[6]));
-  if (p[7] != kHeaderBytes) fail(header_fault_name(HeaderFault::kBadHeaderSize));
+  if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) fail(header_fault_name(HeaderFault::kBadMagic));
+  if (p[kHeaderVersionOffset] != kFormatVersion) fail(header_fault_name(HeaderFault::kBadVersion));
+  if (header_codec(p) != kCodecTernarySum)
+    fail("codec id " + std::to_string(header_codec(p)) + " is not 2 (ternary sum)");
+  if (header_flags(p) != kFlagSharedScale)
+    fail("flags must be 0x01 (one shared scale), got " + std::to_string(header_flags(p)));
+  if (p[kHeaderSizeOffset] != kHeaderBytes) fail(header_fault_name(HeaderFault::kBadHeaderSize));
   if (load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset)) fail(header_fault_name(HeaderFault::kBadCrc));
   SumHeader h;
-  h.count = load_le64(p + 8);
-  const uint32_t scale_bits = load_le32(p + 16);
+  h.count = header_count(p);
+  const uint32_t scale_bits = header_scale_bits(p);
   if ((scale_bits >> 31) != 0 || (scale_bits & kExpAllOnes) == kExpAllOnes) fail(header_fault_name(HeaderFault::kBadScale));
   h.scale = bits_float(scale_bits);
-  h.tensor_id = load_le32(p + 20);
-  h.contributions = load_le32(p + 24);
-  h.bits = p[28];
-  h.step = load_le32(p + 32);
+  h.tensor_id = load_le32(p + kHeaderTensorIdOffset);
+  h.contributions = load_le32(p + kSumContributionsOffset);
+  h.bits = p[kSumBitsOffset];
+  h.step = load_le32(p + kHeaderStepOffset);
   if (h.contributions == 0 || h.contributions > kMaxSumContributions)
     fail("contributions " + std::to_string(h.contributions) + " outside [1, " + std::to_string(kMaxSumContributions) + "]");
   if (h.bits != static_cast<uint32_t>(std::bit_width(2 * h.contributions)))
     fail(std::to_string(h.bits) + " bits per element, " + std::to_string(h.contributions) + " contributions need " +
          std::to_string(std::bit_width(2 * h.contributions)));
-  if (p[29] != 0 || p[30] != 0 || p[31] != 0) fail("reserved bytes 29-31 are not zero");
+  if (std::any_of(p + kSumReservedOffset, p + kSumReservedOffset + kSumReservedBytes, [](uint8_t b) { return b != 0; }))
+    fail("reserved bytes 29-31 are not zero");
   if (h.count > (uint64_t{1} << 58) || payload.size() - kHeaderBytes != sum_body_bytes(h.count, h.bits))
     fail("payload length disagrees with " + std::to_string(h.count) + " elements of " + std::to_string(h.bits) + " bits");
   return h;
@@ -181,7 +167,7 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
                                                    std::to_string(i) + " is outside [-" + std::to_string(r) +
                                                    ", " + std::to_string(r) + "]");
   }
-  write_sum_header(out.data(), n, scale, contributions, bits, tensor_id, step);
+  write_sum_header_bits(out.data(), n, float_bits(scale), contributions, static_cast<uint8_t>(bits), tensor_id, step);
   uint8_t* body = out.data() + kHeaderBytes;
   const uint64_t groups = (n + 7) / 8;
   const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
@@ -268,13 +254,7 @@ PayloadHeader header_only(std::span<const uint8_t> p, size_t index) {
   if (f != HeaderFault::kNone)
     throw CodecError(Errc::kMalformedPayload, "payload " + std::to_string(index) + " (" + std::to_string(p.size()) +
                                                   " bytes): " + header_fault_name(f));
-  PayloadHeader h;
-  h.flags = p[6];
-  h.count = load_le64(p.data() + 8);
-  h.scale = bits_float(load_le32(p.data() + 16));
-  h.tensor_id = load_le32(p.data() + 20);
-  h.step = load_le32(p.data() + 32);
-  return h;
+  return read_header_fields(p.data());
 }
 
 }  // namespace
@@ -327,7 +307,8 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
   });
   if (invalid.load())
     throw CodecError(Errc::kInvalidCode, "a payload holds the reserved code 0b11 (corrupt body)");
-  write_sum_header(out.data(), n, first.scale, r, bits, first.tensor_id, first.step);
+  write_sum_header_bits(out.data(), n, float_bits(first.scale), r, static_cast<uint8_t>(bits), first.tensor_id,
+                        first.step);
   return bytes;
 }
 
@@ -358,8 +339,8 @@ uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_
 }  // namespace detail
 
 bool is_sum_payload(std::span<const uint8_t> payload) {
-  return payload.size() >= kHeaderBytes && load_le32(payload.data()) == kMagicLe32 &&
-         payload[5] == kCodecTernarySum;
+  return payload.size() >= kHeaderBytes && load_le32(payload.data() + kHeaderMagicOffset) == kMagicLe32 &&
+         header_codec(payload.data()) == kCodecTernarySum;
 }
 
 }  // namespace terngrad::quantize

@@ -370,7 +370,7 @@ int cmd_inspect(const ParsedArgs& a) {
   std::printf("codec:        %u (ternary, 2 bits per element)\n", static_cast<unsigned>(h.codec));
   std::printf("flags:        0x%02x (%s)\n", static_cast<unsigned>(h.flags),
               h.shared_scale() ? "shared-scale" : "none");
-  std::printf("header bytes: %u\n", static_cast<unsigned>(b[7]));
+  std::printf("header bytes: %u\n", static_cast<unsigned>(b[q::kHeaderSizeOffset]));
   std::printf("count:        %" PRIu64 "\n", h.count);
   std::printf("scale:        %.9g (bits 0x%08" PRIx32 ")\n", static_cast<double>(h.scale),
               q::float_bits(h.scale));

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/format.h"
 #include "terngrad/quantize/ternary_sum.h"
 #include "terngrad/train/cuda/errors.h"
@@ -8,6 +9,8 @@
 #include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using terngrad::device::grid_stride_range;
 
 using detail::blocks_for;
 using detail::kThreads;
@@ -17,28 +20,25 @@ namespace tqc = terngrad::quantize::cuda;
 namespace {
 
 // out[i] = scale * float(count[i]), the scale read from the first payload's
-// header on the device (bytes 16..19, little-endian float32: FORMAT.md), so
-// the scale never travels to the host.
+// header on the device, so the scale never travels to the host.
 __global__ void counts_to_sum(const int16_t* counts, const uint8_t* header, float* out, uint64_t n) {
-  uint32_t bits = 0;
-  for (int b = 3; b >= 0; --b) bits = (bits << 8) | header[16 + b];
-  const float scale = __uint_as_float(bits);
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+  const float scale = __uint_as_float(quantize::header_scale_bits(header));
+  for (const uint64_t i : grid_stride_range(n))
     out[i] = scale * static_cast<float>(static_cast<int32_t>(counts[i]));
 }
 
 __global__ void add_into(float* acc, const float* x, uint64_t n) {
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+  for (const uint64_t i : grid_stride_range(n))
     acc[i] += x[i];
 }
 
 __global__ void scale_kernel(float* x, uint64_t n, float f) {
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+  for (const uint64_t i : grid_stride_range(n))
     x[i] *= f;
 }
 
 __global__ void weight_decay_kernel(float* g, const float* w, uint64_t n, float wd) {
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x)
+  for (const uint64_t i : grid_stride_range(n))
     g[i] += wd * w[i];
 }
 

@@ -4,11 +4,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/device_train_state.h"
 #include "terngrad/train/cuda/errors.h"
 #include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using terngrad::device::grid_stride_range;
 
 using detail::blocks_for;
 using detail::kThreads;
@@ -17,7 +20,7 @@ namespace {
 
 // The CPU's expression (train/optim/moving_average.cpp), element for element.
 __global__ void moving_average_kernel(float* shadow, const float* value, int64_t n, float one_minus_decay) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (const int64_t i : grid_stride_range(n))
     shadow[i] -= one_minus_decay * (shadow[i] - value[i]);
 }
 

@@ -9,17 +9,20 @@
 
 #include "gpu_layers.h"
 #include "kernels.h"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/dropout_mask.h"
 
 namespace terngrad::train::cuda {
+
+using terngrad::device::grid_stride_range;
 
 namespace {
 
 // out[i] = in[i] * scale where element i is kept, else 0. Forward (in = x)
 // and backward (in = dy) are the same map: dropout is linear for a fixed mask.
 __global__ void apply_mask(const float* in, float* out, int64_t n, uint64_t key, uint64_t threshold, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (const int64_t i : grid_stride_range(n))
     out[i] = dropout_mask::kept_in(key, static_cast<uint64_t>(i), threshold) ? in[i] * scale : 0.0f;
 }
 

@@ -1,9 +1,12 @@
 #include <algorithm>
 
 #include "kernels.h"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 
 namespace terngrad::train::cuda::detail {
+
+using terngrad::device::grid_stride_range;
 
 unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65535 * 8));
@@ -12,19 +15,19 @@ unsigned blocks_for(int64_t n) {
 namespace {
 
 __global__ void add_bias_act_kernel(float* y, const float* b, int64_t n, int64_t f, bool relu) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(n)) {
     const float v = y[i] + b[i % f];
     y[i] = relu ? fmaxf(v, 0.0f) : v;
   }
 }
 
 __global__ void relu_grad_kernel(float* out, const float* y, const float* dy, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (const int64_t i : grid_stride_range(n))
     out[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 __global__ void relu_forward_kernel(float* out, const float* x, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (const int64_t i : grid_stride_range(n))
     out[i] = fmaxf(x[i], 0.0f);
 }
 
@@ -125,7 +128,7 @@ namespace {
 // [ih, iw] plane, else 0 (one thread per output element).
 __global__ void shifted_copy_kernel(float* out, int64_t oh, int64_t ow, const float* in, int64_t ih, int64_t iw,
                                     int64_t total, int64_t c, int64_t dy, int64_t dx) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(total)) {
     const int64_t ch = i % c, x = (i / c) % ow, y = (i / c / ow) % oh, b = i / c / ow / oh;
     const int64_t sy = y + dy, sx = x + dx;
     out[i] = sy >= 0 && sy < ih && sx >= 0 && sx < iw ? in[((b * ih + sy) * iw + sx) * c + ch] : 0.0f;

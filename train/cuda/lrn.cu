@@ -10,10 +10,13 @@
 #include <stdexcept>
 
 #include "gpu_layers.h"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 #include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using terngrad::device::grid_stride_range;
 
 using detail::blocks_for;
 using detail::kThreads;
@@ -36,7 +39,7 @@ __device__ float pow_neg_beta(float scale, float beta) {
 }
 
 __global__ void lrn_forward(const float* x, float* y, float* scale, LrnParams p) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < p.total; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(p.total)) {
     const int64_t ch = i % p.c, pixel = i - ch;
     const int64_t c0 = max(ch - p.r, int64_t{0}), c1 = min(ch + p.r, p.c - 1);
     float sum = 0.0f;
@@ -52,7 +55,7 @@ __global__ void lrn_forward(const float* x, float* y, float* scale, LrnParams p)
 
 // t = dy * x * scale^(-beta-1), the per-channel term of the window sum.
 __global__ void lrn_backward_terms(const float* x, const float* dy, const float* scale, float* t, LrnParams p) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < p.total; i += int64_t{gridDim.x} * blockDim.x)
+  for (const int64_t i : grid_stride_range(p.total))
     t[i] = dy[i] * x[i] * pow_neg_beta(scale[i], p.beta) / scale[i];
 }
 
@@ -60,7 +63,7 @@ __global__ void lrn_backward_terms(const float* x, const float* dy, const float*
 __global__ void lrn_backward(const float* x, const float* dy, const float* scale, const float* t, float* dx,
                              LrnParams p) {
   const float coef = 2.0f * p.alpha * p.beta;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < p.total; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(p.total)) {
     const int64_t ch = i % p.c, pixel = i - ch;
     const int64_t c0 = max(ch - p.r, int64_t{0}), c1 = min(ch + p.r, p.c - 1);
     float sum = 0.0f;

@@ -4,11 +4,14 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/cuda/gpu_optimizer.h"
 #include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using terngrad::device::grid_stride_range;
 
 using detail::blocks_for;
 using detail::kThreads;
@@ -16,12 +19,12 @@ using detail::kThreads;
 namespace {
 
 __global__ void sgd_kernel(float* w, const float* g, int64_t n, float lr) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (const int64_t i : grid_stride_range(n))
     w[i] -= lr * g[i];
 }
 
 __global__ void momentum_kernel(float* w, const float* g, float* accum, int64_t n, float lr, float m, bool nesterov) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(n)) {
     accum[i] = m * accum[i] + g[i];
     if (nesterov)
       w[i] -= lr * g[i] + lr * m * accum[i];
@@ -32,7 +35,7 @@ __global__ void momentum_kernel(float* w, const float* g, float* accum, int64_t 
 
 __global__ void adam_kernel(float* w, const float* g, float* m, float* v, int64_t n, float lr_t, float b1, float b2,
                             float c1, float c2, float eps) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(n)) {
     m[i] = b1 * m[i] + c1 * g[i];
     v[i] = b2 * v[i] + c2 * g[i] * g[i];
     w[i] -= lr_t * m[i] / (sqrtf(v[i]) + eps);

@@ -9,10 +9,13 @@
 #include <stdexcept>
 
 #include "gpu_layers.h"
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 #include "kernels.h"
 
 namespace terngrad::train::cuda {
+
+using terngrad::device::grid_stride_range;
 
 using detail::blocks_for;
 using detail::kThreads;
@@ -27,7 +30,7 @@ struct Geom {
 // as in the CPU layer's scratch.
 __global__ void max_pool_forward(const float* x, float* y, int32_t* argmax, Geom g) {
   const int64_t total = g.n * g.oh * g.ow * g.c;
-  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < total; o += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t o : grid_stride_range(total)) {
     const int64_t ch = o % g.c, ox = (o / g.c) % g.ow, oy = (o / (g.c * g.ow)) % g.oh, n = o / (g.c * g.ow * g.oh);
     // Only in-image cells: SAME's -inf padding never wins.
     const int64_t y0 = max(oy * g.stride - g.pad_top, int64_t{0}), y1 = min(oy * g.stride - g.pad_top + g.k, g.h);
@@ -52,7 +55,7 @@ __global__ void max_pool_forward(const float* x, float* y, int32_t* argmax, Geom
 // order, so the sums round identically). No atomics, deterministic.
 __global__ void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, Geom g) {
   const int64_t total = g.n * g.h * g.w * g.c;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+  for (const int64_t i : grid_stride_range(total)) {
     const int64_t ch = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h, n = i / (g.c * g.w * g.h);
     const int32_t cell = static_cast<int32_t>((iy * g.w + ix) * g.c + ch);
     // Windows containing row iy: oy*stride - pad_top <= iy < oy*stride - pad_top + k.

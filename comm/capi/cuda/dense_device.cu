@@ -9,14 +9,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "terngrad/device/grid_stride.cuh"
 #include "terngrad/quantize/error.h"
 #include "terngrad/quantize/format.h"  // load_le32 / load_le64 (host and device)
 
 namespace terngrad::capi::cuda {
 
+using terngrad::device::grid_stride_range;
+using terngrad::device::grid_thread_index;
+
 using comm::detail::codec_name;
 using comm::detail::DenseType;
+using comm::detail::kDenseCountOffset;
 using comm::detail::kDenseHeaderBytes;
+using comm::detail::kDenseMagicOffset;
+using comm::detail::kDenseReservedOffset;
+using comm::detail::kDenseTypeOffset;
+using comm::detail::kDenseVersionOffset;
 
 // What the header kernel found, in check_dense_payload()'s order.
 enum class DenseFault : uint32_t {
@@ -91,11 +100,11 @@ struct HeaderBytes {
 
 __global__ void encode_kernel(DenseType type, HeaderBytes header, const float* x,
                               uint64_t n, uint8_t* out) {
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  const uint64_t first = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (first < kDenseHeaderBytes) out[first] = header.b[first];
+  // The first kDenseHeaderBytes threads of the grid also copy one header byte each.
+  const uint64_t thread = grid_thread_index<uint64_t>();
+  if (thread < kDenseHeaderBytes) out[thread] = header.b[thread];
   uint8_t* body = out + kDenseHeaderBytes;
-  for (uint64_t i = first; i < n; i += stride) {
+  for (const uint64_t i : grid_stride_range(n)) {
     if (type == DenseType::kFloat32) {
       const uint32_t u = __float_as_uint(x[i]);
       for (int b = 0; b < 4; ++b) body[4 * i + b] = static_cast<uint8_t>(u >> (8 * b));
@@ -115,16 +124,16 @@ __global__ void header_kernel(DenseType type, const uint8_t* p, size_t payload_b
   const uint64_t w = type == DenseType::kFloat32 ? 4 : 2;
   if (payload_bytes < kDenseHeaderBytes) {
     f = DenseFault::kTooShort;
-  } else if (quantize::load_le32(p) != comm::detail::kDenseMagicLe32) {
+  } else if (quantize::load_le32(p + kDenseMagicOffset) != comm::detail::kDenseMagicLe32) {
     f = DenseFault::kBadMagic;
-  } else if (p[4] != comm::detail::kDenseVersion) {
+  } else if (p[kDenseVersionOffset] != comm::detail::kDenseVersion) {
     f = DenseFault::kBadVersion;
-  } else if (p[5] != static_cast<uint8_t>(type)) {
+  } else if (p[kDenseTypeOffset] != static_cast<uint8_t>(type)) {
     f = DenseFault::kBadType;
-  } else if (p[6] != 0 || p[7] != 0) {
+  } else if (p[kDenseReservedOffset] != 0 || p[kDenseReservedOffset + 1] != 0) {
     f = DenseFault::kReserved;
   } else {
-    const uint64_t count = quantize::load_le64(p + 8), body = payload_bytes - kDenseHeaderBytes;
+    const uint64_t count = quantize::load_le64(p + kDenseCountOffset), body = payload_bytes - kDenseHeaderBytes;
     if (body % w != 0 || body / w != count)
       f = DenseFault::kLengthMismatch;
     else if (count != n)
@@ -141,8 +150,7 @@ __global__ void header_kernel(DenseType type, const uint8_t* p, size_t payload_b
 __global__ void decode_kernel(DenseType type, const uint8_t* body, uint64_t n, float* out,
                               bool accumulate, const DenseFaultRecord* rec) {
   if (fault_pending(rec)) return;  // the header was refused: write nothing
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (const uint64_t i : grid_stride_range(n)) {
     float v;
     if (type == DenseType::kFloat32) {
       v = __uint_as_float(quantize::load_le32(body + 4 * i));
@@ -169,25 +177,25 @@ std::string hex32(uint32_t v) {
                                " bytes, less than the " + std::to_string(kDenseHeaderBytes) +
                                "-byte header");
     case DenseFault::kBadMagic:
-      throw std::runtime_error(pre + "bad magic " + hex32(quantize::load_le32(h)) + " (expected " +
+      throw std::runtime_error(pre + "bad magic " + hex32(quantize::load_le32(h + kDenseMagicOffset)) + " (expected " +
                                hex32(comm::detail::kDenseMagicLe32) + ", \"TGDN\")");
     case DenseFault::kBadVersion:
-      throw std::runtime_error(pre + "unsupported version " + std::to_string(h[4]) + " (expected " +
+      throw std::runtime_error(pre + "unsupported version " + std::to_string(h[kDenseVersionOffset]) + " (expected " +
                                std::to_string(comm::detail::kDenseVersion) + ")");
     case DenseFault::kBadType:
-      throw std::runtime_error(pre + "element type " + std::to_string(h[5]) +
+      throw std::runtime_error(pre + "element type " + std::to_string(h[kDenseTypeOffset]) +
                                ", this codec decodes type " + std::to_string(r.codec_type));
     case DenseFault::kReserved:
-      throw std::runtime_error(pre + "reserved header bytes 6-7 are " + std::to_string(h[6]) + ", " +
-                               std::to_string(h[7]) + " (must be 0)");
+      throw std::runtime_error(pre + "reserved header bytes 6-7 are " + std::to_string(h[kDenseReservedOffset]) +
+                               ", " + std::to_string(h[kDenseReservedOffset + 1]) + " (must be 0)");
     case DenseFault::kLengthMismatch:
-      throw std::runtime_error(pre + "header says " + std::to_string(quantize::load_le64(h + 8)) +
+      throw std::runtime_error(pre + "header says " + std::to_string(quantize::load_le64(h + kDenseCountOffset)) +
                                " elements but the payload has " + std::to_string(r.payload_bytes) +
                                " bytes");
     case DenseFault::kCountMismatch:
       throw std::invalid_argument(pre + "output has " + std::to_string(r.n) +
                                   " elements, payload has " +
-                                  std::to_string(quantize::load_le64(h + 8)));
+                                  std::to_string(quantize::load_le64(h + kDenseCountOffset)));
     case DenseFault::kNone: break;
   }
   throw quantize::CodecError(quantize::Errc::kCuda,

@@ -14,8 +14,33 @@ namespace terngrad::quantize {
 inline constexpr uint32_t kMagicLe32 = 0x44524754u;
 inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr uint8_t kCodecTernary2Bit = 1;
+inline constexpr uint8_t kCodecTernarySum = 2;  // ternary_sum.h
 inline constexpr size_t kHeaderBytes = 40;
-inline constexpr size_t kHeaderCrcOffset = 36;  // CRC-32 covers bytes [0, 36)
+
+// Where each header field starts (FORMAT.md's table) and how it is stored.
+// Every reader and writer goes through these names, so the layout is spelled
+// out once. Multi-byte fields are little-endian (store_le*/load_le* below).
+inline constexpr size_t kHeaderMagicOffset = 0;      // u32, kMagicLe32
+inline constexpr size_t kHeaderVersionOffset = 4;    // u8, kFormatVersion
+inline constexpr size_t kHeaderCodecOffset = 5;      // u8, kCodecTernary2Bit or kCodecTernarySum
+inline constexpr size_t kHeaderFlagsOffset = 6;      // u8, kFlag* bits
+inline constexpr size_t kHeaderSizeOffset = 7;       // u8, kHeaderBytes: the body starts there
+inline constexpr size_t kHeaderCountOffset = 8;      // u64, elements
+inline constexpr size_t kHeaderScaleOffset = 16;     // u32, IEEE-754 float32 bit pattern
+inline constexpr size_t kHeaderTensorIdOffset = 20;  // u32
+inline constexpr size_t kHeaderSeedOffset = 24;      // u64, the Philox key (codec 1 only)
+inline constexpr size_t kHeaderStepOffset = 32;      // u32
+inline constexpr size_t kHeaderCrcOffset = 36;       // u32, CRC-32 of bytes [0, kHeaderCrcOffset)
+
+// A ternary sum payload (codec id 2, ternary_sum.h) has no seed: its eight
+// bytes at kHeaderSeedOffset hold the contributions R, the bits per element
+// and three reserved zero bytes instead.
+inline constexpr size_t kSumContributionsOffset = kHeaderSeedOffset;  // u32, R
+inline constexpr size_t kSumBitsOffset = 28;                          // u8, bit_width(2R)
+inline constexpr size_t kSumReservedOffset = 29;                      // reserved, zero
+inline constexpr size_t kSumReservedBytes = 3;
+static_assert(kSumReservedOffset + kSumReservedBytes == kHeaderStepOffset,
+              "the sum fields fill exactly the seed's eight bytes");
 
 // Header flag bits; every other bit is reserved and must be zero.
 inline constexpr uint8_t kFlagSharedScale = 0x01;
@@ -97,22 +122,56 @@ TG_HOST_DEVICE uint32_t crc32_ieee(const uint8_t* data, size_t len) {
   return ~crc;
 }
 
-// Serializes h into out[0, kHeaderBytes), CRC included. The scale is passed
-// as its IEEE-754 bit pattern so this compiles unchanged in device code.
+namespace detail {
+// The one writer of the 40-byte layout that codec 1 and codec 2 share:
+// write_header_bits() and write_sum_header_bits() differ only in the codec id,
+// the flags and what the eight bytes at kHeaderSeedOffset hold.
+TG_HOST_DEVICE void write_header_layout(uint8_t* out, uint8_t codec, uint8_t flags, uint64_t count,
+                                        uint32_t scale_bits, uint32_t tensor_id, uint64_t seed_field,
+                                        uint32_t step) {
+  store_le32(out + kHeaderMagicOffset, kMagicLe32);
+  out[kHeaderVersionOffset] = kFormatVersion;
+  out[kHeaderCodecOffset] = codec;
+  out[kHeaderFlagsOffset] = flags;
+  out[kHeaderSizeOffset] = static_cast<uint8_t>(kHeaderBytes);
+  store_le64(out + kHeaderCountOffset, count);
+  store_le32(out + kHeaderScaleOffset, scale_bits);
+  store_le32(out + kHeaderTensorIdOffset, tensor_id);
+  store_le64(out + kHeaderSeedOffset, seed_field);
+  store_le32(out + kHeaderStepOffset, step);
+  store_le32(out + kHeaderCrcOffset, crc32_ieee(out, kHeaderCrcOffset));
+}
+}  // namespace detail
+
+// Serializes a codec-1 header into out[0, kHeaderBytes), CRC included. The
+// scale is passed as its IEEE-754 bit pattern so this compiles unchanged in
+// device code.
 TG_HOST_DEVICE void write_header_bits(uint8_t* out, uint8_t flags, uint64_t count,
                                       uint32_t scale_bits, uint32_t tensor_id, uint64_t seed,
                                       uint32_t step) {
-  store_le32(out, kMagicLe32);
-  out[4] = kFormatVersion;
-  out[5] = kCodecTernary2Bit;
-  out[6] = flags;
-  out[7] = static_cast<uint8_t>(kHeaderBytes);
-  store_le64(out + 8, count);
-  store_le32(out + 16, scale_bits);
-  store_le32(out + 20, tensor_id);
-  store_le64(out + 24, seed);
-  store_le32(out + 32, step);
-  store_le32(out + kHeaderCrcOffset, crc32_ieee(out, kHeaderCrcOffset));
+  detail::write_header_layout(out, kCodecTernary2Bit, flags, count, scale_bits, tensor_id, seed, step);
+}
+
+// Serializes a ternary sum header (codec id 2, always flagged shared-scale)
+// into out[0, kHeaderBytes), CRC included. The caller has checked that
+// contributions and bits_per_element agree (ternary_sum.h); bits_per_element
+// is at most 16, so it fits the one byte at kSumBitsOffset.
+TG_HOST_DEVICE void write_sum_header_bits(uint8_t* out, uint64_t count, uint32_t scale_bits,
+                                          uint32_t contributions, uint8_t bits_per_element,
+                                          uint32_t tensor_id, uint32_t step) {
+  // R in bytes 24..27, b in byte 28, and bytes 29..31 (reserved) zero.
+  static_assert(kSumBitsOffset == kSumContributionsOffset + 4);
+  const uint64_t seed_field = uint64_t{contributions} | (uint64_t{bits_per_element} << 32);
+  detail::write_header_layout(out, kCodecTernarySum, kFlagSharedScale, count, scale_bits, tensor_id, seed_field, step);
+}
+
+// The fields every decoder reads, by name; none of them validates anything
+// (check_header() does).
+TG_HOST_DEVICE uint8_t header_codec(const uint8_t* header) { return header[kHeaderCodecOffset]; }
+TG_HOST_DEVICE uint8_t header_flags(const uint8_t* header) { return header[kHeaderFlagsOffset]; }
+TG_HOST_DEVICE uint64_t header_count(const uint8_t* header) { return load_le64(header + kHeaderCountOffset); }
+TG_HOST_DEVICE uint32_t header_scale_bits(const uint8_t* header) {
+  return load_le32(header + kHeaderScaleOffset);
 }
 
 // Header problems, in the order they are checked. kNone means well formed.
@@ -133,17 +192,17 @@ enum class HeaderFault : int {
 // Pure function of bytes, shared by the CPU decoder and the CUDA header kernel.
 TG_HOST_DEVICE HeaderFault check_header(const uint8_t* p, size_t payload_bytes) {
   if (payload_bytes < kHeaderBytes) return HeaderFault::kTooShort;
-  if (load_le32(p) != kMagicLe32) return HeaderFault::kBadMagic;
-  if (p[4] != kFormatVersion) return HeaderFault::kBadVersion;
-  if (p[5] != kCodecTernary2Bit) return HeaderFault::kBadCodec;
-  if (p[7] != kHeaderBytes) return HeaderFault::kBadHeaderSize;
-  if ((p[6] & ~kKnownFlags) != 0) return HeaderFault::kUnknownFlags;
+  if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) return HeaderFault::kBadMagic;
+  if (p[kHeaderVersionOffset] != kFormatVersion) return HeaderFault::kBadVersion;
+  if (header_codec(p) != kCodecTernary2Bit) return HeaderFault::kBadCodec;
+  if (p[kHeaderSizeOffset] != kHeaderBytes) return HeaderFault::kBadHeaderSize;
+  if ((header_flags(p) & ~kKnownFlags) != 0) return HeaderFault::kUnknownFlags;
   if (load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset)) return HeaderFault::kBadCrc;
-  const uint32_t scale_bits = load_le32(p + 16);
+  const uint32_t scale_bits = header_scale_bits(p);
   const bool negative = (scale_bits >> 31) != 0;  // -0.0 included: encoders write +0.0
   const bool non_finite = (scale_bits & 0x7F800000u) == 0x7F800000u;
   if (negative || non_finite) return HeaderFault::kBadScale;
-  const uint64_t count = load_le64(p + 8);
+  const uint64_t count = header_count(p);
   // count > 2^62 cannot describe a real payload; checked first so the size sum cannot wrap.
   if (count > (uint64_t{1} << 62) || payload_bytes - kHeaderBytes != body_bytes(count))
     return HeaderFault::kLengthMismatch;
@@ -151,5 +210,10 @@ TG_HOST_DEVICE HeaderFault check_header(const uint8_t* p, size_t payload_bytes) 
 }
 
 const char* header_fault_name(HeaderFault f);
+
+// The fields of a codec-1 header as they stand, p[0, kHeaderBytes) readable;
+// nothing is validated (call check_header() first). The one reader of the
+// whole header on the host.
+PayloadHeader read_header_fields(const uint8_t* p);
 
 }  // namespace terngrad::quantize

@@ -18,7 +18,7 @@
 
 namespace terngrad::quantize {
 
-inline constexpr uint8_t kCodecTernarySum = 2;
+// kCodecTernarySum (format.h) is this payload's codec id.
 // int16 counts: at most this many payloads in one sum.
 inline constexpr uint32_t kMaxSumContributions = 32767;
 
