@@ -45,7 +45,8 @@ class ReplicaStep {
                                std::span<const comm::ElementRange> slices,
                                std::span<const std::span<uint8_t>> outs) = 0;
   // encode_variable() of every variable (TrainingSession::encode's contract).
-  void encode(int64_t step, const std::vector<float>& shared, const std::vector<std::vector<comm::ElementRange>>& slices,
+  void encode(int64_t step, const std::vector<float>& shared,
+              const std::vector<std::vector<comm::ElementRange>>& slices,
               const std::vector<std::vector<std::span<uint8_t>>>& outs);
   // The pulled sum of one shard, decoded into the step's update.
   virtual void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) = 0;

@@ -48,7 +48,7 @@ class SyncLoop final : public ReplicaLoop {
       StepClock one;
       one.steps = 1;
       // 1.-4. This replica's gradient out, the replicas' sums in, decoded.
-      const comm::WorkerClient::Sums got = overlapped_ ? overlapped_step(step, one) : plain_step(step, one, run);
+      const comm::WorkerClient::Sums got = overlapped_ ? overlapped_step(step, one) : sequential_step(step, one, run);
       // 5. The same averaged update on every replica.
       const auto t_apply = Clock::now();
       r_.step.apply(step, static_cast<int>(got.contributions));
@@ -60,6 +60,7 @@ class SyncLoop final : public ReplicaLoop {
 
       const int64_t done = step + 1;
       run.after_step(done, got.mean_loss, r_.s.lr(step));
+      // Evaluation and checkpoints read the session's state.
       if (run.evaluation_due(done)) {
         r_.step.state_into_session();
         run.evaluate(done);
@@ -69,13 +70,14 @@ class SyncLoop final : public ReplicaLoop {
         r_.s.save(done);
       }
     }
-    if (r_.chief) r_.step.state_into_session();
+    if (r_.chief) r_.step.state_into_session();  // for the final evaluation, checkpoint and export
     return cfg_.max_steps;
   }
 
  private:
-  // Steps 1-4 one after another, each timed as a whole.
-  comm::WorkerClient::Sums plain_step(int64_t step, StepClock& one, ReplicaRun& run) {
+  // Steps 1-4 one after another (--overlap_comm=false, or a step that cannot
+  // overlap), each timed as a whole.
+  comm::WorkerClient::Sums sequential_step(int64_t step, StepClock& one, ReplicaRun& run) {
     const auto t_step = Clock::now();
     // 1. Batch, gradient (+ weight decay), local scales.
     const float loss = r_.step.compute_gradient(step);
