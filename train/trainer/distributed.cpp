@@ -103,6 +103,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   try {
     // Checkpoints are the session's, whichever device the step runs on.
     const int64_t restored = s.restore();
+    // The device, chosen once: the loops below have no device branches.
     const std::unique_ptr<detail::ReplicaStep> step = detail::make_replica_step(s);
     Wire wire(s, layout);
     const detail::Replica r{s, *step, client, layout, wire, me, chief};
