@@ -2,7 +2,7 @@
 // no cuDNN found at configure time).
 #include <stdexcept>
 
-#include "gpu_replica.h"
+#include "replica_step.h"
 #include "session.h"
 
 namespace terngrad::train::detail {
@@ -13,7 +13,7 @@ TrainResult run_training_gpu(const TrainConfig&) {
       "rebuild with nvcc and cuDNN available and -DTG_CUDA=ON)");
 }
 
-std::unique_ptr<GpuReplicaStep> make_gpu_replica_step(TrainingSession&) {
+std::unique_ptr<ReplicaStep> make_gpu_replica_step(TrainingSession&) {
   throw std::runtime_error(
       "--device=gpu: this build has no CUDA backend, so a cluster replica cannot run on a GPU "
       "(rebuild with nvcc and cuDNN available and -DTG_CUDA=ON)");

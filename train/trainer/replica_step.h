@@ -1,117 +1,77 @@
-// Private to the trainer: a distributed replica's step pieces shared by its
-// two sync loops (distributed.cpp): the payload buffers it sends and the
-// sums it receives (Wire), where its step time goes (StepClock), and the
-// overlapped step (OverlappedStep, --overlap_comm on the CPU).
+// Private to the trainer: one cluster replica's share of a step, on the
+// device it runs on. The replica's loops (sync_loop.cpp, async_loop.cpp)
+// keep the network, the logging and the chief's duties; a ReplicaStep keeps
+// the gradient and the update, in TrainingSession's pieces (session.h) for
+// the replica's one worker:
+//   compute_gradient(step)      batch, forward/backward, weight decay, local scales
+//   encode(step, shared scales) one payload per slice of each variable
+//   ...the ps sums every replica's payloads per shard...
+//   decode_sum(shard, sum)      each pulled sum into the step's update
+//   apply(step, R)              average over R replicas, optimizer, moving average
+// so a cluster of replicas computes what the in-process trainer
+// (trainer.cpp) computes with as many virtual workers.
+//
+// The device is chosen once, when the step is made: on the CPU the session
+// itself computes (cpu_replica_step.cpp); with --device=gpu the CUDA backend
+// does (gpu_replica_step.cpp; gpu_trainer_stub.cpp throws in builds without
+// it) while the session keeps the data, the schedule and a host copy of the
+// state for evaluation, checkpoints and export.
 #pragma once
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
-#include <string>
 #include <vector>
 
 #include "session.h"
 #include "terngrad/comm/placement.h"
-#include "terngrad/comm/step_times.h"
-#include "terngrad/comm/worker_client.h"
-#include "terngrad/train/metrics.h"
 
 namespace terngrad::train::detail {
 
-// Per-shard payload buffers of one replica, and the sums it pulls.
-struct Wire {
-  std::vector<std::vector<comm::ElementRange>> slices;       // [variable]
-  std::vector<std::vector<uint8_t>> payloads;                // [shard]
-  std::vector<std::vector<std::span<uint8_t>>> outs;         // [variable][slice]
-  std::vector<std::span<const uint8_t>> views;               // [shard]
-  std::vector<std::vector<uint8_t>> sums;                    // [shard]
-  double payload_bytes = 0;
-
-  Wire(TrainingSession& s, const comm::Layout& l) : slices(l.variables.size()), payloads(l.shards.size()),
-                                                    outs(l.variables.size()) {
-    for (size_t v = 0; v < l.variables.size(); ++v) {
-      for (size_t sh : l.shards_of[v]) {
-        slices[v].push_back({l.shards[sh].begin, l.shards[sh].count});
-        payloads[sh].resize(s.codec(0, v).payload_bytes(l.shards[sh].count));
-        payload_bytes += static_cast<double>(payloads[sh].size());
-      }
-      for (size_t sh : l.shards_of[v]) outs[v].emplace_back(payloads[sh]);
-    }
-    views.assign(payloads.begin(), payloads.end());
-  }
-};
-
-// Where a replica's step time goes, summed over the steps since the last log
-// line: the main thread's time, split so that the parts add up to the step.
-// push / wait / pull are time blocked on the network: while this replica's
-// payloads are still leaving (push), then until the first sum arrives
-// (wait: the other replicas and the ps), then while sums arrive (pull).
-struct StepClock {
-  enum Part { kStep, kCompute, kEncode, kPush, kWait, kPull, kDecode, kApply };  // comm::kStepTimeNames' order
-  std::array<double, comm::kStepTimeFields> s{};  // seconds
-  int64_t steps = 0;
-
-  // Blocked time [a, b] (seconds since the step began) to push, wait or pull.
-  void blocked(double a, double b, double pushed, double first_sum) {
-    const auto part = [&](double lo, double hi) { return std::max(0.0, std::min(b, hi) - std::max(a, lo)); };
-    s[kPush] += part(0, pushed);
-    s[kWait] += part(pushed, std::max(pushed, first_sum));
-    s[kPull] += part(std::max(pushed, first_sum), 1e300);
-  }
-  void add(const StepClock& o) {
-    for (size_t i = 0; i < s.size(); ++i) s[i] += o.s[i];
-    steps += o.steps;
-  }
-  void add_ms(const std::vector<float>& ms) {
-    for (size_t i = 0; i < s.size() && i < ms.size(); ++i) s[i] += ms[i] / 1e3;
-    ++steps;
-  }
-  std::vector<float> ms() const {
-    std::vector<float> out;
-    for (double x : s) out.push_back(static_cast<float>(1e3 * x / std::max<int64_t>(1, steps)));
-    return out;
-  }
-  // Per-step means over the interval: "<prefix><part>_ms".
-  void add_to(JsonObject& o, const std::string& prefix) const {
-    const std::vector<float> m = ms();
-    for (size_t i = 0; i < m.size(); ++i) o.add(prefix + comm::kStepTimeNames[i] + "_ms", static_cast<double>(m[i]));
-  }
-};
-
-// One sync step of a CPU replica with communication overlapped: each
-// variable's payloads are queued for the ps as soon as the backward pass has
-// finished it (in buckets of about kBucketBytes), the ps sums each shard once
-// every replica delivered it, and the sums are decoded into `sum` as they
-// arrive. Codecs that share scales exchange each layer's scales on a second
-// thread, then encode and queue it there, so the backward pass does not wait.
-// The arithmetic is that of encode() + push() + pull_sums() (the
-// distributed bit-equality tests run both).
-class OverlappedStep {
+class ReplicaStep {
  public:
-  OverlappedStep(TrainingSession& s, comm::WorkerClient& client, const comm::Layout& layout, Wire& wire);
+  virtual ~ReplicaStep() = default;
 
-  struct Outcome {
-    float loss = 0;               // this replica's
-    comm::WorkerClient::Sums sums;  // the step's sums' header
-  };
-  // compute_ms > 0 or comm_only: fixed_gradient() after that much sleep.
-  Outcome run(int64_t step, GradSet& sum, StepClock& clock);
+  // The session's next batch (its worker 0), the gradient at the current
+  // weights and the local scales; returns the loss. ready, when given, is
+  // called with each variable once its gradient is complete, last first
+  // (TrainingSession::compute_gradient's contract).
+  virtual float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready) = 0;
+  float compute_gradient(int64_t step) { return compute_gradient(step, {}); }
+  // Local scale of each variable (0 for codecs without scale sharing).
+  virtual const std::vector<float>& local_scales() const = 0;
+  // TrainingSession::encode_variable's contract, for this replica's gradient.
+  virtual void encode_variable(int64_t step, size_t v, const std::vector<float>& shared,
+                               std::span<const comm::ElementRange> slices,
+                               std::span<const std::span<uint8_t>> outs) = 0;
+  // encode_variable() of every variable (TrainingSession::encode's contract).
+  void encode(int64_t step, const std::vector<float>& shared,
+              const std::vector<std::vector<comm::ElementRange>>& slices,
+              const std::vector<std::vector<std::span<uint8_t>>>& outs);
+  // The pulled sum of one shard, decoded into the step's update.
+  virtual void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) = 0;
+  // Once every shard's sum is decoded: the update averaged over `replicas`,
+  // the optimizer at step's rate, the moving average (TrainingSession::apply).
+  virtual void apply(int64_t step, int replicas) = 0;
+  // Whether a sync step may overlap its communication with the backward
+  // pass (OverlappedStep, --overlap_comm): encode and decode then run as the
+  // gradient completes and the sums arrive, some on a second thread.
+  virtual bool overlaps_communication() const = 0;
 
-  static constexpr size_t kBucketBytes = size_t{256} << 10;
-
- private:
-  void queue_variable(float loss, size_t v);
-  void flush(float loss);
-
-  TrainingSession& s_;
-  comm::WorkerClient& client_;
-  const comm::Layout& layout_;
-  Wire& wire_;
-  bool wants_scales_ = false;
-  std::vector<size_t> bucket_;
-  std::vector<std::span<const uint8_t>> bucket_views_;
-  size_t bucket_bytes_ = 0;
+  // The step's state (weights, optimizer slots and steps, moving average)
+  // into the session's host objects: evaluation, checkpoints, export.
+  virtual void state_into_session() = 0;
+  // The session's state into the step's (after TrainingSession::restore()).
+  virtual void state_from_session() = 0;
+  // Only the session's weights: an asynchronous replica computes its
+  // gradient at the values it pulled into the session.
+  virtual void weights_from_session() = 0;
 };
+
+// The step on cfg.device's device. Throws std::runtime_error naming what is
+// missing for --device=gpu (a CUDA build, a device).
+std::unique_ptr<ReplicaStep> make_replica_step(TrainingSession& s);
+std::unique_ptr<ReplicaStep> make_cpu_replica_step(TrainingSession& s);
+std::unique_ptr<ReplicaStep> make_gpu_replica_step(TrainingSession& s);
 
 }  // namespace terngrad::train::detail

@@ -1,7 +1,7 @@
 // Private to the trainer: everything one training process holds, and the
 // pieces of a step, shared by the in-process virtual-worker loop
-// (trainer.cpp) and the distributed worker (distributed_worker.cpp), so the
-// two run the same arithmetic and give the same bits.
+// (trainer.cpp) and a cluster replica's CPU step (cpu_replica_step.cpp), so
+// the two run the same arithmetic and give the same bits.
 //
 // A step of worker w (its global index among all workers of the run):
 //   compute_gradient(w)        batch, forward/backward, weight decay, local scales

@@ -1,5 +1,7 @@
 // The in-process trainer: N virtual workers in one process, each variable
 // aggregated by its codec exactly as a parameter server would (session.h).
+// A sync cluster runs the same five steps with a process per worker and the
+// ps for step 4 (sync_loop.cpp).
 #include "terngrad/train/trainer.h"
 
 #include <omp.h>

@@ -1,0 +1,91 @@
+#include "replica_run.h"
+
+#include "terngrad/comm/ps_status.h"
+
+namespace terngrad::train::detail {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+ReplicaRun::ReplicaRun(TrainingSession& s, comm::WorkerClient& client, const Wire& wire, bool chief,
+                       int replicas_per_step)
+    : s_(s),
+      client_(client),
+      wire_(wire),
+      chief_(chief),
+      replicas_per_step_(replicas_per_step),
+      log_(chief && !s.cfg().train_dir.empty()
+               ? std::make_unique<JsonlWriter>(s.cfg().train_dir + "/metrics.jsonl", true)
+               : nullptr),
+      progress_(s.cfg().max_steps, s.cfg().batch_size * s.cfg().num_nodes, s.cfg().quiet || !chief),
+      t_train_(Clock::now()),
+      t0_(client.traffic()) {}
+
+void ReplicaRun::after_step(int64_t done, double loss, double lr) {
+  const TrainConfig& cfg = s_.cfg();
+  loss_ = loss;
+  ++steps_run_;
+  progress_.update(done, loss);
+  if (!log_ || cfg.log_every_n_steps <= 0 || (done % cfg.log_every_n_steps != 0 && done != cfg.max_steps)) return;
+  const comm::Traffic t = client_.traffic();
+  const double secs = since(t_train_);
+  JsonObject o;
+  o.add("event", "train").add("step", done).add("loss", loss).add("learning_rate", lr)
+      .add("examples_per_sec", secs > 0 ? steps_run_ * cfg.batch_size * replicas_per_step_ / secs : 0.0)
+      .add("bytes_sent_per_worker", wire_.payload_bytes)
+      .add("bytes_recv_per_worker", per_step(t.payload_received, t0_.payload_received))
+      .add("wire_bytes_sent_per_worker", per_step(t.message_sent, t0_.message_sent))
+      .add("wire_bytes_recv_per_worker", per_step(t.message_received, t0_.message_received));
+  if (clock_.steps > 0) clock_.add_to(o, "");
+  if (replicas_.steps > 0) replicas_.add_to(o, "replicas_");
+  clock_ = StepClock{};
+  replicas_ = StepClock{};
+  log_->write(o);
+}
+
+double ReplicaRun::per_step(uint64_t total, uint64_t at_start) const {
+  return steps_run_ > 0 ? static_cast<double>(total - at_start) / static_cast<double>(steps_run_) : 0.0;
+}
+
+bool ReplicaRun::evaluation_due(int64_t done) const {
+  const TrainConfig& cfg = s_.cfg();
+  return chief_ && cfg.eval_interval_steps > 0 && !cfg.comm_only && done % cfg.eval_interval_steps == 0 &&
+         done < cfg.max_steps;
+}
+
+void ReplicaRun::evaluate(int64_t done) {
+  s_.evaluate_into(result_);
+  log_eval(log_.get(), done, result_, s_.cfg().quiet);
+}
+
+TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_addresses) {
+  const TrainConfig& cfg = s_.cfg();
+  progress_.finish();
+  const double train_secs = since(t_train_);
+  const comm::Traffic t = client_.traffic();
+  result_.steps = last;
+  result_.examples = steps_run_ * cfg.batch_size;
+  result_.examples_per_sec = train_secs > 0 ? result_.examples * replicas_per_step_ / train_secs : 0;
+  result_.final_loss = loss_;
+  for (const Param& p : s_.params().params) result_.fp32_bytes_per_worker_step += 4.0 * p.value.size();
+  result_.bytes_sent_per_worker_step = wire_.payload_bytes;
+  result_.bytes_recv_per_worker_step = per_step(t.payload_received, t0_.payload_received);
+  result_.wire_bytes_sent_per_worker_step = per_step(t.message_sent, t0_.message_sent);
+  result_.wire_bytes_recv_per_worker_step = per_step(t.message_received, t0_.message_received);
+  result_.codec_summary = codec_summary(s_.plan());
+  if (!chief_) return result_;
+  int64_t stale = 0;
+  for (const auto& a : ps_addresses)
+    if (auto st = comm::query_ps_status(a, 5)) stale += static_cast<int64_t>(st->stale_pushes);
+  result_.stale_pushes = stale;
+  if (!cfg.comm_only) {  // a fixed gradient trains nothing worth evaluating or keeping
+    evaluate(last);
+    s_.save(last);
+    export_model(s_, last);
+  }
+  return result_;
+}
+
+}  // namespace terngrad::train::detail

@@ -1,0 +1,69 @@
+// Private to the trainer: the bookkeeping a cluster replica does around its
+// steps (the loops of sync_loop.cpp and async_loop.cpp), as InProcessRun does
+// for the in-process trainers: console progress, the chief's metrics.jsonl
+// lines and evaluations, and the result with its rates and traffic.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "session.h"
+#include "step_clock.h"
+#include "terngrad/comm/worker_client.h"
+#include "terngrad/train/metrics.h"
+#include "terngrad/train/trainer.h"
+#include "wire.h"
+
+namespace terngrad::train::detail {
+
+class ReplicaRun {
+ public:
+  // Training begins now (rates and traffic count from here). replicas_per_step:
+  // whose examples one step trains (a sync step's aggregated replicas; 1 async).
+  ReplicaRun(TrainingSession& s, comm::WorkerClient& client, const Wire& wire, bool chief, int replicas_per_step);
+
+  TrainResult& result() { return result_; }
+  int64_t steps_run() const { return steps_run_; }
+  // This replica's step times since the last train line, and the mean over
+  // the replicas (from the ps) since then.
+  StepClock& clock() { return clock_; }
+  StepClock& replicas() { return replicas_; }
+
+  // After `done` steps, the last with this loss: progress and, when due,
+  // the chief's train line.
+  void after_step(int64_t done, double loss, double lr);
+  // Whether the chief evaluates after `done` steps (before the last).
+  bool evaluation_due(int64_t done) const;
+  // The session's weights evaluated: into the result, the log and the console.
+  void evaluate(int64_t done);
+
+  // End of training at global step `last`, the session holding the final
+  // state on the chief: rates and traffic; on the chief the run's stale
+  // pushes (from the ps tasks at ps_addresses) and, unless --comm_only, the
+  // final evaluation, checkpoint and export.
+  TrainResult finish(int64_t last, const std::vector<std::string>& ps_addresses);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // Bytes per step run of a traffic counter since training began.
+  double per_step(uint64_t total, uint64_t at_start) const;
+
+  TrainingSession& s_;
+  comm::WorkerClient& client_;
+  const Wire& wire_;
+  const bool chief_;
+  const int replicas_per_step_;
+  std::unique_ptr<JsonlWriter> log_;  // the chief's, with --train_dir
+  Progress progress_;
+  TrainResult result_;
+  StepClock clock_, replicas_;
+  int64_t steps_run_ = 0;
+  double loss_ = 0;
+  const Clock::time_point t_train_;
+  const comm::Traffic t0_;
+};
+
+}  // namespace terngrad::train::detail

@@ -1,0 +1,135 @@
+// The synchronous replica (--sync_replicas): the in-process trainer's step
+// (trainer.cpp) with the replicas for its virtual workers and the ps for its
+// sums. Every step each replica computes its gradient, the replicas share
+// their scales, each encodes and pushes its payloads, the ps sums the first R
+// to arrive, and every replica pulls and decodes the sums and applies the
+// same average, so the replicas' weights stay identical.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "overlapped_step.h"
+#include "replica_loop.h"
+#include "terngrad/comm/errors.h"
+
+namespace terngrad::train::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+class SyncLoop final : public ReplicaLoop {
+ public:
+  explicit SyncLoop(const Replica& r) : r_(r), cfg_(r.s.cfg()), no_scales_(r.s.num_variables(), 0.0f) {
+    for (size_t v = 0; v < r.s.num_variables(); ++v) wants_scales_ |= r.s.codec(0, v).wants_shared_scale();
+    if (r.step.overlaps_communication())
+      overlapped_.emplace(r.s, r.step, r.client, r.layout, r.wire, wants_scales_);
+  }
+
+  int64_t join(int64_t restored) override {
+    if (restored > 0) r_.step.state_from_session();
+    const int64_t global = r_.client.join(restored);
+    if (global != restored)
+      throw comm::PeerError(r_.name + " restored step " + std::to_string(restored) + " from " +
+                            (cfg_.train_dir.empty() ? std::string("(no --train_dir)") : cfg_.train_dir) +
+                            " but the chief started at step " + std::to_string(global) +
+                            ": every replica must see the chief's train_dir (same path, shared storage)");
+    return global;
+  }
+
+  int64_t train(int64_t first, ReplicaRun& run) override {
+    for (int64_t step = first; step < cfg_.max_steps; ++step) {
+      const auto t_step = Clock::now();
+      StepClock one;
+      one.steps = 1;
+      // 1.-4. This replica's gradient out, the replicas' sums in, decoded.
+      const comm::WorkerClient::Sums got = overlapped_ ? overlapped_step(step, one) : sequential_step(step, one, run);
+      // 5. The same averaged update on every replica.
+      const auto t_apply = Clock::now();
+      r_.step.apply(step, static_cast<int>(got.contributions));
+      one.s[StepClock::kApply] += since(t_apply);
+      one.s[StepClock::kStep] = since(t_step);
+      run.clock().add(one);
+      if (got.replicas_reporting > 0) run.replicas().add_ms(got.replicas_step_ms);
+      r_.client.report_step_times(one.ms());  // travels with the next step's first push
+
+      const int64_t done = step + 1;
+      run.after_step(done, got.mean_loss, r_.s.lr(step));
+      // Evaluation and checkpoints read the session's state.
+      if (run.evaluation_due(done)) {
+        r_.step.state_into_session();
+        run.evaluate(done);
+      }
+      if (r_.chief && cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
+        r_.step.state_into_session();
+        r_.s.save(done);
+      }
+    }
+    if (r_.chief) r_.step.state_into_session();  // for the final evaluation, checkpoint and export
+    return cfg_.max_steps;
+  }
+
+ private:
+  // Steps 1-4 one after another (--overlap_comm=false, or a step that cannot
+  // overlap), each timed as a whole.
+  comm::WorkerClient::Sums sequential_step(int64_t step, StepClock& one, ReplicaRun& run) {
+    const auto t_step = Clock::now();
+    // 1. Batch, gradient (+ weight decay), local scales.
+    const float loss = r_.step.compute_gradient(step);
+    if (!std::isfinite(loss))
+      throw std::runtime_error(r_.name + ": training diverged at step " + std::to_string(step) + " (loss " +
+                               std::to_string(loss) + ")");
+    one.s[StepClock::kCompute] += since(t_step);
+    // 2. Scale sharing: the max over replicas.
+    auto t = Clock::now();
+    const std::vector<float> shared =
+        wants_scales_ ? r_.client.exchange_scales(step, r_.step.local_scales()) : no_scales_;
+    one.s[StepClock::kWait] += since(t);
+    // 3. Encode what to push.
+    t = Clock::now();
+    r_.step.encode(step, shared, r_.wire.slices, r_.wire.outs);
+    one.s[StepClock::kEncode] += since(t);
+    // 4. Push; the ps sums each shard of the first R replicas; pull the sums.
+    t = Clock::now();
+    run.result().stale_pushes += r_.client.push(step, loss, r_.wire.views).stale;
+    one.s[StepClock::kPush] += since(t);
+    t = Clock::now();
+    const comm::WorkerClient::Sums got = r_.client.pull_sums(step, r_.wire.sums);
+    const double pulled = since(t);
+    one.s[StepClock::kWait] += std::min(got.ready_s, pulled);
+    one.s[StepClock::kPull] += pulled - std::min(got.ready_s, pulled);
+    t = Clock::now();
+    for (size_t sh = 0; sh < r_.layout.shards.size(); ++sh) r_.step.decode_sum(r_.layout.shards[sh], r_.wire.sums[sh]);
+    one.s[StepClock::kDecode] += since(t);
+    return got;
+  }
+
+  // Steps 1-4 overlapped with one another (overlapped_step.h).
+  comm::WorkerClient::Sums overlapped_step(int64_t step, StepClock& one) {
+    try {
+      return overlapped_->run(step, one);
+    } catch (const std::runtime_error& e) {
+      // Errors of the step itself (from either of its threads) name the
+      // replica; the run's end and a peer's failure pass as they are.
+      if (dynamic_cast<const comm::PeerError*>(&e) || dynamic_cast<const comm::RunEnded*>(&e)) throw;
+      throw std::runtime_error(r_.name + ": " + e.what());
+    }
+  }
+
+  const Replica r_;
+  const TrainConfig& cfg_;
+  const std::vector<float> no_scales_;  // for codecs without scale sharing
+  bool wants_scales_ = false;           // some variable's codec shares scales
+  std::optional<OverlappedStep> overlapped_;
+};
+
+}  // namespace
+
+std::unique_ptr<ReplicaLoop> make_sync_loop(const Replica& r) { return std::make_unique<SyncLoop>(r); }
+
+}  // namespace terngrad::train::detail
