@@ -95,13 +95,18 @@ SyncSteps::PushResult SyncSteps::push(uint32_t replica, int64_t step, std::span<
 }
 
 SyncSteps::SumJob SyncSteps::take_sums(std::span<const uint32_t> shards) {
+  for (uint32_t s : shards)
+    if (s >= shards_.size())
+      throw std::invalid_argument("SyncSteps: shard " + std::to_string(s) + " of " + std::to_string(shards_.size()));
   SumJob job;
+  // A closed step is being summed already (or is done): nothing to take.
+  if (current_.closed) return job;  // Kind::kNone
   job.step_ = current_.step;
   job.sums_ = current_.sums;
   if (needed_ == replicas_) {
     job.kind_ = SumJob::Kind::kDeliveredShards;
     for (uint32_t s : shards)
-      if (s < shards_.size() && current_.have[s] == replicas_) job.shards_.push_back(s);
+      if (current_.have[s] == replicas_) job.shards_.push_back(s);
     job.from_.assign(replicas_, true);
     return job;
   }

@@ -102,11 +102,14 @@ class SyncSteps {
     int count_ = 0;                                   // replicas (kWholeStep)
     std::shared_ptr<StepSums> sums_;
   };
-  // shards: those of the push just accepted.
+  // shards: those of the push just accepted (in range, std::invalid_argument
+  // otherwise). Nothing to take once the step is closed.
   SumJob take_sums(std::span<const uint32_t> shards);
-  // Returns "" or why a payload could not be summed (the run cannot go on).
+  // Returns "" or why a payload could not be summed (the run cannot go on:
+  // the job is then not settled).
   std::string sum(const SumJob& job) const;
-  // Returns whether anything changed that waiting pullers should hear.
+  // Once per job, after sum() succeeded (or for an empty job). Returns
+  // whether anything changed that waiting pullers should hear.
   bool settle(const SumJob& job);
 
   // The sums of step (complete, or being filled), or null when not kept.

@@ -261,3 +261,19 @@ TEST(SyncSteps, SumsStillStreamedAreNotReused) {
   for (int64_t step = 1; step < 4; ++step) ASSERT_EQ(push(steps, shards, 0, step, {0}).outcome, Outcome::kAccepted);
   EXPECT_EQ(streaming->shards[0], shards.expected_sum(0, {0}, 0));
 }
+
+TEST(SyncSteps, AClosedStepHasNothingMoreToTake) {
+  const Shards shards("fp32", {16});
+  td::SyncSteps steps(shards.coding(), 3, 1, 8, 0);
+  std::vector<std::string> p = {shards.payload(0, 1, 0)};
+  ASSERT_EQ(steps.push(1, 0, std::vector<uint32_t>{0}, p, 0.0f).outcome, Outcome::kAccepted);
+  const td::SyncSteps::SumJob job = steps.take_sums(std::vector<uint32_t>{0});
+  EXPECT_FALSE(job.empty());
+  EXPECT_TRUE(steps.take_sums(std::vector<uint32_t>{0}).empty());  // summed once, by the first taker
+  EXPECT_THROW(steps.take_sums(std::vector<uint32_t>{1}), std::invalid_argument);
+  EXPECT_EQ(steps.sum(job), "");
+  EXPECT_TRUE(steps.settle(job));
+  EXPECT_EQ(steps.global_step(), 1);
+  EXPECT_EQ(steps.sums_of(0)->contributions, 1u);
+  EXPECT_EQ(steps.sums_of(0)->shards[0], shards.expected_sum(0, {1}, 0));
+}
