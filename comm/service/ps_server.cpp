@@ -1,6 +1,10 @@
 // The parameter server (ps_server.h): the gRPC service over one lock-guarded
-// state. Long polls wait on one condition variable; a monitor thread enforces
-// the startup and liveness timeouts.
+// state. Each call is parsed and checked here, completely, before anything
+// changes; the step logic lives in units without gRPC: sync_steps.h (the sync
+// steps, their sums and their buffers), async_updates.h (async values and
+// updates) and scale_exchange.h (scale sharing). Long polls wait on one
+// condition variable; a monitor thread enforces the startup and liveness
+// timeouts.
 #include "terngrad/comm/ps_server.h"
 
 #include <grpcpp/grpcpp.h>
@@ -9,14 +13,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
+#include "async_updates.h"
 #include "chunks.h"
 #include "parameter_server.grpc.pb.h"
+#include "scale_exchange.h"
+#include "sync_steps.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/gradient_codec.h"
 #include "terngrad/comm/step_times.h"
@@ -49,47 +56,12 @@ struct Replica {
   std::string gone_reason;
   std::string label;
   Clock::time_point last_heard{};
-  int64_t last_pushed = -1;
-  int64_t last_stale = -1;  // the last step whose push was counted stale
   std::vector<float> step_ms;  // its last step-time report (PushHeader.step_ms)
 };
 
 struct Shard {
   ShardView view;
   std::unique_ptr<GradientCodec> codec;
-  std::vector<float> values;  // async
-};
-
-// A step's sums (sync). Filled shard by shard, each as soon as every
-// replica has delivered it (when a step needs every replica), or all at
-// once when the step closes (backup replicas); shared so that pullers
-// stream it without a copy while later shards are still being summed.
-struct Aggregate {
-  int64_t step = 0;
-  uint32_t contributions = 0;
-  float mean_loss = 0;
-  std::vector<std::vector<uint8_t>> shards;
-  std::vector<bool> ready;  // shards[s] is summed and will not change
-  size_t ready_count = 0;
-  bool complete = false;    // the step is closed and every shard summed
-  int pulls = 0;            // replicas that pulled all of it; at total it is no longer needed
-};
-
-// The pushes of the step being collected (sync). A replica delivers its
-// shards in one push or in several buckets; it counts once it has
-// delivered every shard.
-struct StepBuffer {
-  int64_t step = 0;
-  std::vector<std::vector<std::string>> payloads;  // [replica][shard]
-  std::vector<std::vector<bool>> got;              // [replica][shard]
-  std::vector<size_t> got_count;                   // [replica]
-  std::vector<int> have;                           // [shard] replicas that delivered it
-  std::vector<bool> pushed;                        // [replica] delivered every shard
-  std::vector<bool> loss_known;
-  std::vector<float> loss;
-  int count = 0;        // replicas that delivered every shard
-  bool closed = false;  // replicas_to_aggregate reached: later pushes are stale
-  std::shared_ptr<Aggregate> agg;
 };
 
 }  // namespace
@@ -112,22 +84,13 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   int total = 0, needed = 0;  // replicas, replicas_to_aggregate
   std::vector<rpc::Variable> variables;
   std::vector<Shard> shards;
-  int64_t global_step = 0;
   std::vector<Replica> replicas;
-  StepBuffer current;
-  std::deque<std::shared_ptr<Aggregate>> recent;  // completed steps, for late pullers
-  // Sum buffers of earlier steps, reused so large tensors do not cost fresh
-  // (page-faulting, zero-filled) memory every step.
-  std::vector<std::vector<uint8_t>> spare_sums;  // [shard]
-  // Scale sharing (ps 0), per step: each variable's running max and who reported it.
-  struct Scales {
-    int64_t step = -1;
-    std::vector<float> max;                   // [variable]
-    std::vector<std::vector<bool>> reported;  // [replica][variable]
-    std::vector<int> count;                   // [variable] replicas that reported it
-  };
-  std::deque<Scales> scales;
-  uint64_t stale = 0, duplicates = 0, bytes_in = 0, bytes_out = 0;
+  // Set once by Init, and from then on only under mu (their headers say
+  // which calls run without it).
+  std::optional<detail::SyncSteps> steps;       // sync runs
+  std::optional<detail::AsyncUpdates> updates;  // async runs
+  std::optional<detail::ScaleExchange> scales;  // scale sharing (used on ps 0)
+  uint64_t bytes_in = 0, bytes_out = 0;
 
   std::thread monitor;
   std::atomic<bool> stopping{false};
@@ -167,6 +130,25 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 
   void heard(uint32_t r) {
     if (r < replicas.size()) replicas[r].last_heard = Clock::now();
+  }
+
+  // The run's global step (0 before Init), a replica's last step pushed
+  // (-1 for none), the pushes dropped: from the run's step unit (mu held).
+  int64_t global_step_locked() const {
+    if (steps) return steps->global_step();
+    if (updates) return updates->global_step();
+    return 0;
+  }
+  int64_t last_pushed_locked(uint32_t r) const {
+    if (steps) return steps->last_pushed(r);
+    if (updates) return updates->last_pushed(r);
+    return -1;
+  }
+  uint64_t stale_locked() const { return steps ? steps->stale() : 0; }
+  uint64_t duplicates_locked() const {
+    if (steps) return steps->duplicates();
+    if (updates) return updates->duplicates();
+    return 0;
   }
 
   std::vector<uint32_t> unregistered() const {
@@ -217,11 +199,16 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       } catch (const std::exception& e) {
         return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + v.name() + ": " + e.what());
       }
-      if (!h.sync()) sh.values.assign(s.count(), 0.0f);
       fresh.push_back(std::move(sh));
     }
-    if (!h.sync())
+    std::vector<detail::ShardCoding> coding;
+    for (const Shard& sh : fresh) coding.push_back({sh.codec.get(), sh.view.count});
+    // Async: the values, zeros until the chief's tensors below fill them.
+    std::optional<detail::AsyncUpdates> fresh_updates;
+    if (!h.sync()) {
+      fresh_updates.emplace(coding, static_cast<int>(h.total_replicas()), h.global_step(), *handler);
       for (size_t i = 0; i < fresh.size(); ++i) handler->init_shard(i, fresh[i].view);
+    }
     // Async: values and slots follow, each a complete shard-sized tensor.
     std::vector<std::vector<detail::Reassembly>> parts(fresh.size());
     std::vector<std::vector<std::string>> part_names(fresh.size());
@@ -243,7 +230,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       std::vector<std::pair<std::string, std::span<float>>> targets;
       if (!h.sync()) {
         targets = handler->slots(s);
-        targets.insert(targets.begin(), {"", std::span<float>(fresh[s].values)});
+        targets.insert(targets.begin(), {"", fresh_updates->values(s)});
       }
       for (size_t k = 0; k < part_names[s].size(); ++k) {
         auto it = std::find_if(targets.begin(), targets.end(), [&](auto& p) { return p.first == part_names[s][k]; });
@@ -267,15 +254,19 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     total = static_cast<int>(h.total_replicas());
     needed = static_cast<int>(h.replicas_to_aggregate());
     variables.assign(h.variables().begin(), h.variables().end());
-    shards = std::move(fresh);
-    global_step = h.global_step();
+    shards = std::move(fresh);  // the codecs stay where `coding` points
+    const size_t keep = static_cast<size_t>(opt.keep_steps);
+    if (sync) {
+      steps.emplace(std::move(coding), total, needed, keep, h.global_step());
+    } else {
+      updates = std::move(fresh_updates);
+    }
+    scales.emplace(variables.size(), total, needed, keep);
     replicas.assign(total, Replica{});
-    spare_sums.assign(shards.size(), {});
-    start_step_locked(global_step);
     phase = Phase::kRunning;
     log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
         std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
-        std::to_string(global_step));
+        std::to_string(global_step_locked()));
     cv.notify_all();
     return grpc::Status::OK;
   }
@@ -307,7 +298,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     const auto missing = unregistered();
     reply->set_ready(missing.empty());
     for (uint32_t m : missing) reply->add_missing(m);
-    reply->set_global_step(global_step);
+    reply->set_global_step(global_step_locked());
     return grpc::Status::OK;
   }
 
@@ -317,74 +308,29 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales before Init");
     if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
     // Which variables: every one, or a subset named once each.
-    const size_t V = variables.size();
+    const std::span<const uint32_t> named(req->variables().data(), req->variables().size());
+    const std::span<const float> reported(req->scales().data(), req->scales().size());
     std::vector<uint32_t> vars;
-    if (req->variables_size() == 0) {
-      for (uint32_t v = 0; v < V; ++v) vars.push_back(v);
-    } else {
-      std::vector<bool> seen(V, false);
-      for (uint32_t v : req->variables()) {
-        if (v >= V || seen[v])
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: variable " + std::to_string(v) +
-                                                          (v >= V ? " of " + std::to_string(V) : " named twice"));
-        seen[v] = true;
-        vars.push_back(v);
-      }
-    }
-    if (req->scales_size() != static_cast<int>(vars.size()))
-      return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: " + std::to_string(req->scales_size()) + " scales for " +
-                                                      std::to_string(vars.size()) + " variables");
-    for (float x : req->scales())
-      if (!(x >= 0 && x <= 3.4e38f))
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "ExchangeScales: scale " + std::to_string(x) + " is not a finite non-negative number");
+    if (std::string bad = scales->select(named, reported, &vars); !bad.empty())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, bad);
     heard(req->replica());
     const int64_t step = req->step();
-    auto find = [&]() -> Scales* {
-      for (auto& s : scales)
-        if (s.step == step) return &s;
-      return nullptr;
+    auto too_old = [&] {
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(step) + " is too old");
     };
-    if (find() == nullptr) {
-      Scales s;
-      s.step = step;
-      s.max.assign(V, 0.0f);
-      s.reported.assign(total, std::vector<bool>(V, false));
-      s.count.assign(V, 0);
-      scales.push_back(std::move(s));
-      while (scales.size() > static_cast<size_t>(opt.keep_steps)) scales.pop_front();
-      if (find() == nullptr)
-        return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(step) + " is too old");
+    switch (scales->record(req->replica(), step, vars, reported)) {
+      case detail::ScaleExchange::Recorded::kTooOld: return too_old();
+      case detail::ScaleExchange::Recorded::kNew: cv.notify_all(); break;
+      case detail::ScaleExchange::Recorded::kRepeated: break;
     }
-    Scales* mine = find();
-    bool fresh = false;
-    for (size_t i = 0; i < vars.size(); ++i) {
-      const uint32_t v = vars[i];
-      if (mine->reported[req->replica()][v]) continue;  // a retried report
-      mine->reported[req->replica()][v] = true;
-      ++mine->count[v];
-      mine->max[v] = std::max(mine->max[v], req->scales(static_cast<int>(i)));
-      fresh = true;
-    }
-    if (fresh) cv.notify_all();
-    auto all_in = [&](const Scales& s) {
-      for (uint32_t v : vars)
-        if (s.count[v] < needed) return false;
-      return true;
-    };
-    long_poll(lock, ctx, [&] { Scales* s = find(); return s == nullptr || all_in(*s); });
+    long_poll(lock, ctx, [&] { return !scales->kept(step) || scales->complete(step, vars); });
     if (ended()) return ended_status();
-    Scales* s = find();
-    if (s == nullptr) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales: step " + std::to_string(step) + " is too old");
-    reply->set_ready(all_in(*s));
+    if (!scales->kept(step)) return too_old();
+    reply->set_ready(scales->complete(step, vars));
     if (reply->ready()) {
-      for (uint32_t v : vars) reply->add_max_scales(s->max[v]);
+      for (float x : scales->maxima(step, vars)) reply->add_max_scales(x);
     } else {
-      for (int r = 0; r < total; ++r)
-        for (uint32_t v : vars)
-          if (!s->reported[r][v]) {
-            reply->add_missing(static_cast<uint32_t>(r));
-            break;
-          }
+      for (uint32_t r : scales->missing(step, vars)) reply->add_missing(r);
     }
     return grpc::Status::OK;
   }
@@ -456,209 +402,81 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       }
       received += parts[i].bytes().size();
     }
-    return sync ? push_sync(h, ids, parts, received, reply) : push_async(h, parts, received, reply);
+    std::vector<std::string> payloads;  // [i]: shard ids[i]'s
+    for (detail::StringReassembly& part : parts) payloads.push_back(std::move(part.bytes()));
+    return sync ? push_sync(h, ids, payloads, received, reply) : push_async(h, payloads, received, reply);
   }
 
-  // A fresh step buffer and its (empty) aggregate (mu held).
-  void start_step_locked(int64_t step) {
-    const size_t S = shards.size();
-    current = StepBuffer{};
-    current.step = step;
-    current.payloads.assign(total, std::vector<std::string>(S));
-    current.got.assign(total, std::vector<bool>(S, false));
-    current.got_count.assign(total, 0);
-    current.have.assign(S, 0);
-    current.pushed.assign(total, false);
-    current.loss_known.assign(total, false);
-    current.loss.assign(total, 0.0f);
-    auto agg = std::make_shared<Aggregate>();
-    agg->step = step;
-    agg->shards = std::move(spare_sums);
-    agg->shards.resize(S);
-    agg->ready.assign(S, false);
-    current.agg = std::move(agg);
-    spare_sums.assign(S, {});
-  }
-
-  // Sums shards `ids` of `buf` over the replicas in `from` into agg (no lock:
-  // the payloads and these agg shards are touched by this thread alone).
-  std::string sum_shards(const std::vector<uint32_t>& ids, const StepBuffer& buf, const std::vector<bool>& from,
-                         Aggregate& agg) {
-    try {
-      for (uint32_t s : ids) {
-        std::vector<std::span<const uint8_t>> views;
-        for (int r = 0; r < total; ++r)
-          if (from[r]) views.push_back(detail::as_bytes(buf.payloads[r][s]));
-        shards[s].codec->aggregate(views, shards[s].view.count, agg.shards[s]);
-      }
-    } catch (const std::exception& e) {
-      return std::string("summing step ") + std::to_string(buf.step) + ": " + e.what();
-    }
-    return "";
-  }
-
-  // The step's replicas and shards are all in: its aggregate is complete,
-  // and the next step begins (mu held).
-  void finish_step_locked(const StepBuffer& buf) {
-    Aggregate& agg = *buf.agg;
-    agg.contributions = static_cast<uint32_t>(buf.count);
-    double loss = 0;
-    for (int r = 0; r < total; ++r)
-      if (buf.pushed[r]) loss += buf.loss[r];
-    agg.mean_loss = static_cast<float>(loss / buf.count);
-    agg.complete = true;
-    recent.push_back(buf.agg);
-    while (recent.size() > static_cast<size_t>(opt.keep_steps)) {
-      if (recent.front().use_count() == 1) spare_sums = std::move(recent.front()->shards);  // nobody streams it
-      recent.pop_front();
-    }
-    global_step = buf.step + 1;
-    if (buf.step == current.step) start_step_locked(global_step);
-    cv.notify_all();
-  }
-
-  grpc::Status push_sync(const rpc::PushHeader& h, const std::vector<uint32_t>& ids,
-                         std::vector<detail::StringReassembly>& parts, uint64_t received, rpc::PushReply* reply) {
-    std::unique_lock<std::mutex> lock(mu);
+  grpc::Status push_sync(const rpc::PushHeader& h, const std::vector<uint32_t>& ids, std::vector<std::string>& payloads,
+                         uint64_t received, rpc::PushReply* reply) {
+    std::unique_lock<std::mutex> lock(mu);  // declared first: released after `job` below is gone
     if (ended()) return ended_status();
     const uint32_t r = h.replica();
     heard(r);
-    Replica& rep = replicas[r];
-    reply->set_global_step(global_step);
-    if (h.step() < current.step || (h.step() == current.step && current.closed)) {
-      const bool dup = h.step() <= rep.last_pushed;
-      reply->set_outcome(dup ? rpc::PushReply::DUPLICATE : rpc::PushReply::STALE);
-      if (dup) {
-        ++duplicates;
-      } else if (rep.last_stale != h.step()) {  // a late replica's buckets count once per step
-        rep.last_stale = h.step();
-        ++stale;
+    reply->set_global_step(steps->global_step());
+    const detail::SyncSteps::PushResult pushed = steps->push(r, h.step(), ids, payloads, h.loss());
+    switch (pushed.outcome) {
+      case detail::SyncSteps::PushOutcome::kDuplicate:
+        reply->set_outcome(rpc::PushReply::DUPLICATE);
+        return grpc::Status::OK;
+      case detail::SyncSteps::PushOutcome::kStale:
+        reply->set_outcome(rpc::PushReply::STALE);
         // Backups are stale every step by design: the first few and then every
         // 100th are logged; Status and the chief's result.json carry the count.
-        if (stale <= 5 || stale % 100 == 0)
+        if (pushed.counted_stale && (steps->stale() <= 5 || steps->stale() % 100 == 0))
           log(replica_name(r) + ": push of step " + std::to_string(h.step()) + " is stale (step " +
-              std::to_string(current.step) + " already summed); dropped (" + std::to_string(stale) + " so far)");
-      }
-      return grpc::Status::OK;
+              std::to_string(steps->current_step()) + " already summed); dropped (" + std::to_string(steps->stale()) +
+              " so far)");
+        return grpc::Status::OK;
+      case detail::SyncSteps::PushOutcome::kAhead:
+        return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(r) + " pushed step " + std::to_string(h.step()) +
+                                                           " but the ps is at step " + std::to_string(steps->current_step()));
+      case detail::SyncSteps::PushOutcome::kRepeatsShards:
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, replica_name(r) + " step " + std::to_string(h.step()) +
+                                                        ": a bucket repeats shards an earlier push of the step delivered");
+      case detail::SyncSteps::PushOutcome::kAccepted:
+        break;
     }
-    if (h.step() > current.step)
-      return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(r) + " pushed step " + std::to_string(h.step()) +
-                                                         " but the ps is at step " + std::to_string(current.step));
-    size_t repeated = 0;
-    for (uint32_t s : ids) repeated += current.got[r][s];
-    if (repeated == ids.size()) {  // a retried push or bucket
-      ++duplicates;
-      reply->set_outcome(rpc::PushReply::DUPLICATE);
-      return grpc::Status::OK;
-    }
-    if (repeated > 0)
-      return grpc::Status(StatusCode::INVALID_ARGUMENT, replica_name(r) + " step " + std::to_string(h.step()) +
-                                                      ": a bucket repeats shards an earlier push of the step delivered");
-    for (size_t i = 0; i < ids.size(); ++i) {
-      current.payloads[r][ids[i]] = std::move(parts[i].bytes());
-      current.got[r][ids[i]] = true;
-      ++current.have[ids[i]];
-    }
-    current.got_count[r] += ids.size();
-    if (h.step_ms_size() > 0) rep.step_ms.assign(h.step_ms().begin(), h.step_ms().end());
-    if (!current.loss_known[r]) {
-      current.loss_known[r] = true;
-      current.loss[r] = h.loss();
-    }
+    if (h.step_ms_size() > 0) replicas[r].step_ms.assign(h.step_ms().begin(), h.step_ms().end());
     bytes_in += received;
     reply->set_outcome(rpc::PushReply::APPLIED);
-    if (current.got_count[r] == shards.size()) {
-      current.pushed[r] = true;
-      rep.last_pushed = h.step();
-      ++current.count;
-    }
     cv.notify_all();  // pullers list who has not pushed
-    if (needed == total) {
-      // Every replica is needed: a shard all of them delivered can be summed
-      // now, by this thread, while other buckets are still arriving.
-      std::vector<uint32_t> ready;
-      for (uint32_t s : ids)
-        if (current.have[s] == total) ready.push_back(s);
-      if (!ready.empty()) {
-        const std::vector<bool> everyone(total, true);
-        const std::shared_ptr<Aggregate> agg = current.agg;
-        lock.unlock();  // `current` stays: the step cannot finish before these shards are summed
-        const std::string error = sum_shards(ready, current, everyone, *agg);
-        lock.lock();
-        if (!error.empty()) {
-          fail_locked(error);
-          return ended_status();
-        }
-        for (uint32_t s : ready) agg->ready[s] = true;
-        agg->ready_count += ready.size();
-        cv.notify_all();
+    // Summing is the slow part: outside the lock (sync_steps.h, SumJob).
+    const detail::SyncSteps::SumJob job = steps->take_sums(ids);
+    if (!job.empty()) {
+      lock.unlock();
+      const std::string error = steps->sum(job);
+      lock.lock();
+      if (!error.empty()) {
+        fail_locked(error);
+        return ended_status();
       }
-      if (!current.closed && current.count == total && current.agg->ready_count == shards.size()) {
-        current.closed = true;
-        finish_step_locked(current);
-      }
-      reply->set_global_step(global_step);
-      return grpc::Status::OK;
     }
-    if (current.count < needed) return grpc::Status::OK;
-
-    // Backup replicas: the first `needed` replicas to deliver every shard
-    // make the step; sum it outside the lock, in replica order. The buffer
-    // stays (closed, payloads moved out) so that late pushes read as stale
-    // and waiting pulls can still list who pushed.
-    current.closed = true;
-    StepBuffer buf;
-    buf.step = current.step;
-    buf.pushed = current.pushed;
-    buf.loss = current.loss;
-    buf.count = current.count;
-    buf.payloads = std::move(current.payloads);
-    buf.agg = current.agg;
-    current.payloads.assign(total, std::vector<std::string>(shards.size()));
-    lock.unlock();
-    std::vector<uint32_t> all(shards.size());
-    for (uint32_t s = 0; s < all.size(); ++s) all[s] = s;
-    const std::string error = sum_shards(all, buf, buf.pushed, *buf.agg);
-    lock.lock();
-    if (!error.empty()) {
-      fail_locked(error);
-      return ended_status();
-    }
-    buf.agg->ready.assign(shards.size(), true);
-    buf.agg->ready_count = shards.size();
-    finish_step_locked(buf);
-    reply->set_global_step(global_step);
+    if (steps->settle(job)) cv.notify_all();
+    reply->set_global_step(steps->global_step());
     return grpc::Status::OK;
   }
 
-  grpc::Status push_async(const rpc::PushHeader& h, std::vector<detail::StringReassembly>& parts, uint64_t received,
+  grpc::Status push_async(const rpc::PushHeader& h, const std::vector<std::string>& payloads, uint64_t received,
                           rpc::PushReply* reply) {
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
     heard(h.replica());
-    Replica& rep = replicas[h.replica()];
-    if (h.step() <= rep.last_pushed) {
-      ++duplicates;
-      reply->set_outcome(rpc::PushReply::DUPLICATE);
-      reply->set_global_step(global_step);
-      return grpc::Status::OK;
-    }
-    std::vector<float> grad;
+    detail::AsyncUpdates::Outcome outcome;
     try {
-      for (size_t s = 0; s < shards.size(); ++s) {
-        grad.assign(shards[s].view.count, 0.0f);
-        shards[s].codec->decode(detail::as_bytes(parts[s].bytes()), grad);
-        handler->apply(s, global_step, shards[s].values, grad);
-      }
+      outcome = updates->apply(h.replica(), h.step(), payloads);
     } catch (const std::exception& e) {
       fail_locked(std::string("applying ") + replica_name(h.replica()) + "'s push: " + e.what());
       return ended_status();
     }
-    rep.last_pushed = h.step();
+    if (outcome == detail::AsyncUpdates::Outcome::kDuplicate) {
+      reply->set_outcome(rpc::PushReply::DUPLICATE);
+      reply->set_global_step(updates->global_step());
+      return grpc::Status::OK;
+    }
     bytes_in += received;
-    ++global_step;
     reply->set_outcome(rpc::PushReply::APPLIED);
-    reply->set_global_step(global_step);
+    reply->set_global_step(updates->global_step());
     cv.notify_all();
     return grpc::Status::OK;
   }
@@ -666,26 +484,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // After the chief finishes a sync run normally, the sums of completed
   // steps are still served (until run() closes the port): a replica that is
   // one pull behind the chief finishes its last step instead of failing.
-  bool serves_after_finish(int64_t step) const { return sync && phase == Phase::kFinished && step < global_step; }
-
-  // The aggregate of `step` (complete, or being filled), or null (mu held).
-  std::shared_ptr<Aggregate> aggregate_of(int64_t step) const {
-    if (step == current.step && !current.closed) return current.agg;
-    for (const auto& a : recent)
-      if (a->step == step) return a;
-    if (step == current.step) return current.agg;  // closed, being summed
-    return nullptr;
-  }
-
-  // A replica has the whole aggregate: when every replica has it, its
-  // buffers serve a later step (if no other puller still streams it).
-  void pulled_locked(const std::shared_ptr<Aggregate>& held) {
-    auto at = std::find(recent.begin(), recent.end(), held);
-    if (at != recent.end() && ++(*at)->pulls >= total) {
-      if (held.use_count() == 2) spare_sums = std::move((*at)->shards);
-      recent.erase(at);
-    }
-  }
+  bool serves_after_finish(int64_t step) const { return sync && phase == Phase::kFinished && step < global_step_locked(); }
 
   grpc::Status Pull(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer) override {
     std::unique_lock<std::mutex> lock(mu);
@@ -696,11 +495,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     rpc::PullChunk out;
     if (!sync) {  // the current values of every shard
       out.mutable_header()->set_ready(true);
-      out.mutable_header()->set_step(global_step);
+      out.mutable_header()->set_step(updates->global_step());
       std::vector<std::vector<uint8_t>> copies;
-      for (const Shard& s : shards) {
-        const auto* b = reinterpret_cast<const uint8_t*>(s.values.data());
-        copies.emplace_back(b, b + 4 * s.values.size());
+      for (size_t s = 0; s < updates->shards(); ++s) {
+        const std::span<const float> values = std::as_const(*updates).values(s);
+        const auto* b = reinterpret_cast<const uint8_t*>(values.data());
+        copies.emplace_back(b, b + 4 * values.size());
       }
       lock.unlock();
       if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
@@ -710,20 +510,19 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     }
     if (req->stream()) return stream_sums(ctx, req, writer, lock);
     const int64_t step = req->step();
-    long_poll(lock, ctx, [&] { return step < global_step; });
+    long_poll(lock, ctx, [&] { return step < steps->global_step(); });
     if (ended() && !serves_after_finish(step)) return ended_status();
-    if (step >= global_step) {
+    if (step >= steps->global_step()) {
       out.mutable_header()->set_ready(false);
       out.mutable_header()->set_step(step);
-      for (int r = 0; r < total; ++r)
-        if (!current.pushed[r]) out.mutable_header()->add_missing(static_cast<uint32_t>(r));
+      for (uint32_t r : steps->missing()) out.mutable_header()->add_missing(r);
       lock.unlock();
       writer->Write(out);
       return grpc::Status::OK;
     }
-    const std::shared_ptr<Aggregate> held = aggregate_of(step);  // kept alive while we stream, even if the ring drops it
+    const std::shared_ptr<detail::StepSums> held = steps->sums_of(step);  // kept alive while we stream, even if the ring drops it
     if (!held || !held->complete) return too_old(req->replica(), step);
-    const Aggregate& agg = *held;
+    const detail::StepSums& agg = *held;
     uint64_t bytes = 0;
     for (const auto& s : agg.shards) bytes += s.size();
     bytes_out += bytes;
@@ -740,7 +539,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     for (size_t s = 0; s < agg.shards.size(); ++s)
       if (!write_shard(writer, s, agg.shards[s], false)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     std::lock_guard<std::mutex> relock(mu);
-    pulled_locked(held);
+    steps->pulled(held);
     return grpc::Status::OK;
   }
 
@@ -762,7 +561,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status(StatusCode::FAILED_PRECONDITION,
                         replica_name(replica) + " asked for step " + std::to_string(step) +
                             ", which is no longer kept (the ps keeps the last " + std::to_string(opt.keep_steps) +
-                            " steps, now at " + std::to_string(global_step) + "): it fell too far behind");
+                            " steps, now at " + std::to_string(global_step_locked()) + "): it fell too far behind");
   }
 
   // A streamed pull: each shard's sum as soon as it is ready, then the
@@ -771,12 +570,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   grpc::Status stream_sums(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer,
                            std::unique_lock<std::mutex>& lock) {
     const int64_t step = req->step();
-    if (step > current.step)
+    if (step > steps->current_step())
       return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(req->replica()) + " pulls step " + std::to_string(step) +
-                                                         " but the ps is at step " + std::to_string(current.step));
-    const std::shared_ptr<Aggregate> held = aggregate_of(step);
+                                                         " but the ps is at step " + std::to_string(steps->current_step()));
+    const std::shared_ptr<detail::StepSums> held = steps->sums_of(step);
     if (!held) return too_old(req->replica(), step);
-    Aggregate& agg = *held;
+    const detail::StepSums& agg = *held;
     std::vector<bool> sent(shards.size(), false);
     size_t sent_count = 0;
     for (uint32_t s : req->have()) {
@@ -824,12 +623,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         head->set_contributions(agg.contributions);
         head->set_mean_loss(agg.mean_loss);
         report_step_times_locked(head);
-        pulled_locked(held);
+        steps->pulled(held);
       } else if (Clock::now() >= until) {
         head->set_ready(false);
-        if (step == current.step)
-          for (int r = 0; r < total; ++r)
-            if (!current.pushed[r]) head->add_missing(static_cast<uint32_t>(r));
+        if (step == steps->current_step())
+          for (uint32_t r : steps->missing()) head->add_missing(r);
       } else {
         continue;  // woken for nothing new
       }
@@ -863,7 +661,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 
   grpc::Status Heartbeat(ServerContext*, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) override {
     std::lock_guard<std::mutex> lock(mu);
-    reply->set_global_step(global_step);
+    reply->set_global_step(global_step_locked());
     reply->set_finished(phase == Phase::kFinished);
     if (phase == Phase::kFailed) reply->set_failure("ps " + std::to_string(opt.task_index) + ": " + failure);
     if (phase != Phase::kRunning) return grpc::Status::OK;
@@ -879,12 +677,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   grpc::Status Status(ServerContext*, const rpc::StatusRequest*, rpc::StatusReply* reply) override {
     std::lock_guard<std::mutex> lock(mu);
     reply->set_phase(phase_name(phase));
-    reply->set_global_step(global_step);
+    reply->set_global_step(global_step_locked());
     reply->set_sync(sync);
     reply->set_total_replicas(total);
     reply->set_replicas_to_aggregate(needed);
-    reply->set_stale_pushes(stale);
-    reply->set_duplicate_pushes(duplicates);
+    reply->set_stale_pushes(stale_locked());
+    reply->set_duplicate_pushes(duplicates_locked());
     reply->set_bytes_received(bytes_in);
     reply->set_bytes_sent(bytes_out);
     reply->set_failure(failure);
@@ -896,7 +694,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       s->set_registered(replicas[r].registered);
       s->set_done(replicas[r].done);
       s->set_seconds_since_heard(replicas[r].registered ? seconds_since(replicas[r].last_heard) : -1);
-      s->set_last_step_pushed(replicas[r].last_pushed);
+      s->set_last_step_pushed(last_pushed_locked(static_cast<uint32_t>(r)));
     }
     return grpc::Status::OK;
   }
@@ -916,7 +714,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
           const auto* b = reinterpret_cast<const uint8_t*>(f.data());
           return std::vector<uint8_t>(b, b + f.size_bytes());
         };
-        tensors.push_back({{static_cast<uint32_t>(s), ""}, copy(shards[s].values)});
+        tensors.push_back({{static_cast<uint32_t>(s), ""}, copy(std::as_const(*updates).values(s))});
         for (auto& [name, span] : handler->slots(s)) tensors.push_back({{static_cast<uint32_t>(s), name}, copy(span)});
       }
     }
@@ -941,7 +739,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (req->ok()) {
       if (!ended()) {
         phase = Phase::kFinished;
-        log("the chief finished the run at global step " + std::to_string(global_step));
+        log("the chief finished the run at global step " + std::to_string(global_step_locked()));
       }
     } else {
       fail_locked(replica_name(0) + " stopped the run: " + req->reason());
@@ -980,7 +778,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
           rep.gone = true;
           const std::string what = replica_name(static_cast<uint32_t>(r)) + " (" + rep.label + ") has been silent for " +
                                    std::to_string(static_cast<int>(seconds_since(rep.last_heard))) + " s (last pushed step " +
-                                   std::to_string(rep.last_pushed) + ")";
+                                   std::to_string(last_pushed_locked(static_cast<uint32_t>(r))) + ")";
           rep.gone_reason = what;
           if (r == 0) {
             fail_locked(what + "; it is the chief, so the run cannot finish");

@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <random>
+#include <latch>
 #include <thread>
 
 #include "terngrad/comm/errors.h"
@@ -429,6 +430,10 @@ TEST(PsService, ScalesAreSharedPerVariableSubset) {
   const tc::Layout l = tc::place_variables({{"a", 64, "fp32"}, {"b", 64, "fp32"}, {"c", 64, "fp32"}}, 1);
   std::vector<std::vector<float>> got(2);
   std::vector<std::thread> threads;
+  // Neither replica finishes (which ends the ps's run) before both have their
+  // scales: a finish while the other still waits would answer it "training
+  // finished".
+  std::latch both_exchanged(2);
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       tc::WorkerClient c({ps.address()}, l, r, true, 2, 2, fast_client());
@@ -443,6 +448,7 @@ TEST(PsService, ScalesAreSharedPerVariableSubset) {
       got[r] = c.exchange_scales(0, scales_of(first), first);
       const auto more = c.exchange_scales(0, scales_of(second), second);
       got[r].insert(got[r].end(), more.begin(), more.end());
+      both_exchanged.arrive_and_wait();
       c.finish(true);
     });
   for (auto& t : threads) t.join();
