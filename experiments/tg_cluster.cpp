@@ -19,6 +19,12 @@
 // interrupted; a launcher killed with SIGKILL leaves namespaces that the next
 // run removes. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
 //
+// Every run gets its own cluster secret (comm/credentials.h), made here and
+// kept in <log_dir>/secrets (mode 0700): the ps tasks get the secret, the
+// chief, each worker and the evaluator only their own role's key, each as
+// --secret_file (never on a command line). Tasks started with the user's own
+// --secret_file or TG_CLUSTER_SECRET keep that instead.
+//
 // Exit status: 0 every task succeeded, 1 a task failed, 2 bad flags (or,
 // with --link_rate, no privileges to create network namespaces).
 #include <arpa/inet.h>
@@ -44,6 +50,7 @@
 
 #include "emulated_network.h"
 #include "terngrad/base/json.h"
+#include "terngrad/comm/credentials.h"
 #include "terngrad/train/atomic_file.h"
 
 namespace {
@@ -193,6 +200,7 @@ struct Task {
   int index = 0;
   std::string name() const { return type + " " + std::to_string(index); }
   std::string file() const { return type + "-" + std::to_string(index) + ".log"; }
+  std::string secret_file;  // --secret_file it is started with ("": the user's own secret)
   std::string address;
   pid_t pid = -1;
   int status = -1;  // exit status once reaped
@@ -296,6 +304,29 @@ void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx
                path.c_str());
 }
 
+// A fresh cluster secret for this run: the ps tasks' file holds it, every
+// other task's file only its own role's key.
+void hand_out_secrets(const Options& o, std::vector<Task>& tasks) {
+  namespace tc = terngrad::comm;
+  const fs::path dir = fs::path(o.log_dir) / "secrets";
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  const std::string ps_file = (dir / "cluster.secret").string();
+  tc::write_secret_file(ps_file, tc::cluster_secret_line(secret));
+  for (Task& t : tasks) {
+    if (t.type == "ps") {
+      t.secret_file = ps_file;
+      continue;
+    }
+    tc::Role role = tc::Role::observer();
+    if (t.type == "chief") role = tc::Role::replica_role(0);
+    if (t.type == "worker") role = tc::Role::replica_role(static_cast<uint32_t>(t.index + (o.chief ? 1 : 0)));
+    t.secret_file = (dir / (role.name() + ".key")).string();
+    tc::write_secret_file(t.secret_file, tc::role_key_line({role, secret.key_for(role)}));
+  }
+}
+
 int run(Options& o) {
   if (o.tg_train.empty()) o.tg_train = (fs::canonical("/proc/self/exe").parent_path() / "tg-train").string();
   if (!fs::exists(o.tg_train)) usage_error("tg-train not found at " + o.tg_train + " (use --tg_train=PATH)");
@@ -325,6 +356,16 @@ int run(Options& o) {
   if (!emulated)
     for (Task& t : tasks) t.address = o.host + ":" + std::to_string(free_port(o.host));
   const int replicas = (o.chief ? 1 : 0) + o.num_workers;
+  bool user_secret = std::getenv("TG_CLUSTER_SECRET") != nullptr;
+  for (const auto& f : o.train_flags) user_secret |= f.rfind("--secret_file=", 0) == 0;
+  if (!user_secret) {
+    try {
+      hand_out_secrets(o, tasks);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tg-cluster: cannot write the run's secrets: %s\n", e.what());
+      return 1;
+    }
+  }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = o.replica_threads > 0 ? o.replica_threads : std::max(1, cores / replicas);
   bool user_threads = false;
@@ -377,6 +418,7 @@ int run(Options& o) {
     std::vector<std::string> args = {o.tg_train};
     args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
     if (!user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : threads));
+    if (!t.secret_file.empty()) args.push_back("--secret_file=" + t.secret_file);
     const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
     if (!shows_progress) args.push_back("--quiet=true");
     const fs::path log = fs::path(o.log_dir) / t.file();

@@ -4,10 +4,13 @@
 // steps, their sums and their buffers), async_updates.h (async values and
 // updates) and scale_exchange.h (scale sharing). Long polls wait on one
 // condition variable; a monitor thread enforces the startup and liveness
-// timeouts.
+// timeouts. Every call enters through serve(): it authenticates the caller,
+// turns exceptions into statuses and logs refusals; each handler then
+// authorizes the caller for the replica it names (authorize_locked).
 #include "terngrad/comm/ps_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <openssl/crypto.h>
 
 #include <atomic>
 #include <chrono>
@@ -22,8 +25,10 @@
 #include "async_updates.h"
 #include "chunks.h"
 #include "parameter_server.grpc.pb.h"
+#include "refusal_log.h"
 #include "scale_exchange.h"
 #include "sync_steps.h"
+#include "tls_credentials.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/gradient_codec.h"
 #include "terngrad/comm/step_times.h"
@@ -55,6 +60,7 @@ struct Replica {
   bool gone = false;
   std::string gone_reason;
   std::string label;
+  std::string session;  // the session id its process registered with ("" before Register)
   Clock::time_point last_heard{};
   std::vector<float> step_ms;  // its last step-time report (PushHeader.step_ms)
 };
@@ -63,6 +69,30 @@ struct Shard {
   ShardView view;
   std::unique_ptr<GradientCodec> codec;
 };
+
+// Who is calling: the role its token proves (none without a cluster
+// secret), the session id it sent and its address.
+struct Caller {
+  std::optional<Role> role;
+  std::string session;
+  std::string peer;
+};
+
+bool same_session(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// A metadata value, or "" when absent or too long to be ours.
+std::string metadata(const ServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find(key);
+  if (it == md.end() || it->second.size() > 256) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+// The largest variable a layout may name, in elements (2^40: far beyond any
+// model, far below where payload sizes could overflow).
+constexpr uint64_t kMaxVariableElements = uint64_t{1} << 40;
 
 }  // namespace
 
@@ -95,7 +125,14 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   std::thread monitor;
   std::atomic<bool> stopping{false};
 
-  Impl(const std::string& addr, ServerOptions o, UpdateHandler* h) : opt(std::move(o)), handler(h), address(addr) {}
+  std::optional<CallAuthenticator> auth;  // with a cluster secret
+  std::string chief_session;              // the session of the process that initialized this ps
+  std::mutex log_mu;                      // guards refusals (logged outside mu)
+  detail::RefusalLog refusals;
+
+  Impl(const std::string& addr, ServerOptions o, UpdateHandler* h) : opt(std::move(o)), handler(h), address(addr) {
+    if (opt.secret) auth.emplace(*opt.secret);
+  }
 
   void log(const std::string& msg) {
     if (opt.verbose) std::fprintf(stderr, "ps %d: %s\n", opt.task_index, msg.c_str());
@@ -125,6 +162,72 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (r >= static_cast<uint32_t>(total))
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "replica " + std::to_string(r) + " is outside the run's " +
                                                       std::to_string(total) + " replicas");
+    return grpc::Status::OK;
+  }
+
+  // Every call: authenticates the caller (with a secret, a call that proves
+  // no role is refused before anything else, and learns nothing about the
+  // run), runs the handler, and logs what it refused with the caller's
+  // address (rate-limited). An exception becomes a status, never a crash.
+  template <class Handler>
+  grpc::Status serve(ServerContext* ctx, const char* call, Handler handle) {
+    Caller caller;
+    caller.peer = ctx->peer();
+    caller.session = metadata(ctx, kSessionMetadataKey);
+    grpc::Status status;
+    if (auth && !(caller.role = auth->verify(metadata(ctx, kAuthMetadataKey)))) {
+      status = grpc::Status(StatusCode::UNAUTHENTICATED, "this parameter server needs the run's credentials (cluster secret)");
+    } else {
+      try {
+        status = handle(caller);
+      } catch (const std::bad_alloc&) {
+        status = grpc::Status(StatusCode::RESOURCE_EXHAUSTED, std::string(call) + ": out of memory");
+      } catch (const std::exception& e) {
+        status = grpc::Status(StatusCode::INTERNAL, std::string(call) + ": " + e.what());
+      }
+    }
+    switch (status.error_code()) {
+      case StatusCode::OK:
+      case StatusCode::ABORTED:         // the run failed: the reason, not a refusal
+      case StatusCode::OUT_OF_RANGE:    // the run finished
+      case StatusCode::CANCELLED:       // the caller went away
+        break;
+      default: {
+        std::lock_guard<std::mutex> lock(log_mu);
+        const std::string who = caller.peer + (caller.role ? " (" + caller.role->name() + ")" : "");
+        const std::string line = refusals.refuse(who, call, status.error_message(), Clock::now());
+        if (!line.empty()) std::fprintf(stderr, "ps %d: %s\n", opt.task_index, line.c_str());
+      }
+    }
+    return status;
+  }
+
+  // May the caller act as replica r in this call (mu held, after Init)? With
+  // a secret, only replica r's token can; and once r registered, only its
+  // process's session (a replaced process, or another in r's name, is
+  // refused). need_session: the call needs r to have registered.
+  grpc::Status authorize_locked(const Caller& c, uint32_t r, const char* call, bool need_session) const {
+    if (grpc::Status s = check_replica(r); !s.ok()) return s;
+    if (auth && !c.role->is_replica(r))
+      return grpc::Status(StatusCode::PERMISSION_DENIED, std::string(call) + ": " + c.role->name() +
+                                                             " may not act as replica " + std::to_string(r));
+    const std::string& session = replicas[r].session;
+    if (session.empty()) {
+      if (!need_session) return grpc::Status::OK;
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, std::string(call) + ": " + replica_name(r) +
+                                                               " has not registered with this ps");
+    }
+    if (!same_session(c.session, session))
+      return grpc::Status(StatusCode::PERMISSION_DENIED,
+                          std::string(call) + ": not the session " + replica_name(r) +
+                              " registered with (this process was replaced by a newer one, or is another in its name)");
+    return grpc::Status::OK;
+  }
+
+  // Init, Checkpoint and Shutdown: the chief only.
+  grpc::Status chief_only(const Caller& c, uint32_t claimed, const char* call) const {
+    if (claimed != 0 || (auth && !c.role->is_replica(0)))
+      return grpc::Status(StatusCode::PERMISSION_DENIED, std::string(call) + ": only the chief (replica 0)");
     return grpc::Status::OK;
   }
 
@@ -172,17 +275,32 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   }
 
   // --- the service ---
-  grpc::Status Init(ServerContext*, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply*) override {
+  grpc::Status Init(ServerContext* ctx, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply*) override {
+    return serve(ctx, "Init", [&](const Caller& c) { return init(c, reader); });
+  }
+
+  // The whole request (header, layout, codecs, async tensors) is read and
+  // checked before anything changes; a ps already running changes nothing.
+  grpc::Status init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader) {
     rpc::InitChunk chunk;
     if (!reader->Read(&chunk) || !chunk.has_header())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: the first message must be the header");
     const rpc::InitHeader h = chunk.header();
-    if (h.replica() != 0) return grpc::Status(StatusCode::PERMISSION_DENIED, "Init: only the chief (replica 0) initializes");
-    if (h.total_replicas() == 0 || h.replicas_to_aggregate() == 0 || h.replicas_to_aggregate() > h.total_replicas())
+    if (grpc::Status s = chief_only(caller, h.replica(), "Init"); !s.ok()) return s;
+    if (h.total_replicas() == 0 || h.total_replicas() > kMaxReplicas)
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: total_replicas " + std::to_string(h.total_replicas()) +
+                                                            " must be in [1, " + std::to_string(kMaxReplicas) + "]");
+    if (h.replicas_to_aggregate() == 0 || h.replicas_to_aggregate() > h.total_replicas())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate()) +
                                                       " must be in [1, total_replicas " + std::to_string(h.total_replicas()) + "]");
     if (!h.sync() && handler == nullptr)
       return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: async training needs an update rule, and this ps has none");
+    if (caller.session.empty())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: the call carries no session id (tg-session metadata)");
+    for (int v = 0; v < h.variables_size(); ++v)
+      if (h.variables(v).size() > kMaxVariableElements)
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: variable " + h.variables(v).name() + " has " +
+                                                              std::to_string(h.variables(v).size()) + " elements, more than 2^40");
     std::vector<Shard> fresh;
     for (int i = 0; i < h.shards_size(); ++i) {
       const rpc::Shard& s = h.shards(i);
@@ -201,14 +319,6 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       }
       fresh.push_back(std::move(sh));
     }
-    std::vector<detail::ShardCoding> coding;
-    for (const Shard& sh : fresh) coding.push_back({sh.codec.get(), sh.view.count});
-    // Async: the values, zeros until the chief's tensors below fill them.
-    std::optional<detail::AsyncUpdates> fresh_updates;
-    if (!h.sync()) {
-      fresh_updates.emplace(coding, static_cast<int>(h.total_replicas()), h.global_step(), *handler);
-      for (size_t i = 0; i < fresh.size(); ++i) handler->init_shard(i, fresh[i].view);
-    }
     // Async: values and slots follow, each a complete shard-sized tensor.
     std::vector<std::vector<detail::Reassembly>> parts(fresh.size());
     std::vector<std::vector<std::string>> part_names(fresh.size());
@@ -220,39 +330,58 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       auto& names = part_names[t.shard()];
       size_t k = std::find(names.begin(), names.end(), t.slot()) - names.begin();
       if (k == names.size()) {
+        if (names.size() >= 16) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: more than 16 slots for shard " + std::to_string(t.shard()));
         names.push_back(t.slot());
         parts[t.shard()].emplace_back();
       }
       const std::string err = parts[t.shard()][k].add(t.offset(), t.total_bytes(), t.data(), 4 * fresh[t.shard()].view.count);
       if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(t.shard()) + " " + t.slot() + ": " + err);
     }
-    for (size_t s = 0; s < fresh.size(); ++s) {
-      std::vector<std::pair<std::string, std::span<float>>> targets;
-      if (!h.sync()) {
-        targets = handler->slots(s);
-        targets.insert(targets.begin(), {"", fresh_updates->values(s)});
-      }
-      for (size_t k = 0; k < part_names[s].size(); ++k) {
-        auto it = std::find_if(targets.begin(), targets.end(), [&](auto& p) { return p.first == part_names[s][k]; });
-        if (it == targets.end())
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " has no slot \"" + part_names[s][k] + "\"");
-        detail::Reassembly& r = parts[s][k];
-        if (!r.complete() || r.bytes().size() != it->second.size_bytes())
+    for (size_t s = 0; s < fresh.size(); ++s)
+      for (size_t k = 0; k < part_names[s].size(); ++k)
+        if (!parts[s][k].complete() || parts[s][k].bytes().size() != 4 * fresh[s].view.count)
           return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " slot \"" + part_names[s][k] +
-                                                          "\" is incomplete or has the wrong size");
-        std::memcpy(it->second.data(), r.bytes().data(), r.bytes().size());
-      }
-    }
+                                                                "\" is incomplete or has the wrong size");
     std::lock_guard<std::mutex> lock(mu);
     if (phase != Phase::kWaitingInit) {
-      if (phase == Phase::kRunning && h.fingerprint() == fingerprint) return grpc::Status::OK;  // a retried Init
-      return phase == Phase::kRunning ? grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout")
-                                      : ended_status();
+      if (phase != Phase::kRunning) return ended_status();
+      if (h.fingerprint() != fingerprint)
+        return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
+      if (same_session(caller.session, chief_session)) return grpc::Status::OK;  // a retried Init
+      // A new chief process while the run goes on: the other replicas hold
+      // weights of a later step than its checkpoint, and no ps can rewind them.
+      fail_locked("the chief restarted (a new process initialized this ps while the run was at global step " +
+                  std::to_string(global_step_locked()) +
+                  "); the running replicas cannot be rewound to its checkpoint: stop every task and start the whole "
+                  "cluster again, and every replica resumes from the chief's latest checkpoint");
+      return ended_status();
+    }
+    std::vector<detail::ShardCoding> coding;
+    for (const Shard& sh : fresh) coding.push_back({sh.codec.get(), sh.view.count});
+    std::optional<detail::AsyncUpdates> fresh_updates;
+    if (!h.sync()) {
+      // The update rule's shards are (re)initialized only now, while no run
+      // uses them; a slot it does not know still refuses the Init, and the
+      // ps keeps waiting for one.
+      fresh_updates.emplace(coding, static_cast<int>(h.total_replicas()), h.global_step(), *handler);
+      for (size_t i = 0; i < fresh.size(); ++i) handler->init_shard(i, fresh[i].view);
+      for (size_t s = 0; s < fresh.size(); ++s) {
+        std::vector<std::pair<std::string, std::span<float>>> targets = handler->slots(s);
+        targets.insert(targets.begin(), {"", fresh_updates->values(s)});
+        for (size_t k = 0; k < part_names[s].size(); ++k) {
+          auto it = std::find_if(targets.begin(), targets.end(), [&](auto& p) { return p.first == part_names[s][k]; });
+          if (it == targets.end() || it->second.size_bytes() != parts[s][k].bytes().size())
+            return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " has no slot \"" +
+                                                                  part_names[s][k] + "\" of its size");
+          std::memcpy(it->second.data(), parts[s][k].bytes().data(), parts[s][k].bytes().size());
+        }
+      }
     }
     fingerprint = h.fingerprint();
     sync = h.sync();
     total = static_cast<int>(h.total_replicas());
     needed = static_cast<int>(h.replicas_to_aggregate());
+    chief_session = caller.session;
     variables.assign(h.variables().begin(), h.variables().end());
     shards = std::move(fresh);  // the codecs stay where `coding` points
     const size_t keep = static_cast<size_t>(opt.keep_steps);
@@ -272,6 +401,18 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   }
 
   grpc::Status Register(ServerContext* ctx, const rpc::RegisterRequest* req, rpc::RegisterReply* reply) override {
+    return serve(ctx, "Register", [&](const Caller& c) { return register_replica(c, ctx, req, reply); });
+  }
+
+  // A replica joins with its process's session id, which every later call
+  // of it must carry. Another session for a registered replica is a new
+  // process of it (a restart): with a secret it proved to be that replica and
+  // replaces the old one; without, it could be anyone, so it waits until
+  // the old process has been silent for the peer timeout.
+  grpc::Status register_replica(const Caller& caller, ServerContext* ctx, const rpc::RegisterRequest* req,
+                                rpc::RegisterReply* reply) {
+    if (caller.session.empty())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Register: the call carries no session id (tg-session metadata)");
     std::unique_lock<std::mutex> lock(mu);
     long_poll(lock, ctx, [&] { return phase != Phase::kWaitingInit; });
     if (ended()) return ended_status();
@@ -281,16 +422,32 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       return grpc::Status::OK;
     }
     if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    if (auth && !caller.role->is_replica(req->replica()))
+      return grpc::Status(StatusCode::PERMISSION_DENIED, "Register: " + caller.role->name() + " may not register as replica " +
+                                                             std::to_string(req->replica()));
     if (req->fingerprint() != fingerprint)
       return grpc::Status(StatusCode::INVALID_ARGUMENT,
                     replica_name(req->replica()) + " has a different model, codec, placement or sync setting than the chief "
                     "(layout fingerprint " + std::to_string(req->fingerprint()) + " vs " + std::to_string(fingerprint) +
                     "): start every task with the same flags");
     Replica& r = replicas[req->replica()];
-    if (!r.registered) log(replica_name(req->replica()) + " (" + req->label() + ") joined");
+    const std::string label = req->label().substr(0, 200);
+    if (!r.session.empty() && !same_session(caller.session, r.session)) {
+      if (!auth && !r.gone)
+        return grpc::Status(StatusCode::ALREADY_EXISTS,
+                            replica_name(req->replica()) + " is already registered (by " + r.label +
+                                "); without a cluster secret the ps cannot tell a restarted replica from another process in "
+                                "its name, so a new one may register once the old one has been silent for " +
+                                std::to_string(static_cast<int>(opt.peer_timeout_s)) + " s");
+      log(replica_name(req->replica()) + " registered again from " + label +
+          " (a new process): calls of the previous one are refused from now on");
+    } else if (!r.registered) {
+      log(replica_name(req->replica()) + " (" + label + ") joined");
+    }
     r.registered = true;
     r.gone = false;
-    r.label = req->label();
+    r.label = label;
+    r.session = caller.session;
     heard(req->replica());
     cv.notify_all();
     long_poll(lock, ctx, [&] { return unregistered().empty(); });
@@ -303,10 +460,15 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   }
 
   grpc::Status ExchangeScales(ServerContext* ctx, const rpc::ScalesRequest* req, rpc::ScalesReply* reply) override {
+    return serve(ctx, "ExchangeScales", [&](const Caller& c) { return exchange_scales(c, ctx, req, reply); });
+  }
+
+  grpc::Status exchange_scales(const Caller& caller, ServerContext* ctx, const rpc::ScalesRequest* req,
+                               rpc::ScalesReply* reply) {
     std::unique_lock<std::mutex> lock(mu);
     if (ended()) return ended_status();
     if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales before Init");
-    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    if (grpc::Status s = authorize_locked(caller, req->replica(), "ExchangeScales", true); !s.ok()) return s;
     // Which variables: every one, or a subset named once each.
     const std::span<const uint32_t> named(req->variables().data(), req->variables().size());
     const std::span<const float> reported(req->scales().data(), req->scales().size());
@@ -335,7 +497,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Push(ServerContext*, grpc::ServerReader<rpc::PushChunk>* reader, rpc::PushReply* reply) override {
+  grpc::Status Push(ServerContext* ctx, grpc::ServerReader<rpc::PushChunk>* reader, rpc::PushReply* reply) override {
+    return serve(ctx, "Push", [&](const Caller& c) { return push(c, reader, reply); });
+  }
+
+  grpc::Status push(const Caller& caller, grpc::ServerReader<rpc::PushChunk>* reader, rpc::PushReply* reply) {
     rpc::PushChunk chunk;
     if (!reader->Read(&chunk) || !chunk.has_header())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
@@ -345,7 +511,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       std::lock_guard<std::mutex> lock(mu);
       if (ended()) return ended_status();
       if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Push before Init");
-      if (grpc::Status s = check_replica(h.replica()); !s.ok()) return s;
+      if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
       heard(h.replica());
       for (const Shard& s : shards) expect.push_back(s.codec->payload_bytes(s.view.count));
     }
@@ -404,13 +570,15 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     }
     std::vector<std::string> payloads;  // [i]: shard ids[i]'s
     for (detail::StringReassembly& part : parts) payloads.push_back(std::move(part.bytes()));
-    return sync ? push_sync(h, ids, payloads, received, reply) : push_async(h, payloads, received, reply);
+    return sync ? push_sync(caller, h, ids, payloads, received, reply) : push_async(caller, h, payloads, received, reply);
   }
 
-  grpc::Status push_sync(const rpc::PushHeader& h, const std::vector<uint32_t>& ids, std::vector<std::string>& payloads,
-                         uint64_t received, rpc::PushReply* reply) {
+  grpc::Status push_sync(const Caller& caller, const rpc::PushHeader& h, const std::vector<uint32_t>& ids,
+                         std::vector<std::string>& payloads, uint64_t received, rpc::PushReply* reply) {
     std::unique_lock<std::mutex> lock(mu);  // declared first: released after `job` below is gone
     if (ended()) return ended_status();
+    // Again: the replica may have registered a new process while this push was read.
+    if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
     const uint32_t r = h.replica();
     heard(r);
     reply->set_global_step(steps->global_step());
@@ -457,10 +625,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status push_async(const rpc::PushHeader& h, const std::vector<std::string>& payloads, uint64_t received,
-                          rpc::PushReply* reply) {
+  grpc::Status push_async(const Caller& caller, const rpc::PushHeader& h, const std::vector<std::string>& payloads,
+                          uint64_t received, rpc::PushReply* reply) {
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
+    if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
     heard(h.replica());
     detail::AsyncUpdates::Outcome outcome;
     try {
@@ -487,10 +656,18 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   bool serves_after_finish(int64_t step) const { return sync && phase == Phase::kFinished && step < global_step_locked(); }
 
   grpc::Status Pull(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer) override {
+    return serve(ctx, "Pull", [&](const Caller& c) { return pull(c, ctx, req, writer); });
+  }
+
+  // A read: it changes nothing another replica sees. A step's sums stay
+  // until each replica (by its session, not by counting calls) has pulled
+  // them or the ring of kept steps moves on.
+  grpc::Status pull(const Caller& caller, ServerContext* ctx, const rpc::PullRequest* req,
+                    grpc::ServerWriter<rpc::PullChunk>* writer) {
     std::unique_lock<std::mutex> lock(mu);
     if (ended() && !serves_after_finish(req->step())) return ended_status();
     if (phase == Phase::kWaitingInit) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Pull before Init");
-    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    if (grpc::Status s = authorize_locked(caller, req->replica(), "Pull", true); !s.ok()) return s;
     heard(req->replica());
     rpc::PullChunk out;
     if (!sync) {  // the current values of every shard
@@ -539,7 +716,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     for (size_t s = 0; s < agg.shards.size(); ++s)
       if (!write_shard(writer, s, agg.shards[s], false)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     std::lock_guard<std::mutex> relock(mu);
-    steps->pulled(held);
+    steps->pulled(held, req->replica());
     return grpc::Status::OK;
   }
 
@@ -623,7 +800,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         head->set_contributions(agg.contributions);
         head->set_mean_loss(agg.mean_loss);
         report_step_times_locked(head);
-        steps->pulled(held);
+        steps->pulled(held, req->replica());
       } else if (Clock::now() >= until) {
         head->set_ready(false);
         if (step == steps->current_step())
@@ -659,13 +836,20 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     });
   }
 
-  grpc::Status Heartbeat(ServerContext*, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) override {
+  grpc::Status Heartbeat(ServerContext* ctx, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) override {
+    return serve(ctx, "Heartbeat", [&](const Caller& c) { return heartbeat(c, req, reply); });
+  }
+
+  // Tells the replica how the run goes; a registered replica's beat also
+  // keeps it alive, and says when it is done.
+  grpc::Status heartbeat(const Caller& caller, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) {
     std::lock_guard<std::mutex> lock(mu);
     reply->set_global_step(global_step_locked());
     reply->set_finished(phase == Phase::kFinished);
     if (phase == Phase::kFailed) reply->set_failure("ps " + std::to_string(opt.task_index) + ": " + failure);
     if (phase != Phase::kRunning) return grpc::Status::OK;
-    if (grpc::Status s = check_replica(req->replica()); !s.ok()) return s;
+    if (grpc::Status s = authorize_locked(caller, req->replica(), "Heartbeat", false); !s.ok()) return s;
+    if (replicas[req->replica()].session.empty()) return grpc::Status::OK;  // not registered yet
     heard(req->replica());
     if (req->done() && !replicas[req->replica()].done) {
       replicas[req->replica()].done = true;
@@ -674,7 +858,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Status(ServerContext*, const rpc::StatusRequest*, rpc::StatusReply* reply) override {
+  // Any role may read it (with a secret, serve() has checked one).
+  grpc::Status Status(ServerContext* ctx, const rpc::StatusRequest*, rpc::StatusReply* reply) override {
+    return serve(ctx, "Status", [&](const Caller&) { return status(reply); });
+  }
+
+  grpc::Status status(rpc::StatusReply* reply) {
     std::lock_guard<std::mutex> lock(mu);
     reply->set_phase(phase_name(phase));
     reply->set_global_step(global_step_locked());
@@ -699,14 +888,20 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Checkpoint(ServerContext*, const rpc::CheckpointRequest* req,
+  grpc::Status Checkpoint(ServerContext* ctx, const rpc::CheckpointRequest* req,
                           grpc::ServerWriter<rpc::TensorChunk>* writer) override {
+    return serve(ctx, "Checkpoint", [&](const Caller& c) { return checkpoint(c, req, writer); });
+  }
+
+  grpc::Status checkpoint(const Caller& caller, const rpc::CheckpointRequest* req,
+                          grpc::ServerWriter<rpc::TensorChunk>* writer) {
     std::vector<std::pair<std::pair<uint32_t, std::string>, std::vector<uint8_t>>> tensors;
     {
+      if (grpc::Status s = chief_only(caller, req->replica(), "Checkpoint"); !s.ok()) return s;
       std::lock_guard<std::mutex> lock(mu);
       if (ended()) return ended_status();
       if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint before Init");
-      if (req->replica() != 0) return grpc::Status(StatusCode::PERMISSION_DENIED, "Checkpoint: only the chief");
+      if (grpc::Status s = authorize_locked(caller, 0, "Checkpoint", true); !s.ok()) return s;
       if (sync) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint: a sync ps holds no values (the chief checkpoints its own)");
       heard(0);
       for (size_t s = 0; s < shards.size(); ++s) {
@@ -733,16 +928,25 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Shutdown(ServerContext*, const rpc::ShutdownRequest* req, rpc::ShutdownReply*) override {
+  grpc::Status Shutdown(ServerContext* ctx, const rpc::ShutdownRequest* req, rpc::ShutdownReply* reply) override {
+    return serve(ctx, "Shutdown", [&](const Caller& c) { return shutdown(c, req, reply); });
+  }
+
+  // The chief's process only: once it registered, its session too (a chief
+  // that failed before registering may still stop the run).
+  grpc::Status shutdown(const Caller& caller, const rpc::ShutdownRequest* req, rpc::ShutdownReply*) {
+    if (grpc::Status s = chief_only(caller, req->replica(), "Shutdown"); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu);
-    if (req->replica() != 0) return grpc::Status(StatusCode::PERMISSION_DENIED, "Shutdown: only the chief");
+    if (phase == Phase::kRunning)
+      if (grpc::Status s = authorize_locked(caller, 0, "Shutdown", false); !s.ok()) return s;
+    const std::string reason = req->reason().substr(0, 2000);
     if (req->ok()) {
       if (!ended()) {
         phase = Phase::kFinished;
         log("the chief finished the run at global step " + std::to_string(global_step_locked()));
       }
     } else {
-      fail_locked(replica_name(0) + " stopped the run: " + req->reason());
+      fail_locked(replica_name(0) + " stopped the run: " + reason);
     }
     cv.notify_all();
     return grpc::Status::OK;
@@ -804,7 +1008,13 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 ParameterServer::ParameterServer(const std::string& address, ServerOptions options, UpdateHandler* handler)
     : impl_(std::make_unique<Impl>(address, std::move(options), handler)) {
   grpc::ServerBuilder b;
-  b.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  if (!impl_->opt.secret && !is_loopback_address(address))
+    std::fprintf(stderr,
+                 "ps %d: WARNING: listening on %s WITHOUT a cluster secret: anyone who can reach this address can join, "
+                 "push gradients as any replica, read the run's state and stop it. Give every task the run's secret "
+                 "(--secret_file or TG_CLUSTER_SECRET; tg-cluster makes one), and use TLS on networks you do not control.\n",
+                 impl_->opt.task_index, address.c_str());
+  b.AddListeningPort(address, detail::server_credentials(impl_->opt.tls), &impl_->port);
   b.SetMaxReceiveMessageSize(detail::kMaxMessageBytes);
   b.SetMaxSendMessageSize(detail::kMaxMessageBytes);
   b.RegisterService(impl_.get());

@@ -3,12 +3,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include "parameter_server.grpc.pb.h"
+#include "tls_credentials.h"
 
 namespace terngrad::comm {
 
-std::optional<PsStatus> query_ps_status(const std::string& address, double timeout_s) {
-  auto stub = rpc::ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+std::optional<PsStatus> query_ps_status(const std::string& address, double timeout_s,
+                                        const std::optional<Credential>& credential, const TlsOptions& tls) {
+  grpc::ChannelArguments args;
+  detail::add_tls_channel_arguments(tls, args);
+  auto stub = rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(address, detail::channel_credentials(tls), args));
   grpc::ClientContext ctx;
+  if (credential) ctx.AddMetadata(kAuthMetadataKey, credential->call_token());
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                                           std::chrono::duration<double>(timeout_s)));
   rpc::StatusReply reply;

@@ -198,9 +198,16 @@ std::shared_ptr<StepSums> SyncSteps::sums_of(int64_t step) const {
   return nullptr;
 }
 
-void SyncSteps::pulled(const std::shared_ptr<StepSums>& held) {
+void SyncSteps::pulled(const std::shared_ptr<StepSums>& held, uint32_t replica) {
+  if (replica >= static_cast<uint32_t>(replicas_))
+    throw std::invalid_argument("SyncSteps: replica " + std::to_string(replica) + " of " + std::to_string(replicas_));
   auto at = std::find(recent_.begin(), recent_.end(), held);
-  if (at != recent_.end() && ++(*at)->pulls >= replicas_) {
+  if (at == recent_.end()) return;
+  StepSums& sums = **at;
+  if (sums.pulled_by.size() != static_cast<size_t>(replicas_)) sums.pulled_by.assign(replicas_, false);
+  if (sums.pulled_by[replica]) return;
+  sums.pulled_by[replica] = true;
+  if (++sums.pulls >= replicas_) {
     if (held.use_count() == 2) spare_sums_ = std::move((*at)->shards);  // the ring's copy and the caller's
     recent_.erase(at);
   }

@@ -39,7 +39,10 @@ struct StepSums {
   std::vector<bool> ready;  // shards[s] is summed and will not change
   size_t ready_count = 0;
   bool complete = false;  // the step is closed and every shard summed
-  int pulls = 0;          // replicas that pulled all of it; at every replica it is no longer needed
+  // [replica] pulled all of it (each replica counts once, however often it
+  // asks); once every replica has, it is no longer needed.
+  std::vector<bool> pulled_by;
+  int pulls = 0;
 };
 
 class SyncSteps {
@@ -114,10 +117,12 @@ class SyncSteps {
 
   // The sums of step (complete, or being filled), or null when not kept.
   std::shared_ptr<StepSums> sums_of(int64_t step) const;
-  // A replica has streamed all of held (held is the caller's only copy):
+  // replica has streamed all of held (held is the caller's only copy):
   // once every replica has, the step is dropped and, if nobody else streams
-  // it, its buffers serve a later step.
-  void pulled(const std::shared_ptr<StepSums>& held);
+  // it, its buffers serve a later step. A replica's repeated pulls count
+  // once, so no replica's reads can drop a step another still needs.
+  // std::invalid_argument for a replica out of range.
+  void pulled(const std::shared_ptr<StepSums>& held, uint32_t replica);
 
   // The replicas that have not delivered every shard of the current step.
   std::vector<uint32_t> missing() const;

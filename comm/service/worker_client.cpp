@@ -16,6 +16,7 @@
 
 #include "chunks.h"
 #include "parameter_server.grpc.pb.h"
+#include "tls_credentials.h"
 #include "terngrad/comm/errors.h"
 
 namespace terngrad::comm {
@@ -59,6 +60,11 @@ struct WorkerClient::Impl {
   int total, needed;
   ClientOptions opt;
   uint64_t fingerprint;
+  // Sent with every call: this process's session id (what the ps binds the
+  // replica to at Register; the chief's Init tells a retry from a restart)
+  // and, with a secret, the replica's token.
+  std::string session = new_session_id();
+  std::string auth_token;
   std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
   std::vector<int64_t> async_steps;  // per ps: the step the last pulled values belong to
 
@@ -123,7 +129,14 @@ struct WorkerClient::Impl {
     if (failure.empty()) failure = why;
   }
 
+  // Who this call comes from: every context gets it, deadlines or not.
+  void identify(grpc::ClientContext& ctx) const {
+    ctx.AddMetadata(kSessionMetadataKey, session);
+    if (!auth_token.empty()) ctx.AddMetadata(kAuthMetadataKey, auth_token);
+  }
+
   void arm(grpc::ClientContext& ctx, bool wait_for_ready = true) const {
+    identify(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
                          std::chrono::duration<double>(opt.rpc_timeout_s)));
@@ -181,6 +194,7 @@ struct WorkerClient::Impl {
         req.set_done(is_done);
         rpc::HeartbeatReply reply;
         grpc::ClientContext ctx;
+        identify(ctx);
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
         const grpc::Status s = stubs[p]->Heartbeat(&ctx, req, &reply);
         std::lock_guard<std::mutex> g(mu);
@@ -373,8 +387,16 @@ WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout,
   args.SetMaxReceiveMessageSize(detail::kMaxMessageBytes);
   args.SetMaxSendMessageSize(detail::kMaxMessageBytes);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);  // retries are ours: idempotent by (replica, step)
+  detail::add_tls_channel_arguments(m.opt.tls, args);
+  if (m.opt.credential) {
+    if (!m.opt.credential->role.is_replica(static_cast<uint32_t>(replica)))
+      throw std::invalid_argument("WorkerClient: the credential is " + m.opt.credential->role.name() + "'s, not replica " +
+                                  std::to_string(replica) + "'s");
+    m.auth_token = m.opt.credential->call_token();
+  }
+  const auto credentials = detail::channel_credentials(m.opt.tls);
   for (const auto& a : m.addresses)
-    m.stubs.push_back(rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args)));
+    m.stubs.push_back(rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(a, credentials, args)));
   m.unreachable_since.assign(m.addresses.size(), Clock::time_point{});
   m.async_steps.assign(m.addresses.size(), 0);
   m.local_index.assign(m.layout.shards.size(), 0);
@@ -847,6 +869,7 @@ void WorkerClient::finish(bool ok, const std::string& reason) {
       req.set_done(true);
       rpc::HeartbeatReply reply;
       grpc::ClientContext ctx;
+      m.identify(ctx);
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
       (void)m.stubs[p]->Heartbeat(&ctx, req, &reply);
     }
@@ -859,6 +882,7 @@ void WorkerClient::finish(bool ok, const std::string& reason) {
     req.set_reason(reason);
     rpc::ShutdownReply reply;
     grpc::ClientContext ctx;
+    m.identify(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     (void)m.stubs[p]->Shutdown(&ctx, req, &reply);  // a ps already gone needs no shutdown
   }

@@ -455,8 +455,8 @@ TEST(PsService, ScalesAreSharedPerVariableSubset) {
   EXPECT_EQ(got[0], (std::vector<float>{13.0f, 12.0f, 11.0f}));  // c, b, a: replica 1's
   EXPECT_EQ(got[1], (std::vector<float>{13.0f, 12.0f, 11.0f}));
 
-  PsTask bad(0, 1);
   auto refusal = [&](std::vector<float> scales, std::vector<uint32_t> vars) {
+    PsTask bad(0, 1);  // each its own: a second chief process would be a restarted chief
     tc::WorkerClient c({bad.address()}, l, 0, true, 1, 1, fast_client());  // a refusal ends a client's run
     c.join(0);
     try {

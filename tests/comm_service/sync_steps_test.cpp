@@ -240,7 +240,7 @@ TEST(SyncSteps, BuffersOfStepsEveryReplicaPulledServeLaterSteps) {
   ASSERT_EQ(push(steps, shards, 0, 0, {0}).outcome, Outcome::kAccepted);
   std::shared_ptr<td::StepSums> held = steps.sums_of(0);
   const uint8_t* buffer = held->shards[0].data();
-  steps.pulled(held);
+  steps.pulled(held, 0);
   EXPECT_EQ(steps.sums_of(0), nullptr);  // every replica has it
   held.reset();
   // Step 1 was started before step 0 was dropped; step 2 gets its buffer.
@@ -250,13 +250,27 @@ TEST(SyncSteps, BuffersOfStepsEveryReplicaPulledServeLaterSteps) {
   EXPECT_EQ(steps.sums_of(2)->shards[0], shards.expected_sum(0, {0}, 2));
 }
 
+TEST(SyncSteps, AReplicasRepeatedPullsDoNotDropAStepAnotherStillNeeds) {
+  const Shards shards("fp32", {64});
+  td::SyncSteps steps(shards.coding(), 2, 2, 8, 0);
+  ASSERT_EQ(push(steps, shards, 0, 0, {0}).outcome, Outcome::kAccepted);
+  ASSERT_EQ(push(steps, shards, 1, 0, {0}).outcome, Outcome::kAccepted);
+  ASSERT_TRUE(steps.sums_of(0) && steps.sums_of(0)->complete);
+  for (int i = 0; i < 5; ++i) steps.pulled(steps.sums_of(0), 0);  // replica 0 asks again and again
+  ASSERT_NE(steps.sums_of(0), nullptr) << "replica 1 has not pulled step 0 yet";
+  EXPECT_EQ(steps.sums_of(0)->shards[0], shards.expected_sum(0, {0, 1}, 0));
+  steps.pulled(steps.sums_of(0), 1);
+  EXPECT_EQ(steps.sums_of(0), nullptr);  // now every replica has it
+  EXPECT_THROW(steps.pulled(steps.sums_of(1), 2), std::invalid_argument);
+}
+
 TEST(SyncSteps, SumsStillStreamedAreNotReused) {
   const Shards shards("fp32", {4096});
   td::SyncSteps steps(shards.coding(), 1, 1, 8, 0);
   ASSERT_EQ(push(steps, shards, 0, 0, {0}).outcome, Outcome::kAccepted);
   const std::shared_ptr<td::StepSums> held = steps.sums_of(0);
   const std::shared_ptr<td::StepSums> streaming = steps.sums_of(0);  // a second puller, still writing
-  steps.pulled(held);
+  steps.pulled(held, 0);
   EXPECT_EQ(steps.sums_of(0), nullptr);
   for (int64_t step = 1; step < 4; ++step) ASSERT_EQ(push(steps, shards, 0, step, {0}).outcome, Outcome::kAccepted);
   EXPECT_EQ(streaming->shards[0], shards.expected_sum(0, {0}, 0));

@@ -23,6 +23,13 @@ bash "$script" --ssh "$work/local_ssh" --ps "127.0.0.1:$p1" --chief "127.0.0.1:$
   --threads=1 --quiet=true --peer_timeout_secs=20 --train_dir="$work/run"
 grep -q '"steps": 5' "$work/run/result.json" || { echo "no result.json from the chief"; cat "$work"/logs/*.log; exit 1; }
 grep -q "joined" "$work/logs/ps-0.log" || { echo "ps log lacks the joins"; cat "$work/logs/ps-0.log"; exit 1; }
+# Every task had its own secret file (0600) and the ps refused nobody: the
+# keys the script derived with openssl are the ones the ps derives.
+for f in ps-0 chief-0 worker-0; do
+  [[ $(stat -c %a "$work/logs/$f.secret") == 600 ]] || { echo "$f.secret is not mode 600"; exit 1; }
+done
+grep -q "terngrad-secret v1 replica 1 " "$work/logs/worker-0.secret" || { echo "worker 0 did not get replica 1's key"; exit 1; }
+if grep -q "refused\|WITHOUT a cluster secret" "$work/logs/ps-0.log"; then echo "the ps refused a task or ran open"; cat "$work/logs/ps-0.log"; exit 1; fi
 # A bad option is refused.
 if bash "$script" --bogus 2>/dev/null; then echo "bad option accepted"; exit 1; fi
 echo "start_cluster_ssh.sh: 3 tasks over (local) ssh finished, result.json written"

@@ -14,6 +14,7 @@
 #include "optimizer_handler.h"
 #include "replica_loop.h"
 #include "session.h"
+#include "terngrad/comm/credentials.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/ps_server.h"
 #include "terngrad/comm/ps_status.h"
@@ -70,8 +71,39 @@ TrainConfig task_config(const TrainConfig& in, const comm::ClusterSpec& c) {
   return cfg;
 }
 
+// Who this task is to the ps tasks: the secret it was given (--secret_file,
+// else TG_CLUSTER_SECRET; none: an unauthenticated run) and its TLS files.
+std::optional<comm::SecretMaterial> secret_of(const TrainConfig& cfg) {
+  return comm::secret_from_flag_or_environment(cfg.secret_file);
+}
+std::string secret_source(const TrainConfig& cfg) {
+  return cfg.secret_file.empty() ? std::string("TG_CLUSTER_SECRET") : "secret file " + cfg.secret_file;
+}
+comm::TlsOptions tls_of(const TrainConfig& cfg) {
+  comm::TlsOptions t;
+  t.ca_file = cfg.tls_ca;
+  t.cert_file = cfg.tls_cert;
+  t.key_file = cfg.tls_key;
+  t.verify_clients = cfg.tls_verify_clients;
+  t.server_name = cfg.tls_server_name;
+  return t;
+}
+// A replica's or the evaluator's credential (nullopt when the run has no secret).
+std::optional<comm::Credential> credential_of(const TrainConfig& cfg, const comm::Role& role) {
+  const std::optional<comm::SecretMaterial> secret = secret_of(cfg);
+  if (!secret) return std::nullopt;
+  return secret->credential_for(role, secret_source(cfg));
+}
+
 TrainResult run_ps(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   comm::ServerOptions o;
+  if (const std::optional<comm::SecretMaterial> secret = secret_of(cfg)) {
+    if (!secret->cluster)
+      throw std::invalid_argument(secret_source(cfg) + " holds " + secret->role_key->role.name() +
+                                  "'s key; a ps needs the run's cluster secret");
+    o.secret = secret->cluster;
+  }
+  o.tls = tls_of(cfg);
   o.task_index = c.task_index;
   for (int r = 0; r < c.num_replicas(); ++r) o.replica_names.push_back(replica_name(c, r));
   o.peer_timeout_s = cfg.peer_timeout_secs;
@@ -96,6 +128,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   comm::ClientOptions co;
   co.rpc_timeout_s = cfg.rpc_timeout_secs;
   co.peer_timeout_s = cfg.peer_timeout_secs;
+  co.credential = credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica)));
+  co.tls = tls_of(cfg);
   comm::WorkerClient client(c.ps_addresses(), layout, replica, cfg.sync_replicas, n, needed, co);
   const std::string me = replica_name(c, replica);
   if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
@@ -112,7 +146,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     const int64_t first = loop->join(restored);
     detail::ReplicaRun run(s, client, wire, chief, cfg.sync_replicas ? needed : 1);
     const int64_t last = loop->train(first, run);
-    TrainResult result = run.finish(last, c.ps_addresses());
+    TrainResult result = run.finish(last, c.ps_addresses(), co);
     client.finish(true);
     result.wall_seconds = since(t_start);
     if (!cfg.quiet)
@@ -134,11 +168,13 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   TrainingSession s(cfg, c.num_replicas(), {}, /*need_train_data=*/false);
   JsonlWriter log(cfg.train_dir + "/eval.jsonl", true);
   const std::string ps0 = c.ps_addresses().at(0);
+  const std::optional<comm::Credential> credential = credential_of(cfg, comm::Role::observer());
+  const comm::TlsOptions tls = tls_of(cfg);
   int64_t last = -1;
   auto last_contact = Clock::now();
   TrainResult result;
   for (;;) {
-    const auto st = comm::query_ps_status(ps0, 2);
+    const auto st = comm::query_ps_status(ps0, 2, credential, tls);
     if (st) {
       last_contact = Clock::now();
       if (!st->failure.empty()) throw comm::PeerError("evaluator: the run failed: " + st->failure);

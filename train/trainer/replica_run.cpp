@@ -60,7 +60,8 @@ void ReplicaRun::evaluate(int64_t done) {
   log_eval(log_.get(), done, result_, s_.cfg().quiet);
 }
 
-TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_addresses) {
+TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_addresses,
+                               const comm::ClientOptions& access) {
   const TrainConfig& cfg = s_.cfg();
   progress_.finish();
   const double train_secs = since(t_train_);
@@ -78,7 +79,7 @@ TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_
   if (!chief_) return result_;
   int64_t stale = 0;
   for (const auto& a : ps_addresses)
-    if (auto st = comm::query_ps_status(a, 5)) stale += static_cast<int64_t>(st->stale_pushes);
+    if (auto st = comm::query_ps_status(a, 5, access.credential, access.tls)) stale += static_cast<int64_t>(st->stale_pushes);
   result_.stale_pushes = stale;
   if (!cfg.comm_only) {  // a fixed gradient trains nothing worth evaluating or keeping
     evaluate(last);

@@ -42,9 +42,10 @@ class ReplicaRun {
 
   // End of training at global step `last`, the session holding the final
   // state on the chief: rates and traffic; on the chief the run's stale
-  // pushes (from the ps tasks at ps_addresses) and, unless --comm_only, the
-  // final evaluation, checkpoint and export.
-  TrainResult finish(int64_t last, const std::vector<std::string>& ps_addresses);
+  // pushes (from the ps tasks at ps_addresses, asked with the replica's
+  // credential and TLS settings) and, unless --comm_only, the final
+  // evaluation, checkpoint and export.
+  TrainResult finish(int64_t last, const std::vector<std::string>& ps_addresses, const comm::ClientOptions& access);
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -11,6 +11,17 @@
 //   async: each push is decoded and handed to the UpdateHandler at once; the
 //          ps holds the values and workers pull them.
 //
+// Who may call: with a cluster secret (credentials.h) every call must carry
+// a role's token; a replica acts only as itself, only the chief (replica 0)
+// may Init, Checkpoint or Shutdown, and Status needs any role. Callers that
+// fail this learn nothing about the run, and each refusal is logged with the
+// caller's address (rate-limited). Without a secret, the ps trusts the
+// replica numbers callers send: fit only for loopback and networks you
+// control (a ps on another address says so loudly when it starts). Either
+// way, a replica is bound to the session id its process registered with
+// (the tg-session metadata): calls of another process in its name, or of a
+// replaced one, are refused.
+//
 // Liveness: replicas heartbeat; one silent for peer_timeout is reported by
 // name, and the run fails when training cannot go on without it (the chief,
 // or in sync mode fewer than replicas_to_aggregate replicas left). Every
@@ -19,10 +30,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "terngrad/comm/credentials.h"
+#include "terngrad/comm/tls.h"
 
 namespace terngrad::comm {
 
@@ -57,6 +72,9 @@ struct ServerOptions {
   double poll_s = 2;               // a long poll answers "not ready" after this
   int keep_steps = 8;              // sync: aggregated steps kept for late pullers
   bool verbose = true;             // one line per event on stderr
+  // The run's cluster secret: every call must then prove a role (above).
+  std::optional<ClusterSecret> secret;
+  TlsOptions tls;  // serves TLS when tls.server_enabled()
 };
 
 class ParameterServer {

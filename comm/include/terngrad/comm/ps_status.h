@@ -5,6 +5,9 @@
 #include <optional>
 #include <string>
 
+#include "terngrad/comm/credentials.h"
+#include "terngrad/comm/tls.h"
+
 namespace terngrad::comm {
 
 struct PsStatus {
@@ -16,7 +19,10 @@ struct PsStatus {
   int registered = 0, total_replicas = 0;
 };
 
-// nullopt when the ps does not answer within timeout_s.
-std::optional<PsStatus> query_ps_status(const std::string& address, double timeout_s);
+// nullopt when the ps does not answer within timeout_s (or refuses the
+// credential: a ps with a secret answers only callers that prove a role).
+std::optional<PsStatus> query_ps_status(const std::string& address, double timeout_s,
+                                        const std::optional<Credential>& credential = std::nullopt,
+                                        const TlsOptions& tls = {});
 
 }  // namespace terngrad::comm

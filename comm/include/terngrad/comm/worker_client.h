@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/comm/credentials.h"
 #include "terngrad/comm/placement.h"
 #include "terngrad/comm/step_times.h"
+#include "terngrad/comm/tls.h"
 
 namespace terngrad::comm {
 
@@ -27,6 +29,10 @@ struct ClientOptions {
   double peer_timeout_s = 60;   // a ps unreachable this long is reported gone
   double heartbeat_s = 1;       // liveness beat while computing
   std::string label;            // "host:pid", shown by the ps
+  // This replica's credential (credentials.h), sent with every call; none
+  // for a ps without a secret.
+  std::optional<Credential> credential;
+  TlsOptions tls;  // connect with TLS when tls.client_enabled()
 };
 
 // What went over the wire from this replica's point of view.

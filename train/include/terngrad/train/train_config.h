@@ -59,6 +59,15 @@ struct TrainConfig {
   double peer_timeout_secs = 60;    // a silent or unreachable peer is reported after this
   double startup_timeout_secs = 120;  // every task must have joined within this
   double rpc_timeout_secs = 30;     // deadline of one request
+  // Who may talk to the ps tasks (comm/credentials.h, comm/tls.h): a file
+  // holding the run's cluster secret or this task's role key (else the
+  // TG_CLUSTER_SECRET environment variable; neither: no authentication).
+  std::string secret_file = "";
+  std::string tls_ca = "";    // PEM CA of the peers' certificates: replicas connect with TLS
+  std::string tls_cert = "";  // PEM certificate of this task (a ps serves TLS with it)
+  std::string tls_key = "";   // its private key
+  bool tls_verify_clients = false;  // ps: require client certificates signed by tls_ca
+  std::string tls_server_name = "";  // the name on the ps certificates, when not their hosts
   int64_t min_shard_bytes = 256 * 1024;  // variables split into shards of at least this
   std::string placement = "by_size";     // by_size | round_robin
   // Shards hold at most this many fp32 bytes (0 = no cap): each fits one
