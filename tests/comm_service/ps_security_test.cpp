@@ -1,0 +1,508 @@
+// The ps tried as an outsider would try it: an ordinary gRPC client built
+// from parameter_server.proto, choosing its own metadata. With a cluster
+// secret, a caller without a role's token is refused every call and learns
+// nothing; a replica cannot act as another, and only the chief may Init,
+// Checkpoint or Shutdown. Without a secret, calls are still bound to the
+// session a replica registered with. Reads do not change what another
+// replica gets; a duplicate push is not counted twice; a refused or retried
+// Init leaves a running ps alone, and a restarted chief ends the run with
+// what to do. TLS: a plaintext client cannot talk to a TLS ps.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "parameter_server.grpc.pb.h"
+#include "terngrad/comm/credentials.h"
+#include "terngrad/comm/errors.h"
+#include "terngrad/comm/gradient_codec.h"
+#include "terngrad/comm/placement.h"
+#include "terngrad/comm/ps_server.h"
+#include "terngrad/comm/ps_status.h"
+#include "terngrad/comm/worker_client.h"
+
+namespace tc = terngrad::comm;
+namespace rpc = terngrad::comm::rpc;
+namespace fs = std::filesystem;
+using grpc::StatusCode;
+
+namespace {
+
+constexpr uint64_t kElements = 64;
+constexpr uint64_t kFingerprint = 42;
+
+// One ps task serving in a thread.
+struct PsTask {
+  std::unique_ptr<tc::ParameterServer> server;
+  std::thread thread;
+  std::string error;
+  PsTask(int replicas, std::optional<tc::ClusterSecret> secret, tc::UpdateHandler* handler = nullptr,
+         tc::TlsOptions tls = {}) {
+    tc::ServerOptions o;
+    o.peer_timeout_s = 20;
+    o.startup_timeout_s = 20;
+    o.poll_s = 0.3;
+    o.verbose = false;
+    o.secret = secret;
+    o.tls = tls;
+    for (int r = 0; r < replicas; ++r) o.replica_names.push_back("worker " + std::to_string(r));
+    server = std::make_unique<tc::ParameterServer>("127.0.0.1:0", o, handler);
+    thread = std::thread([this] {
+      try {
+        server->run();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
+  ~PsTask() {
+    server->stop(false, "test over");
+    thread.join();
+  }
+};
+
+std::string fp32_payload(float value) {
+  auto codec = tc::make_codec("fp32");
+  std::vector<float> g(kElements, value);
+  std::string out(codec->payload_bytes(kElements), '\0');
+  std::vector<tc::ElementRange> slices = {{0, kElements}};
+  std::vector<std::span<uint8_t>> outs = {{reinterpret_cast<uint8_t*>(out.data()), out.size()}};
+  codec->encode_slices(g, tc::EncodeContext{}, slices, outs);
+  return out;
+}
+
+std::vector<uint8_t> fp32_sum(std::vector<std::string> payloads) {
+  auto codec = tc::make_codec("fp32");
+  std::vector<std::span<const uint8_t>> views;
+  for (const auto& p : payloads) views.emplace_back(reinterpret_cast<const uint8_t*>(p.data()), p.size());
+  std::vector<uint8_t> out;
+  codec->aggregate(views, kElements, out);
+  return out;
+}
+
+// A raw caller: the metadata it sends is its own choice.
+struct RawCaller {
+  std::unique_ptr<rpc::ParameterServer::Stub> stub;
+  std::string session, token;
+  RawCaller(const std::string& address, std::string s, std::string t = "")
+      : stub(rpc::ParameterServer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        session(std::move(s)),
+        token(std::move(t)) {}
+
+  void prepare(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!session.empty()) ctx.AddMetadata(tc::kSessionMetadataKey, session);
+    if (!token.empty()) ctx.AddMetadata(tc::kAuthMetadataKey, token);
+  }
+
+  grpc::Status init(uint32_t replica, uint32_t total, bool sync = true, uint64_t fingerprint = kFingerprint) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::InitReply reply;
+    auto w = stub->Init(&ctx, &reply);
+    rpc::InitChunk c;
+    rpc::InitHeader* h = c.mutable_header();
+    h->set_replica(replica);
+    rpc::Variable* v = h->add_variables();
+    v->set_name("w");
+    v->set_size(kElements);
+    v->set_codec("fp32");
+    rpc::Shard* s = h->add_shards();
+    s->set_variable(0);
+    s->set_begin(0);
+    s->set_count(kElements);
+    h->set_fingerprint(fingerprint);
+    h->set_sync(sync);
+    h->set_total_replicas(total);
+    h->set_replicas_to_aggregate(total);
+    w->Write(c);
+    w->WritesDone();
+    return w->Finish();
+  }
+  grpc::Status register_as(uint32_t replica, rpc::RegisterReply* reply = nullptr) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::RegisterRequest req;
+    req.set_replica(replica);
+    req.set_fingerprint(kFingerprint);
+    req.set_label("test:" + std::to_string(replica));
+    rpc::RegisterReply r;
+    return stub->Register(&ctx, req, reply ? reply : &r);
+  }
+  grpc::Status push(uint32_t replica, int64_t step, const std::string& payload, rpc::PushReply* reply = nullptr) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::PushReply r;
+    auto w = stub->Push(&ctx, reply ? reply : &r);
+    rpc::PushChunk c;
+    c.mutable_header()->set_replica(replica);
+    c.mutable_header()->set_step(step);
+    w->Write(c);
+    rpc::PushChunk p;
+    p.mutable_payload()->set_shard(0);
+    p.mutable_payload()->set_offset(0);
+    p.mutable_payload()->set_total_bytes(payload.size());
+    p.mutable_payload()->set_data(payload);
+    w->Write(p);
+    w->WritesDone();
+    return w->Finish();
+  }
+  // A whole (non-streamed) pull of step's sum into *sum; ready in *ready.
+  grpc::Status pull(uint32_t replica, int64_t step, std::vector<uint8_t>* sum = nullptr, bool* ready = nullptr) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::PullRequest req;
+    req.set_replica(replica);
+    req.set_step(step);
+    auto r = stub->Pull(&ctx, req);
+    rpc::PullChunk c;
+    std::vector<uint8_t> got;
+    bool is_ready = false;
+    while (r->Read(&c)) {
+      if (c.has_header()) is_ready = c.header().ready();
+      if (c.has_payload()) got.insert(got.end(), c.payload().data().begin(), c.payload().data().end());
+    }
+    if (sum) *sum = got;
+    if (ready) *ready = is_ready;
+    return r->Finish();
+  }
+  grpc::Status scales(uint32_t replica) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::ScalesRequest req;
+    req.set_replica(replica);
+    req.add_scales(1.0f);
+    rpc::ScalesReply reply;
+    return stub->ExchangeScales(&ctx, req, &reply);
+  }
+  grpc::Status heartbeat(uint32_t replica, rpc::HeartbeatReply* reply = nullptr, bool done = false) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::HeartbeatRequest req;
+    req.set_replica(replica);
+    req.set_done(done);
+    rpc::HeartbeatReply r;
+    return stub->Heartbeat(&ctx, req, reply ? reply : &r);
+  }
+  grpc::Status status(rpc::StatusReply* reply = nullptr) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::StatusReply r;
+    return stub->Status(&ctx, rpc::StatusRequest{}, reply ? reply : &r);
+  }
+  grpc::Status checkpoint(uint32_t replica) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::CheckpointRequest req;
+    req.set_replica(replica);
+    auto r = stub->Checkpoint(&ctx, req);
+    rpc::TensorChunk t;
+    while (r->Read(&t)) {
+    }
+    return r->Finish();
+  }
+  grpc::Status shutdown(uint32_t replica, bool ok) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::ShutdownRequest req;
+    req.set_replica(replica);
+    req.set_ok(ok);
+    req.set_reason("a stranger says so");
+    rpc::ShutdownReply reply;
+    return stub->Shutdown(&ctx, req, &reply);
+  }
+};
+
+std::string token_of(const tc::ClusterSecret& s, const tc::Role& role) {
+  return tc::Credential{role, s.key_for(role)}.call_token();
+}
+
+// Every call of the service, made by `who`, posing as `replica`: the status codes.
+std::vector<std::pair<std::string, grpc::Status>> every_call(RawCaller& who, uint32_t replica) {
+  std::vector<std::pair<std::string, grpc::Status>> out;
+  out.emplace_back("Init", who.init(replica, 2));
+  out.emplace_back("Register", who.register_as(replica));
+  out.emplace_back("ExchangeScales", who.scales(replica));
+  out.emplace_back("Push", who.push(replica, 0, fp32_payload(1000.0f)));
+  out.emplace_back("Pull", who.pull(replica, 0));
+  out.emplace_back("Heartbeat", who.heartbeat(replica, nullptr, true));
+  out.emplace_back("Checkpoint", who.checkpoint(replica));
+  out.emplace_back("Shutdown", who.shutdown(replica, true));
+  return out;
+}
+
+}  // namespace
+
+TEST(PsSecurity, WithASecretAStrangerIsRefusedEveryCallAndLearnsNothing) {
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  PsTask ps(2, secret);
+  // Replicas 0 and 1 start a run; a stranger without a token, and one with
+  // another run's token, try everything in between.
+  RawCaller chief(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(0)));
+  RawCaller worker(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(1)));
+  ASSERT_TRUE(chief.init(0, 2).ok());
+  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
+  ASSERT_TRUE(worker.register_as(1).ok());
+  reg.join();
+  RawCaller nobody(ps.address(), tc::new_session_id());
+  RawCaller other_run(ps.address(), tc::new_session_id(),
+                      token_of(tc::ClusterSecret::generate(), tc::Role::replica_role(0)));
+  for (RawCaller* stranger : {&nobody, &other_run}) {
+    for (uint32_t as : {0u, 1u}) {
+      for (const auto& [call, s] : every_call(*stranger, as)) {
+        EXPECT_EQ(s.error_code(), StatusCode::UNAUTHENTICATED) << call << " as " << as << ": " << s.error_message();
+        // Nothing about the run: no fingerprint, label, phase, step or replica names.
+        for (const char* secret_word : {"42", "test:", "worker", "running", "step", "replica"})
+          EXPECT_EQ(s.error_message().find(secret_word), std::string::npos) << call << ": " << s.error_message();
+      }
+    }
+    EXPECT_EQ(stranger->status().error_code(), StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_FALSE(tc::query_ps_status(ps.address(), 5).has_value());
+  // The run is untouched: one step with exactly the replicas' payloads.
+  const std::string p0 = fp32_payload(1.0f), p1 = fp32_payload(2.0f);
+  ASSERT_TRUE(chief.push(0, 0, p0).ok());
+  ASSERT_TRUE(worker.push(1, 0, p1).ok());
+  std::vector<uint8_t> sum;
+  bool ready = false;
+  ASSERT_TRUE(chief.pull(0, 0, &sum, &ready).ok());
+  EXPECT_TRUE(ready);
+  EXPECT_EQ(sum, fp32_sum({p0, p1}));
+  rpc::StatusReply st;
+  ASSERT_TRUE(worker.status(&st).ok());
+  EXPECT_EQ(st.phase(), "running");
+  EXPECT_EQ(st.global_step(), 1);
+}
+
+TEST(PsSecurity, AReplicaCannotActAsAnotherAndOnlyTheChiefControlsTheRun) {
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  PsTask ps(2, secret);
+  RawCaller chief(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(0)));
+  RawCaller worker(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(1)));
+  RawCaller observer(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::observer()));
+  EXPECT_EQ(worker.init(0, 2).error_code(), StatusCode::PERMISSION_DENIED);  // replica 1's token claiming 0
+  EXPECT_EQ(worker.init(1, 2).error_code(), StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(chief.init(0, 2).ok());
+  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
+  ASSERT_TRUE(worker.register_as(1).ok());
+  reg.join();
+  // Replica 1 posing as the chief, and the observer as anyone: refused.
+  for (const auto& [call, s] : every_call(worker, 0))
+    EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << call << ": " << s.error_message();
+  for (uint32_t as : {0u, 1u})
+    for (const auto& [call, s] : every_call(observer, as))
+      EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << call << " as " << as << ": " << s.error_message();
+  EXPECT_TRUE(observer.status().ok());  // what evaluators may do
+  tc::Credential watcher{tc::Role::observer(), secret.key_for(tc::Role::observer())};
+  EXPECT_TRUE(tc::query_ps_status(ps.address(), 5, watcher).has_value());
+  // The replicas' own step is exactly theirs.
+  const std::string p0 = fp32_payload(3.0f), p1 = fp32_payload(-1.0f);
+  ASSERT_TRUE(worker.push(1, 0, p1).ok());
+  ASSERT_TRUE(chief.push(0, 0, p0).ok());
+  std::vector<uint8_t> sum;
+  ASSERT_TRUE(worker.pull(1, 0, &sum).ok());
+  EXPECT_EQ(sum, fp32_sum({p0, p1}));
+  rpc::HeartbeatReply hb;
+  ASSERT_TRUE(worker.heartbeat(1, &hb).ok());
+  EXPECT_FALSE(hb.finished());
+  EXPECT_TRUE(hb.failure().empty());
+}
+
+TEST(PsSecurity, WithoutASecretCallsAreStillBoundToTheRegisteredSession) {
+  PsTask ps(2, std::nullopt);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  RawCaller worker(ps.address(), tc::new_session_id());
+  ASSERT_TRUE(chief.init(0, 2).ok());
+  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
+  ASSERT_TRUE(worker.register_as(1).ok());
+  reg.join();
+  // Another process in replica 1's (or the chief's) name: its calls carry
+  // another session, and a second Register of a live replica is refused.
+  RawCaller impostor(ps.address(), tc::new_session_id());
+  EXPECT_EQ(impostor.register_as(1).error_code(), StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(impostor.push(1, 0, fp32_payload(1e6f)).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(impostor.pull(1, 0).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(impostor.scales(1).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(impostor.heartbeat(1, nullptr, true).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(impostor.checkpoint(0).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(impostor.shutdown(0, true).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(impostor.shutdown(1, false).error_code(), StatusCode::PERMISSION_DENIED);
+  RawCaller no_session(ps.address(), "");
+  EXPECT_EQ(no_session.register_as(1).error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(no_session.push(1, 0, fp32_payload(1e6f)).error_code(), StatusCode::PERMISSION_DENIED);
+  // The real step.
+  const std::string p0 = fp32_payload(0.5f), p1 = fp32_payload(0.25f);
+  ASSERT_TRUE(chief.push(0, 0, p0).ok());
+  ASSERT_TRUE(worker.push(1, 0, p1).ok());
+  std::vector<uint8_t> sum;
+  ASSERT_TRUE(chief.pull(0, 0, &sum).ok());
+  EXPECT_EQ(sum, fp32_sum({p0, p1}));
+  rpc::StatusReply st;
+  ASSERT_TRUE(chief.status(&st).ok());
+  EXPECT_EQ(st.phase(), "running");
+  EXPECT_EQ(st.duplicate_pushes(), 0u);
+}
+
+TEST(PsSecurity, ExtraPullsAndDuplicatePushesChangeNothingForOthers) {
+  PsTask ps(2, std::nullopt);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  RawCaller worker(ps.address(), tc::new_session_id());
+  ASSERT_TRUE(chief.init(0, 2).ok());
+  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
+  ASSERT_TRUE(worker.register_as(1).ok());
+  reg.join();
+  const std::string p0 = fp32_payload(1.5f), p1 = fp32_payload(-0.5f);
+  rpc::PushReply reply;
+  ASSERT_TRUE(chief.push(0, 0, p0, &reply).ok());
+  EXPECT_EQ(reply.outcome(), rpc::PushReply::APPLIED);
+  ASSERT_TRUE(chief.push(0, 0, p0, &reply).ok());  // a retry
+  EXPECT_EQ(reply.outcome(), rpc::PushReply::DUPLICATE);
+  ASSERT_TRUE(worker.push(1, 0, p1).ok());
+  // The chief pulls step 0 four times (as many as there are replicas, and
+  // more): replica 1's pull is still served, with the same sum.
+  std::vector<uint8_t> first, again, theirs;
+  ASSERT_TRUE(chief.pull(0, 0, &first).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(chief.pull(0, 0, &again).ok());
+  EXPECT_EQ(again, first);
+  const grpc::Status s = worker.pull(1, 0, &theirs);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(theirs, fp32_sum({p0, p1}));
+  EXPECT_EQ(first, theirs);
+  rpc::StatusReply st;
+  ASSERT_TRUE(chief.status(&st).ok());
+  EXPECT_EQ(st.duplicate_pushes(), 1u);
+  EXPECT_EQ(st.global_step(), 1);
+}
+
+namespace {
+// An async update rule that counts how often the ps (re)initializes it.
+struct CountingHandler : tc::UpdateHandler {
+  int inits = 0;
+  void init_shard(size_t, const tc::ShardView&) override { ++inits; }
+  void apply(size_t, int64_t, std::span<float> values, std::span<const float> grad) override {
+    for (size_t i = 0; i < values.size(); ++i) values[i] -= grad[i];
+  }
+  std::vector<std::pair<std::string, std::span<float>>> slots(size_t) override { return {}; }
+};
+}  // namespace
+
+TEST(PsSecurity, ARefusedInitLeavesARunningPsAloneAndARestartedChiefEndsTheRunSayingWhatToDo) {
+  CountingHandler handler;
+  PsTask ps(1, std::nullopt, &handler);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  ASSERT_TRUE(chief.init(0, 1, /*sync=*/false).ok());
+  EXPECT_EQ(handler.inits, 1);
+  ASSERT_TRUE(chief.register_as(0).ok());
+  ASSERT_TRUE(chief.init(0, 1, false).ok());  // the same process retrying: nothing changes
+  const grpc::Status other = chief.init(0, 1, false, kFingerprint + 1);
+  EXPECT_EQ(other.error_code(), StatusCode::FAILED_PRECONDITION) << other.error_message();
+  EXPECT_EQ(handler.inits, 1) << "a refused Init re-initialized the live update rule";
+  rpc::StatusReply st;
+  ASSERT_TRUE(chief.status(&st).ok());
+  EXPECT_EQ(st.phase(), "running");
+  // A new chief process: the run ends, and everyone hears why and what to do.
+  RawCaller restarted(ps.address(), tc::new_session_id());
+  const grpc::Status s = restarted.init(0, 1, false);
+  EXPECT_EQ(s.error_code(), StatusCode::ABORTED);
+  EXPECT_NE(s.error_message().find("the chief restarted"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("start the whole cluster again"), std::string::npos) << s.error_message();
+  rpc::HeartbeatReply hb;
+  ASSERT_TRUE(chief.heartbeat(0, &hb).ok());
+  EXPECT_NE(hb.failure().find("the chief restarted"), std::string::npos) << hb.failure();
+  EXPECT_EQ(handler.inits, 1);
+}
+
+TEST(PsSecurity, RequestsAskingForTooMuchAreRefusedNotObeyed) {
+  PsTask ps(1, std::nullopt);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  const grpc::Status many = chief.init(0, tc::kMaxReplicas + 1);
+  EXPECT_EQ(many.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(many.error_message().find("total_replicas"), std::string::npos) << many.error_message();
+  // The ps still takes a sound Init.
+  EXPECT_TRUE(chief.init(0, 1).ok());
+}
+
+TEST(PsSecurity, RefusedCallsAreLoggedWithThePeerAddressAndRateLimited) {
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  PsTask ps(1, secret);
+  RawCaller nobody(ps.address(), tc::new_session_id());
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 40; ++i) (void)nobody.heartbeat(0);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = log.find("refused Heartbeat from ipv4:127.0.0.1:"); at != std::string::npos;
+       at = log.find("refused Heartbeat from ipv4:127.0.0.1:", at + 1))
+    ++lines;
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, 10u) << "40 refusals in a burst should be rate-limited: " << log;
+}
+
+namespace {
+// A CA and a certificate for 127.0.0.1 made with the openssl tool, or "" and
+// the reason in *why.
+fs::path make_certificates(std::string* why) {
+  const fs::path dir = fs::temp_directory_path() / ("tg_tls_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string d = dir.string();
+  const std::string cmd =
+      "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=tg-test-ca "
+      ">/dev/null 2>&1 && openssl req -newkey rsa:2048 -nodes -keyout ps.key -out ps.csr -subj /CN=ps >/dev/null 2>&1 && "
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:ps\\n' > ext.cnf && "
+      "openssl x509 -req -in ps.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out ps.pem -days 2 -extfile ext.cnf "
+      ">/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    *why = "the openssl tool could not make test certificates (is it installed?)";
+    return {};
+  }
+  return dir;
+}
+}  // namespace
+
+TEST(PsSecurity, ATlsPsServesTlsClientsAndRefusesPlaintext) {
+  std::string why;
+  const fs::path certs = make_certificates(&why);
+  if (certs.empty()) GTEST_SKIP() << why;
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  tc::TlsOptions server_tls;
+  server_tls.cert_file = (certs / "ps.pem").string();
+  server_tls.key_file = (certs / "ps.key").string();
+  PsTask ps(1, secret, nullptr, server_tls);
+  tc::TlsOptions client_tls;
+  client_tls.ca_file = (certs / "ca.pem").string();
+  const tc::Credential chief{tc::Role::replica_role(0), secret.key_for(tc::Role::replica_role(0))};
+  // A plaintext client gets nothing; a TLS client with the CA runs a step.
+  EXPECT_FALSE(tc::query_ps_status(ps.address(), 3, chief).has_value());
+  ASSERT_TRUE(tc::query_ps_status(ps.address(), 5, chief, client_tls).has_value());
+  const tc::Layout l = tc::place_variables({{"w", kElements, "fp32"}}, 1);
+  tc::ClientOptions o;
+  o.rpc_timeout_s = 5;
+  o.peer_timeout_s = 10;
+  o.credential = chief;
+  o.tls = client_tls;
+  tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, o);
+  c.join(0);
+  const std::string p = fp32_payload(2.0f);
+  const std::vector<std::span<const uint8_t>> payloads = {{reinterpret_cast<const uint8_t*>(p.data()), p.size()}};
+  c.push(0, 0.0f, payloads);
+  std::vector<std::vector<uint8_t>> sums(1);
+  c.pull_sums(0, sums);
+  EXPECT_EQ(sums[0], fp32_sum({p}));
+  c.finish(true);
+  // A CA file that is not PEM is named before anything connects.
+  tc::TlsOptions bad;
+  bad.ca_file = (certs / "ext.cnf").string();
+  try {
+    tc::query_ps_status(ps.address(), 1, chief, bad);
+    ADD_FAILURE() << "a non-PEM CA file was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ext.cnf is not a PEM file"), std::string::npos) << e.what();
+  }
+  fs::remove_all(certs);
+}
