@@ -184,6 +184,12 @@ std::string fmt_time(double s) {
   return buf;
 }
 
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gs", s);
+  return buf;
+}
+
 // What one phase (sync, async) measured.
 struct PhaseResult {
   std::string mode;
@@ -419,9 +425,9 @@ void run_phase(Run& run, const tb::LoadModel& m, bool sync, int64_t steps) {
                  (st ? "at global step " + std::to_string(st->global_step) + " (" + st->phase + ")" : "does not answer");
       }
       die("stalled",
-          std::string(complete == 0 ? "joining or step 0" : "step " + std::to_string(complete)) +
-              " did not complete within --step_timeout_s=" + std::to_string(static_cast<int>(o.step_timeout_s)) +
-              " s: replicas still in it: " + who + where,
+          std::string(complete == 0 ? "joining or step 0" : "step " + std::to_string(complete) + " (0-based)") +
+              " did not complete within --step_timeout_s=" + fmt_seconds(o.step_timeout_s) +
+              ": replicas still in it: " + who + where,
           3);
     }
   }
