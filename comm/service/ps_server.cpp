@@ -121,6 +121,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   std::optional<detail::AsyncUpdates> updates;  // async runs
   std::optional<detail::ScaleExchange> scales;  // scale sharing (used on ps 0)
   uint64_t bytes_in = 0, bytes_out = 0;
+  // Async: the values as of one global step, shared by every pull at that
+  // step (a copy per pull cost the values once per concurrent puller:
+  // 32 replicas pulling at once held ~40x the values).
+  std::shared_ptr<const std::vector<std::vector<uint8_t>>> values_snapshot;
+  int64_t values_snapshot_step = -1;
 
   std::thread monitor;
   std::atomic<bool> stopping{false};
@@ -673,16 +678,21 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (!sync) {  // the current values of every shard
       out.mutable_header()->set_ready(true);
       out.mutable_header()->set_step(updates->global_step());
-      std::vector<std::vector<uint8_t>> copies;
-      for (size_t s = 0; s < updates->shards(); ++s) {
-        const std::span<const float> values = std::as_const(*updates).values(s);
-        const auto* b = reinterpret_cast<const uint8_t*>(values.data());
-        copies.emplace_back(b, b + 4 * values.size());
+      if (!values_snapshot || values_snapshot_step != updates->global_step()) {
+        auto copies = std::make_shared<std::vector<std::vector<uint8_t>>>();
+        for (size_t s = 0; s < updates->shards(); ++s) {
+          const std::span<const float> values = std::as_const(*updates).values(s);
+          const auto* b = reinterpret_cast<const uint8_t*>(values.data());
+          copies->emplace_back(b, b + 4 * values.size());
+        }
+        values_snapshot = std::move(copies);
+        values_snapshot_step = updates->global_step();
       }
+      const auto held = values_snapshot;  // kept while streaming, even if a newer step replaces it
       lock.unlock();
       if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
-      for (size_t s = 0; s < copies.size(); ++s)
-        if (!write_shard(writer, s, copies[s], true)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+      for (size_t s = 0; s < held->size(); ++s)
+        if (!write_shard(writer, s, (*held)[s], true)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
       return grpc::Status::OK;
     }
     if (req->stream()) return stream_sums(ctx, req, writer, lock);
