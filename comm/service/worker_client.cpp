@@ -496,6 +496,11 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
   }
   int64_t step = global_step;
   for_each_ps(l.num_ps, [&](int p) {
+    // Without a cluster secret, a restarted replica may register only once
+    // the ps has counted its previous process as gone (peer_timeout of
+    // silence): until a little after that, "already registered" means wait.
+    const auto wait_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(m.opt.peer_timeout_s + 5));
     for (;;) {
       rpc::RegisterReply reply;
       m.call(p, "Register", [&] {
@@ -507,7 +512,13 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
         req.set_label(m.opt.label);
         m.message_sent += req.ByteSizeLong();
         reply.Clear();
-        return m.stubs[p]->Register(&ctx, req, &reply);
+        const grpc::Status s = m.stubs[p]->Register(&ctx, req, &reply);
+        if (s.error_code() == StatusCode::ALREADY_EXISTS && Clock::now() < wait_until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          reply.Clear();  // not ready: ask again
+          return grpc::Status::OK;
+        }
+        return s;
       });
       m.message_received += reply.ByteSizeLong();
       if (reply.ready()) {

@@ -506,3 +506,18 @@ TEST(PsSecurity, ATlsPsServesTlsClientsAndRefusesPlaintext) {
   }
   fs::remove_all(certs);
 }
+
+TEST(PsSecurity, APsOffLoopbackWithoutASecretWarnsLoudly) {
+  // 10.255.255.1 is not this machine's: the ps warns, then cannot listen
+  // (nothing is exposed by the test).
+  tc::ServerOptions o;
+  o.verbose = false;
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(tc::ParameterServer("10.255.255.1:0", o, nullptr), tc::PeerError);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("WARNING: listening on 10.255.255.1:0 WITHOUT a cluster secret"), std::string::npos) << log;
+  o.secret = tc::ClusterSecret::generate();
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(tc::ParameterServer("10.255.255.1:0", o, nullptr), tc::PeerError);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr().find("WARNING"), std::string::npos);
+}
