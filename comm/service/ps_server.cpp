@@ -25,6 +25,7 @@
 #include "async_updates.h"
 #include "chunks.h"
 #include "parameter_server.grpc.pb.h"
+#include "ps_in_process.h"
 #include "refusal_log.h"
 #include "scale_exchange.h"
 #include "sync_steps.h"
@@ -923,7 +924,10 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         for (auto& [name, span] : handler->slots(s)) tensors.push_back({{static_cast<uint32_t>(s), name}, copy(span)});
       }
     }
-    for (const auto& [key, bytes] : tensors) {
+    for (const auto& tensor : tensors) {
+      // Named, not structured bindings: lambdas may not capture those before C++20 compilers caught up (clang 14).
+      const auto& key = tensor.first;
+      const auto& bytes = tensor.second;
       const bool ok = detail::for_each_chunk(bytes, [&](uint64_t off, std::span<const uint8_t> piece) {
         rpc::TensorChunk t;
         t.set_shard(key.first);
@@ -1018,22 +1022,30 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 ParameterServer::ParameterServer(const std::string& address, ServerOptions options, UpdateHandler* handler)
     : impl_(std::make_unique<Impl>(address, std::move(options), handler)) {
   grpc::ServerBuilder b;
-  if (!impl_->opt.secret && !is_loopback_address(address))
+  if (!impl_->opt.secret && !address.empty() && !is_loopback_address(address))
     std::fprintf(stderr,
                  "ps %d: WARNING: listening on %s WITHOUT a cluster secret: anyone who can reach this address can join, "
                  "push gradients as any replica, read the run's state and stop it. Give every task the run's secret "
                  "(--secret_file or TG_CLUSTER_SECRET; tg-cluster makes one), and use TLS on networks you do not control.\n",
                  impl_->opt.task_index, address.c_str());
-  b.AddListeningPort(address, detail::server_credentials(impl_->opt.tls), &impl_->port);
+  if (!address.empty()) b.AddListeningPort(address, detail::server_credentials(impl_->opt.tls), &impl_->port);
   b.SetMaxReceiveMessageSize(detail::kMaxMessageBytes);
   b.SetMaxSendMessageSize(detail::kMaxMessageBytes);
   b.RegisterService(impl_.get());
   impl_->server = b.BuildAndStart();
-  if (!impl_->server || impl_->port == 0)
+  if (!impl_->server || (!address.empty() && impl_->port == 0))
     throw PeerError("ps " + std::to_string(impl_->opt.task_index) + ": cannot listen on " + address +
                     " (address in use or not local?)");
   impl_->monitor = std::thread([this] { impl_->watch(); });
-  impl_->log("listening on " + address.substr(0, address.rfind(':')) + ":" + std::to_string(impl_->port));
+  if (!address.empty())
+    impl_->log("listening on " + address.substr(0, address.rfind(':')) + ":" + std::to_string(impl_->port));
+}
+
+std::shared_ptr<grpc::Channel> detail::in_process_channel(ParameterServer& ps) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(detail::kMaxMessageBytes);
+  args.SetMaxSendMessageSize(detail::kMaxMessageBytes);
+  return ps.impl_->server->InProcessChannel(args);
 }
 
 ParameterServer::~ParameterServer() {

@@ -39,7 +39,16 @@
 #include "terngrad/comm/credentials.h"
 #include "terngrad/comm/tls.h"
 
+namespace grpc {
+class Channel;
+}
+
 namespace terngrad::comm {
+
+class ParameterServer;
+namespace detail {
+std::shared_ptr<grpc::Channel> in_process_channel(ParameterServer& ps);  // comm/service/ps_in_process.h
+}
 
 struct ShardView {
   uint32_t variable = 0;
@@ -79,8 +88,10 @@ struct ServerOptions {
 
 class ParameterServer {
  public:
-  // Listens on address ("host:port"; port 0 picks a free one). handler is
-  // needed for async runs and may be null for sync ones.
+  // Listens on address ("host:port"; port 0 picks a free one; "" listens
+  // nowhere and serves only in-process channels: tests and fuzzing, see
+  // comm/service/ps_in_process.h). handler is needed for async runs and may
+  // be null for sync ones.
   ParameterServer(const std::string& address, ServerOptions options, UpdateHandler* handler);
   ~ParameterServer();
   ParameterServer(const ParameterServer&) = delete;
@@ -96,6 +107,7 @@ class ParameterServer {
   struct Impl;
 
  private:
+  friend std::shared_ptr<grpc::Channel> detail::in_process_channel(ParameterServer& ps);
   std::unique_ptr<Impl> impl_;
 };
 
