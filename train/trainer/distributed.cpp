@@ -96,6 +96,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   comm::ClientOptions co;
   co.rpc_timeout_s = cfg.rpc_timeout_secs;
   co.peer_timeout_s = cfg.peer_timeout_secs;
+  co.startup_timeout_s = cfg.startup_timeout_secs;  // a ps may come up after its replicas
   comm::WorkerClient client(c.ps_addresses(), layout, replica, cfg.sync_replicas, n, needed, co);
   const std::string me = replica_name(c, replica);
   if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
