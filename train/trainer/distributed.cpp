@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -138,6 +139,9 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   int64_t last = -1;
   auto last_contact = Clock::now();
   TrainResult result;
+  std::set<std::string> warned;  // each corrupt checkpoint is named once, not every poll
+  std::string final_skipped;     // why the final checkpoint was passed over, if it was
+  const std::string final_path = checkpoint_path(cfg.train_dir, cfg.max_steps);
   for (;;) {
     const auto st = comm::query_ps_status(ps0, 2);
     if (st) {
@@ -146,9 +150,14 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     }
     std::optional<Checkpoint> ck;
     try {
-      ck = load_latest_checkpoint(cfg.train_dir);
-    } catch (const std::exception& e) {  // a checkpoint being replaced: look again
-      if (!cfg.quiet) std::fprintf(stderr, "evaluator: %s; retrying\n", e.what());
+      // A corrupt latest checkpoint: evaluate the newest intact one and say so.
+      ck = load_newest_intact_checkpoint(cfg.train_dir, [&](const std::string& why) {
+        if (why.find(final_path) != std::string::npos) final_skipped = why;
+        if (warned.insert(why).second)
+          std::fprintf(stderr, "evaluator: warning: %s; evaluating an earlier checkpoint\n", why.c_str());
+      });
+    } catch (const std::exception& e) {  // none intact (yet): look again
+      if (warned.insert(e.what()).second) std::fprintf(stderr, "evaluator: %s; retrying\n", e.what());
     }
     if (ck && ck->step > last) {
       s.load_weights(*ck);
@@ -168,8 +177,8 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     if (!st && since(last_contact) > cfg.peer_timeout_secs)
       throw comm::PeerError("evaluator: ps 0 at " + ps0 + " unreachable for " +
                             std::to_string(static_cast<int>(since(last_contact))) +
-                            " s and the final checkpoint (step " + std::to_string(cfg.max_steps) + ") never appeared in " +
-                            cfg.train_dir);
+                            " s and the final checkpoint (step " + std::to_string(cfg.max_steps) + ") never appeared " +
+                            (final_skipped.empty() ? "in " + cfg.train_dir : "intact: " + final_skipped));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }
