@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -134,6 +135,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
 TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   if (cfg.train_dir.empty()) throw std::invalid_argument("the evaluator needs --train_dir (the chief's checkpoints)");
   TrainingSession s(cfg, c.num_replicas(), {}, /*need_train_data=*/false);
+  // The evaluator may start before the chief has made train_dir.
+  std::filesystem::create_directories(cfg.train_dir);
   JsonlWriter log(cfg.train_dir + "/eval.jsonl", true);
   const std::string ps0 = c.ps_addresses().at(0);
   int64_t last = -1;
