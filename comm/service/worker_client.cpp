@@ -189,7 +189,10 @@ struct WorkerClient::Impl {
     for (;;) {
       check_state();
       const grpc::Status s = attempt();
-      if (s.ok()) return;
+      if (s.ok()) {
+        heard(p);  // an answer is as good as a heartbeat's (a run can be steps ahead of the first beat)
+        return;
+      }
       check_state();  // the run ended while we waited (and the call was cancelled): say why
       if (s.error_code() == StatusCode::ABORTED) {
         set_failure(s.error_message());
@@ -221,6 +224,11 @@ struct WorkerClient::Impl {
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
       backoff = std::min(1.0, backoff * 2);
     }
+  }
+
+  void heard(int p) {
+    std::lock_guard<std::mutex> lock(mu);
+    last_heard[p] = Clock::now();
   }
 
   // Heartbeats to ps p: keep this replica alive in its eyes and note when it
