@@ -40,9 +40,10 @@
 //                                          | the corrupt final one, and (no ps) exits 1 within 20 s saying
 //                                          | the final checkpoint never appeared intact and why.
 //
-// Observed on the 2-core machine (see the commit message for the last run):
-// each fault case ends in 5-10 s after the fault; the whole suite in about
-// 2 minutes.
+// Observed on the 2-core machine (2026-11-25, three runs): replicas exit
+// 2.8-3.5 s after a ps or peer goes silent (peer timeout 3 s), a ps 3 s later
+// (its grace before closing the port), a woken frozen task within 0.1 s; each
+// case takes 1-14 s, the suite about 55 s.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
