@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "chunks.h"
@@ -70,7 +71,7 @@ struct WorkerClient::Impl {
 
   std::atomic<uint64_t> payload_sent{0}, payload_received{0}, message_sent{0}, message_received{0};
 
-  // Set by the heartbeat thread or any call: why the run is over for us.
+  // Set by the watchdog, a heartbeat or any call: why the run is over for us.
   std::mutex mu;
   std::condition_variable cv;
   std::string failure;
@@ -78,8 +79,21 @@ struct WorkerClient::Impl {
   bool stop_beat = false;
   int64_t step_for_beat = 0;
   bool done = false;
-  std::vector<Clock::time_point> unreachable_since;  // per ps; epoch = reachable
-  std::thread beat;
+  // Liveness of each ps as its heartbeats see it (mu guards): when it last
+  // answered (epoch: never yet), the last error of an unanswered beat, and
+  // whether the watchdog declared it unreachable.
+  Clock::time_point started = Clock::now();
+  std::vector<Clock::time_point> last_heard;
+  std::vector<std::string> beat_error;
+  std::vector<bool> declared_silent;
+  std::vector<std::thread> beaters;  // one per ps, so a frozen ps delays nobody else's beats
+  std::thread watchdog;
+  // Contexts of the calls in flight (mu guards). A ps that died or froze
+  // leaves calls waiting for it (wait_for_ready, long polls) until their
+  // deadline; once the run is over for us they are cancelled instead, so the
+  // process ends within the peer timeout, not the rpc timeout.
+  std::set<grpc::ClientContext*> live_calls;
+  bool cancel_calls = false;  // set with failure, or when closing
 
   // --- the pipelined step (begin_step .. end_step); pm guards it ---
   struct Bucket {
@@ -126,7 +140,7 @@ struct WorkerClient::Impl {
 
   void set_failure(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu);
-    if (failure.empty()) failure = why;
+    fail_locked(why);
   }
 
   // Who this call comes from: every context gets it, deadlines or not.
@@ -135,23 +149,64 @@ struct WorkerClient::Impl {
     if (!auth_token.empty()) ctx.AddMetadata(kAuthMetadataKey, auth_token);
   }
 
-  void arm(grpc::ClientContext& ctx, bool wait_for_ready = true) const {
+  // The run is over for this process: remember why and cancel every call in flight.
+  void fail_locked(const std::string& why) {
+    if (failure.empty()) failure = why;
+    cancel_all_locked();
+  }
+
+  void cancel_all_locked() {
+    cancel_calls = true;
+    for (grpc::ClientContext* c : live_calls) c->TryCancel();
+  }
+
+  // Keeps a context cancellable while its call runs; declared after the
+  // context, so it lets go of it before the context is destroyed.
+  class [[nodiscard]] Tracked {
+   public:
+    Tracked(Impl& m, grpc::ClientContext& ctx) : m_(m), ctx_(&ctx) {
+      std::lock_guard<std::mutex> lock(m_.mu);
+      m_.live_calls.insert(ctx_);
+      if (m_.cancel_calls) ctx_->TryCancel();  // gRPC cancels it as soon as it starts
+    }
+    ~Tracked() {
+      std::lock_guard<std::mutex> lock(m_.mu);
+      m_.live_calls.erase(ctx_);
+    }
+    Tracked(const Tracked&) = delete;
+    Tracked& operator=(const Tracked&) = delete;
+
+   private:
+    Impl& m_;
+    grpc::ClientContext* ctx_;
+  };
+
+  // The one place a call's context is prepared: deadline, wait_for_ready,
+  // and registered for cancellation while the returned guard lives.
+  Tracked arm(grpc::ClientContext& ctx, bool wait_for_ready = true) {
     identify(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
                          std::chrono::duration<double>(opt.rpc_timeout_s)));
     ctx.set_wait_for_ready(wait_for_ready);
+    return Tracked(*this, ctx);
   }
 
-  // Calls attempt() until it returns OK; maps failures to exceptions. A ps
-  // unreachable for peer_timeout, or a refusal, ends the process's run.
+  // Calls attempt() until it returns OK; maps failures to exceptions. A
+  // refusal ends the process's run. Whether a ps is unreachable is the
+  // heartbeats' call (the watchdog): a call that ran out of time while the ps
+  // still answers heartbeats met a slow ps, not a dead one, and is asked again.
   void call(int p, const char* what, const std::function<grpc::Status()>& attempt) {
     Clock::time_point first_failure{};
     double backoff = 0.05;
     for (;;) {
       check_state();
       const grpc::Status s = attempt();
-      if (s.ok()) return;
+      if (s.ok()) {
+        heard(p);  // an answer is as good as a heartbeat's (a run can be steps ahead of the first beat)
+        return;
+      }
+      check_state();  // the run ended while we waited (and the call was cancelled): say why
       if (s.error_code() == StatusCode::ABORTED) {
         set_failure(s.error_message());
         throw PeerError(s.error_message());
@@ -166,51 +221,90 @@ struct WorkerClient::Impl {
         set_failure(msg);
         throw PeerError(msg);
       }
-      if (first_failure == Clock::time_point{}) first_failure = Clock::now();
-      const double down = std::chrono::duration<double>(Clock::now() - first_failure).count();
-      if (down > opt.peer_timeout_s) {
-        const std::string msg = ps_name(p) + " unreachable for " + std::to_string(static_cast<int>(down)) + " s during " +
-                                what + " (" + s.error_message() + ")";
-        set_failure(msg);
-        throw PeerError(msg);
+      // A deadline met while the ps answers heartbeats is asked again for as
+      // long as it answers. Other transient errors (UNAVAILABLE with the
+      // heartbeats getting through, RESOURCE_EXHAUSTED) get the peer timeout.
+      if (s.error_code() != StatusCode::DEADLINE_EXCEEDED) {
+        if (first_failure == Clock::time_point{}) first_failure = Clock::now();
+        const double down = std::chrono::duration<double>(Clock::now() - first_failure).count();
+        if (down > opt.peer_timeout_s) {
+          const std::string msg = ps_name(p) + " answers heartbeats but failed " + what + " for " +
+                                  std::to_string(static_cast<int>(down)) + " s (" + s.error_message() + ")";
+          set_failure(msg);
+          throw PeerError(msg);
+        }
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
       backoff = std::min(1.0, backoff * 2);
     }
   }
 
-  void heartbeat_loop() {
+  void heard(int p) {
+    std::lock_guard<std::mutex> lock(mu);
+    last_heard[p] = Clock::now();
+  }
+
+  // Heartbeats to ps p: keep this replica alive in its eyes and note when it
+  // last answered (the watchdog judges that).
+  void beat_loop(size_t p) {
+    const double deadline_s = std::min(5.0, std::max(opt.heartbeat_s, opt.peer_timeout_s / 2));
     std::unique_lock<std::mutex> lock(mu);
     while (!stop_beat) {
-      cv.wait_for(lock, std::chrono::duration<double>(opt.heartbeat_s));
-      if (stop_beat) break;
       const int64_t step = step_for_beat;
       const bool is_done = done;
       lock.unlock();
-      for (size_t p = 0; p < stubs.size(); ++p) {
-        rpc::HeartbeatRequest req;
-        req.set_replica(static_cast<uint32_t>(replica));
-        req.set_step(step);
-        req.set_done(is_done);
-        rpc::HeartbeatReply reply;
+      rpc::HeartbeatRequest req;
+      req.set_replica(static_cast<uint32_t>(replica));
+      req.set_step(step);
+      req.set_done(is_done);
+      rpc::HeartbeatReply reply;
+      grpc::Status s;
+      {
         grpc::ClientContext ctx;
         identify(ctx);
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-        const grpc::Status s = stubs[p]->Heartbeat(&ctx, req, &reply);
-        std::lock_guard<std::mutex> g(mu);
-        if (s.ok()) {
-          unreachable_since[p] = Clock::time_point{};
-          if (!reply.failure().empty() && failure.empty()) failure = reply.failure();
-          if (reply.finished()) ended = true;
-        } else if (retryable(s.error_code())) {
-          if (unreachable_since[p] == Clock::time_point{}) unreachable_since[p] = Clock::now();
-          const double down = std::chrono::duration<double>(Clock::now() - unreachable_since[p]).count();
-          if (down > opt.peer_timeout_s && failure.empty() && !ended)
-            failure = ps_name(static_cast<int>(p)) + " unreachable for " + std::to_string(static_cast<int>(down)) +
-                      " s (" + s.error_message() + ")";
-        }
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                             std::chrono::duration<double>(deadline_s)));
+        const Tracked tracked(*this, ctx);
+        s = stubs[p]->Heartbeat(&ctx, req, &reply);
       }
       lock.lock();
+      if (s.ok()) {
+        last_heard[p] = Clock::now();
+        if (!reply.failure().empty()) fail_locked(reply.failure());
+        if (reply.finished()) ended = true;
+      } else {
+        beat_error[p] = s.error_message();
+      }
+      cv.wait_for(lock, std::chrono::duration<double>(opt.heartbeat_s), [&] { return stop_beat; });
+    }
+  }
+
+  // Declares a ps unreachable once it has been silent for the peer timeout
+  // (or, never heard from, for the startup timeout), ending the run with
+  // every call in flight cancelled. It judges by the clock, not by a call's
+  // outcome, so a frozen ps is noticed even while calls to it still wait.
+  void watchdog_loop() {
+    const double startup_s = opt.startup_timeout_s > 0 ? opt.startup_timeout_s : opt.peer_timeout_s;
+    const auto tick = std::chrono::duration<double>(std::min(0.25, opt.heartbeat_s));
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop_beat) {
+      cv.wait_for(lock, tick, [&] { return stop_beat; });
+      if (stop_beat || ended || !failure.empty()) continue;
+      const auto now = Clock::now();
+      for (size_t p = 0; p < last_heard.size(); ++p) {
+        const bool heard = last_heard[p] != Clock::time_point{};
+        const double quiet = std::chrono::duration<double>(now - (heard ? last_heard[p] : started)).count();
+        if (quiet <= (heard ? opt.peer_timeout_s : startup_s)) continue;
+        declared_silent[p] = true;
+        const std::string secs = std::to_string(static_cast<int>(quiet));
+        const std::string why = beat_error[p].empty() ? "" : " (" + beat_error[p] + ")";
+        fail_locked(heard ? ps_name(static_cast<int>(p)) + " unreachable: silent for " + secs +
+                                " s, no answer to heartbeats" + why
+                          : ps_name(static_cast<int>(p)) + " unreachable: no answer in the " + secs +
+                                " s since this replica started" + why);
+        break;
+      }
     }
   }
 
@@ -240,7 +334,7 @@ struct WorkerClient::Impl {
     uint64_t bytes = 0;
     call(p, "Push", [&] {
       grpc::ClientContext ctx;
-      arm(ctx);
+      const auto armed = arm(ctx);
       reply.Clear();
       auto w = stubs[p]->Push(&ctx, &reply);
       rpc::PushChunk head;
@@ -270,7 +364,7 @@ struct WorkerClient::Impl {
       rpc::PullHeader head;
       call(p, "Pull", [&] {
         grpc::ClientContext ctx;
-        arm(ctx);
+        const auto armed = arm(ctx);
         {
           std::lock_guard<std::mutex> lk(pm);
           if (pipe_error) throw Cancelled{};
@@ -397,12 +491,15 @@ WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout,
   const auto credentials = detail::channel_credentials(m.opt.tls);
   for (const auto& a : m.addresses)
     m.stubs.push_back(rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(a, credentials, args)));
-  m.unreachable_since.assign(m.addresses.size(), Clock::time_point{});
+  m.last_heard.assign(m.addresses.size(), Clock::time_point{});
+  m.beat_error.assign(m.addresses.size(), "");
+  m.declared_silent.assign(m.addresses.size(), false);
   m.async_steps.assign(m.addresses.size(), 0);
   m.local_index.assign(m.layout.shards.size(), 0);
   for (const auto& on : m.layout.shards_on)
     for (size_t local = 0; local < on.size(); ++local) m.local_index[on[local]] = static_cast<uint32_t>(local);
-  m.beat = std::thread([this] { impl_->heartbeat_loop(); });
+  for (size_t p = 0; p < m.stubs.size(); ++p) m.beaters.emplace_back([this, p] { impl_->beat_loop(p); });
+  m.watchdog = std::thread([this] { impl_->watchdog_loop(); });
 }
 
 WorkerClient::~WorkerClient() {
@@ -411,14 +508,17 @@ WorkerClient::~WorkerClient() {
     impl_->stop_senders = true;
     impl_->fail_step_locked(std::make_exception_ptr(RunEnded("the replica is shutting down")));
   }
-  impl_->join_pullers();
-  for (auto& t : impl_->senders) t.join();
   {
+    // Nothing waits for a call any more (a push stuck on a dead ps, a beat).
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop_beat = true;
+    impl_->cancel_all_locked();
   }
   impl_->cv.notify_all();
-  if (impl_->beat.joinable()) impl_->beat.join();
+  impl_->join_pullers();
+  for (auto& t : impl_->senders) t.join();
+  for (auto& t : impl_->beaters) t.join();
+  if (impl_->watchdog.joinable()) impl_->watchdog.join();
 }
 
 const Layout& WorkerClient::layout() const { return impl_->layout; }
@@ -436,7 +536,7 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
     for_each_ps(l.num_ps, [&](int p) {
       m.call(p, "Init", [&] {
         grpc::ClientContext ctx;
-        m.arm(ctx);
+        const auto armed = m.arm(ctx);
         rpc::InitReply reply;
         auto w = m.stubs[p]->Init(&ctx, &reply);
         rpc::InitChunk head;
@@ -505,7 +605,7 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
       rpc::RegisterReply reply;
       m.call(p, "Register", [&] {
         grpc::ClientContext ctx;
-        m.arm(ctx);
+        const auto armed = m.arm(ctx);
         rpc::RegisterRequest req;
         req.set_replica(static_cast<uint32_t>(m.replica));
         req.set_fingerprint(m.fingerprint);
@@ -541,7 +641,7 @@ std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const f
     rpc::ScalesReply reply;
     m.call(0, "ExchangeScales", [&] {
       grpc::ClientContext ctx;
-      m.arm(ctx);
+      const auto armed = m.arm(ctx);
       rpc::ScalesRequest req;
       req.set_replica(static_cast<uint32_t>(m.replica));
       req.set_step(step);
@@ -577,7 +677,7 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
     uint64_t bytes = 0;
     m.call(p, "Push", [&] {
       grpc::ClientContext ctx;
-      m.arm(ctx);
+      const auto armed = m.arm(ctx);
       replies[p].Clear();
       auto w = m.stubs[p]->Push(&ctx, &replies[p]);
       rpc::PushChunk head;
@@ -617,7 +717,7 @@ WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector
     for (;;) {
       m.call(p, "Pull", [&] {
         grpc::ClientContext ctx;
-        m.arm(ctx);
+        const auto armed = m.arm(ctx);
         rpc::PullRequest req;
         req.set_replica(static_cast<uint32_t>(m.replica));
         req.set_step(step);
@@ -784,7 +884,7 @@ int64_t WorkerClient::pull_values(std::span<const std::span<float>> values) {
     int64_t step = 0;
     m.call(p, "Pull", [&] {
       grpc::ClientContext ctx;
-      m.arm(ctx);
+      const auto armed = m.arm(ctx);
       rpc::PullRequest req;
       req.set_replica(static_cast<uint32_t>(m.replica));
       m.message_sent += req.ByteSizeLong();
@@ -834,7 +934,7 @@ std::map<std::string, std::vector<float>> WorkerClient::fetch_state() {
     std::map<std::pair<uint32_t, std::string>, detail::Reassembly> parts;
     m.call(p, "Checkpoint", [&] {
       grpc::ClientContext ctx;
-      m.arm(ctx);
+      const auto armed = m.arm(ctx);
       rpc::CheckpointRequest req;
       req.set_replica(static_cast<uint32_t>(m.replica));
       auto r = m.stubs[p]->Checkpoint(&ctx, req);
@@ -868,12 +968,15 @@ std::map<std::string, std::vector<float>> WorkerClient::fetch_state() {
 
 void WorkerClient::finish(bool ok, const std::string& reason) {
   Impl& m = *impl_;
+  std::vector<bool> silent;  // a ps declared unreachable is not waited for
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.done = true;
+    silent = m.declared_silent;
   }
   if (m.replica != 0) {  // tell every ps at once rather than at the next beat
     for (size_t p = 0; p < m.stubs.size(); ++p) {
+      if (silent[p]) continue;
       rpc::HeartbeatRequest req;
       req.set_replica(static_cast<uint32_t>(m.replica));
       req.set_step(m.step_for_beat);
@@ -887,6 +990,7 @@ void WorkerClient::finish(bool ok, const std::string& reason) {
     return;
   }
   for (size_t p = 0; p < m.stubs.size(); ++p) {
+    if (silent[p]) continue;
     rpc::ShutdownRequest req;
     req.set_replica(0);
     req.set_ok(ok);

@@ -343,6 +343,53 @@ std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir) {
   return load_checkpoint(dir + "/" + found.front().second);
 }
 
+std::optional<Checkpoint> load_newest_intact_checkpoint(const std::string& dir,
+                                                         const std::function<void(const std::string&)>& warn) {
+  if (!fs::is_directory(dir)) return std::nullopt;
+  // Candidates: what the index names first (it is the latest unless a crash
+  // came between a checkpoint's rename and the index's), then every
+  // checkpoint file, newest first.
+  std::vector<std::string> candidates;
+  std::vector<std::string> skipped;
+  auto skip = [&](const std::string& why) {
+    skipped.push_back(why);
+    warn(why);
+  };
+  const std::string index = dir + "/" + kIndexName;
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    std::string line, named;
+    const std::string key = "model_checkpoint_path:";
+    while (in && std::getline(in, line)) {
+      if (!line.starts_with(key)) continue;
+      const size_t a = line.find('"'), b = line.rfind('"');
+      if (a != std::string::npos && b > a + 1) named = line.substr(a + 1, b - a - 1);
+      break;
+    }
+    if (named.empty()) skip(index + ": unreadable or names no checkpoint");
+    else candidates.push_back(named.starts_with("/") ? named : dir + "/" + named);
+  }
+  for (const auto& [step, name] : list_checkpoints(dir)) {
+    const std::string path = dir + "/" + name;
+    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
+  }
+  for (const std::string& path : candidates) {
+    if (!fs::exists(path)) {
+      skip(index + " names " + path + ", which does not exist");
+      continue;
+    }
+    try {
+      return load_checkpoint(path);
+    } catch (const std::exception& e) {  // the loader's message names the file and what is wrong
+      skip(std::string("corrupt checkpoint ") + e.what());
+    }
+  }
+  if (skipped.empty()) return std::nullopt;  // no checkpoint yet
+  std::string all;
+  for (const auto& why : skipped) all += (all.empty() ? "" : "; ") + why;
+  throw std::runtime_error("no intact checkpoint in " + dir + ": " + all);
+}
+
 void restore_params(ParamSet& params, const TensorMap& tensors, bool allow_extra) {
   std::vector<std::string> missing, mismatched, extra;
   std::map<std::string, bool> is_param;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -130,6 +132,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   co.peer_timeout_s = cfg.peer_timeout_secs;
   co.credential = credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica)));
   co.tls = tls_of(cfg);
+  co.startup_timeout_s = cfg.startup_timeout_secs;  // a ps may come up after its replicas
   comm::WorkerClient client(c.ps_addresses(), layout, replica, cfg.sync_replicas, n, needed, co);
   const std::string me = replica_name(c, replica);
   if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
@@ -166,6 +169,8 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
 TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   if (cfg.train_dir.empty()) throw std::invalid_argument("the evaluator needs --train_dir (the chief's checkpoints)");
   TrainingSession s(cfg, c.num_replicas(), {}, /*need_train_data=*/false);
+  // The evaluator may start before the chief has made train_dir.
+  std::filesystem::create_directories(cfg.train_dir);
   JsonlWriter log(cfg.train_dir + "/eval.jsonl", true);
   const std::string ps0 = c.ps_addresses().at(0);
   const std::optional<comm::Credential> credential = credential_of(cfg, comm::Role::observer());
@@ -173,6 +178,9 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   int64_t last = -1;
   auto last_contact = Clock::now();
   TrainResult result;
+  std::set<std::string> warned;  // each corrupt checkpoint is named once, not every poll
+  std::string final_skipped;     // why the final checkpoint was passed over, if it was
+  const std::string final_path = checkpoint_path(cfg.train_dir, cfg.max_steps);
   for (;;) {
     const auto st = comm::query_ps_status(ps0, 2, credential, tls);
     if (st) {
@@ -181,9 +189,14 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     }
     std::optional<Checkpoint> ck;
     try {
-      ck = load_latest_checkpoint(cfg.train_dir);
-    } catch (const std::exception& e) {  // a checkpoint being replaced: look again
-      if (!cfg.quiet) std::fprintf(stderr, "evaluator: %s; retrying\n", e.what());
+      // A corrupt latest checkpoint: evaluate the newest intact one and say so.
+      ck = load_newest_intact_checkpoint(cfg.train_dir, [&](const std::string& why) {
+        if (why.find(final_path) != std::string::npos) final_skipped = why;
+        if (warned.insert(why).second)
+          std::fprintf(stderr, "evaluator: warning: %s; evaluating an earlier checkpoint\n", why.c_str());
+      });
+    } catch (const std::exception& e) {  // none intact (yet): look again
+      if (warned.insert(e.what()).second) std::fprintf(stderr, "evaluator: %s; retrying\n", e.what());
     }
     if (ck && ck->step > last) {
       s.load_weights(*ck);
@@ -203,8 +216,8 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     if (!st && since(last_contact) > cfg.peer_timeout_secs)
       throw comm::PeerError("evaluator: ps 0 at " + ps0 + " unreachable for " +
                             std::to_string(static_cast<int>(since(last_contact))) +
-                            " s and the final checkpoint (step " + std::to_string(cfg.max_steps) + ") never appeared in " +
-                            cfg.train_dir);
+                            " s and the final checkpoint (step " + std::to_string(cfg.max_steps) + ") never appeared " +
+                            (final_skipped.empty() ? "in " + cfg.train_dir : "intact: " + final_skipped));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }

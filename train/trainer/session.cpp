@@ -236,7 +236,13 @@ BlobMap TrainingSession::codec_states() const {
 int64_t TrainingSession::restore() {
   if (cfg_.train_dir.empty()) return 0;
   std::filesystem::create_directories(cfg_.train_dir);
-  auto ck = load_latest_checkpoint(cfg_.train_dir);
+  // A corrupt latest checkpoint costs the steps since the one before it,
+  // not the run; the warning shows even with --quiet.
+  bool fell_back = false;
+  auto ck = load_newest_intact_checkpoint(cfg_.train_dir, [&](const std::string& why) {
+    std::fprintf(stderr, "warning: %s; falling back to an earlier checkpoint\n", why.c_str());
+    fell_back = true;
+  });
   if (!ck) return 0;
   load_weights(*ck);
   for (auto& [name, slot] : optimizer_->slots()) {
@@ -254,7 +260,7 @@ int64_t TrainingSession::restore() {
       if (it != ck->blobs.end()) w.codecs[v]->load_state(it->second);
     }
   }
-  if (!cfg_.quiet)
+  if (!cfg_.quiet || fell_back)
     std::fprintf(stderr, "resuming from %s at step %lld\n", ck->path.c_str(), static_cast<long long>(ck->step));
   return ck->step;
 }

@@ -37,8 +37,10 @@ class SyncLoop final : public ReplicaLoop {
     if (global != restored)
       throw comm::PeerError(r_.name + " restored step " + std::to_string(restored) + " from " +
                             (cfg_.train_dir.empty() ? std::string("(no --train_dir)") : cfg_.train_dir) +
-                            " but the chief started at step " + std::to_string(global) +
-                            ": every replica must see the chief's train_dir (same path, shared storage)");
+                            " but the run is at step " + std::to_string(global) +
+                            ": every replica must see the chief's train_dir (same path, shared storage), and a "
+                            "replica that restarts cannot rejoin a sync run in progress (each keeps its own weights): "
+                            "restart every task, and they resume from the chief's latest checkpoint");
     return global;
   }
 

@@ -230,6 +230,70 @@ TEST(Checkpoint, IndexHandling) {
   for (const auto& name : list_dir(t.path())) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
 }
 
+// Resuming: a corrupt latest checkpoint falls back to the newest intact one,
+// and every file passed over is reported with the reason.
+TEST(Checkpoint, FallsBackToTheNewestIntactCheckpointAndSaysWhy) {
+  TempDir t;
+  for (int64_t step : {1, 2, 3}) save_checkpoint(t.path(), step, sample_tensors(float(step)), sample_blobs());
+  auto bytes = read_bytes(t / "ckpt-3.tgck");
+  bytes[bytes.size() / 2] ^= 0x10;
+  write_bytes(t / "ckpt-3.tgck", bytes);
+  std::vector<std::string> warnings;
+  auto warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto ck = load_newest_intact_checkpoint(t.path(), warn);
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->step, 2);
+  expect_equal(*ck, sample_tensors(2), sample_blobs());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_CONTAINS(warnings[0], t / "ckpt-3.tgck");
+  EXPECT_CONTAINS(warnings[0], "CRC mismatch");
+  // Two bad ones (the second truncated): the oldest, both named.
+  bytes = read_bytes(t / "ckpt-2.tgck");
+  bytes.resize(bytes.size() - 9);
+  write_bytes(t / "ckpt-2.tgck", bytes);
+  warnings.clear();
+  ck = load_newest_intact_checkpoint(t.path(), warn);
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->step, 1);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_CONTAINS(warnings[0], "ckpt-3.tgck");
+  EXPECT_CONTAINS(warnings[1], "ckpt-2.tgck");
+  EXPECT_CONTAINS(warnings[1], "truncated");
+  // The strict loader still refuses (no silent fall-back there).
+  EXPECT_THROW(load_latest_checkpoint(t.path()), std::runtime_error);
+}
+
+TEST(Checkpoint, AnIndexNamingAMissingFileFallsBackToTheNewestFile) {
+  TempDir t;
+  save_checkpoint(t.path(), 7, sample_tensors(7), {});
+  save_checkpoint(t.path(), 9, sample_tensors(9), {});
+  { std::ofstream(t / "checkpoint") << "model_checkpoint_path: \"ckpt-12.tgck\"\n"; }
+  std::vector<std::string> warnings;
+  const auto ck = load_newest_intact_checkpoint(t.path(), [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->step, 9);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_CONTAINS(warnings[0], "ckpt-12.tgck, which does not exist");
+}
+
+TEST(Checkpoint, NoIntactCheckpointIsAnErrorNamingEachFile) {
+  TempDir t;
+  std::vector<std::string> warnings;
+  auto warn = [&](const std::string& w) { warnings.push_back(w); };
+  // Nothing saved yet: a fresh start, nothing to warn about.
+  EXPECT_FALSE(load_newest_intact_checkpoint(t.path(), warn).has_value());
+  EXPECT_FALSE(load_newest_intact_checkpoint(t / "does-not-exist", warn).has_value());
+  EXPECT_TRUE(warnings.empty());
+  save_checkpoint(t.path(), 4, sample_tensors(4), {});
+  save_checkpoint(t.path(), 5, sample_tensors(5), {});
+  for (const char* name : {"ckpt-4.tgck", "ckpt-5.tgck"}) write_bytes(t / name, {'n', 'o', 'p', 'e', '!', '!', '!', '!'});
+  const std::string e = error_of<std::runtime_error>([&] { load_newest_intact_checkpoint(t.path(), warn); });
+  EXPECT_CONTAINS(e, "no intact checkpoint in " + t.path());
+  EXPECT_CONTAINS(e, "ckpt-5.tgck: bad magic");
+  EXPECT_CONTAINS(e, "ckpt-4.tgck: bad magic");
+  EXPECT_EQ(warnings.size(), 2u);
+}
+
 ParamSet model_params() {
   ParamSet p;
   p.add(Param{"conv1/weights", tensor({5, 5, 1, 4}, [](int64_t) { return 0.0f; }), 0.0005f, false});

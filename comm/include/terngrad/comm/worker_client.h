@@ -5,8 +5,11 @@
 // unreachable (a push carries (replica, step), so a retry is never applied
 // twice), and throws PeerError naming the ps and the problem when one stays
 // unreachable for peer_timeout or reports that the run failed, or RunEnded
-// when the chief finished the run. A heartbeat thread keeps the replica
-// alive in the ps's eyes while it computes.
+// when the chief finished the run. Heartbeats (a thread per ps) keep the
+// replica alive in the ps's eyes while it computes; a ps that answers none
+// for peer_timeout (killed, frozen, cut off) ends the run at once, every call
+// in flight cancelled, while a ps that still answers them is only slow and
+// its calls are retried past their deadline.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,8 @@ namespace terngrad::comm {
 
 struct ClientOptions {
   double rpc_timeout_s = 30;    // deadline of one request (long polls included)
-  double peer_timeout_s = 60;   // a ps unreachable this long is reported gone
+  double peer_timeout_s = 60;   // a ps that answered no heartbeat this long is reported gone
+  double startup_timeout_s = 0; // ... and one never heard from, this long (0: peer_timeout_s)
   double heartbeat_s = 1;       // liveness beat while computing
   std::string label;            // "host:pid", shown by the ps
   // This replica's credential (credentials.h), sent with every call; none

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,8 +60,17 @@ Checkpoint load_checkpoint(const std::string& path);
 // The checkpoint the index of dir names; without an index (a crash between
 // the checkpoint's rename and the index's), the highest-step ckpt-*.tgck.
 // nullopt when dir does not exist or holds no checkpoint. An index naming a
-// missing or corrupt file is an error, not a silent fall-back to older state.
+// missing or corrupt file is an error here, not a silent fall-back to older
+// state; load_newest_intact_checkpoint falls back, and says so.
 std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir);
+
+// What a run resumes from: the checkpoint the index names or, when that one
+// is missing or corrupt (bad CRC, truncated, ...), the newest earlier
+// checkpoint file that loads intact. Each one passed over is reported to
+// warn(), naming the file and why. nullopt when dir holds no checkpoint at
+// all; std::runtime_error listing every file and why when none is intact.
+std::optional<Checkpoint> load_newest_intact_checkpoint(const std::string& dir,
+                                                         const std::function<void(const std::string&)>& warn);
 
 // "<dir>/ckpt-<step>.tgck".
 std::string checkpoint_path(const std::string& dir, int64_t step);
