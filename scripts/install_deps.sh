@@ -10,6 +10,7 @@ packages=(
   python3-numpy python3-torch python3-matplotlib
   python3-venv python3-pip python3-setuptools python3-wheel
   g++-aarch64-linux-gnu qemu-user
+  clang libclang-rt-14-dev libomp-14-dev  # the fuzz targets (fuzz/, ctest Fuzz.Brief): libFuzzer, OpenMP for clang
 )
 missing=()
 for p in "${packages[@]}"; do

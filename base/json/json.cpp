@@ -7,7 +7,9 @@
 namespace terngrad::json {
 namespace {
 
-struct DuplicateKey : std::runtime_error {
+// A refusal from the parse callback (a duplicate key, too deep a nesting),
+// passed through as it is.
+struct CallbackRefusal : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -24,13 +26,25 @@ std::string without_exception_id(const char* what) {
 Json parse_strict(std::string_view text) {
   // The keys seen so far in each object being read, innermost last.
   std::vector<std::set<std::string>> open_objects;
-  const Json::parser_callback_t refuse_duplicates = [&open_objects](int, Json::parse_event_t event, Json& parsed) {
+  size_t depth = 0;  // arrays and objects open
+  const Json::parser_callback_t refuse_duplicates = [&open_objects, &depth](int, Json::parse_event_t event,
+                                                                            Json& parsed) {
     switch (event) {
-      case Json::parse_event_t::object_start: open_objects.emplace_back(); break;
-      case Json::parse_event_t::object_end: open_objects.pop_back(); break;
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (++depth > kMaxDepth)
+          throw CallbackRefusal("JSON error: arrays and objects nested deeper than " + std::to_string(kMaxDepth) +
+                             " levels");
+        if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+        break;
+      case Json::parse_event_t::array_end: --depth; break;
+      case Json::parse_event_t::object_end:
+        --depth;
+        open_objects.pop_back();
+        break;
       case Json::parse_event_t::key: {
         const std::string& key = parsed.get_ref<const std::string&>();
-        if (!open_objects.back().insert(key).second) throw DuplicateKey("JSON error: duplicate key " + parsed.dump());
+        if (!open_objects.back().insert(key).second) throw CallbackRefusal("JSON error: duplicate key " + parsed.dump());
         break;
       }
       default: break;

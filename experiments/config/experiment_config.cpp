@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -209,6 +210,10 @@ ExperimentConfig at_grid_point(const ExperimentConfig& cfg, int workers, uint64_
   p.add_seeds(seed);
   if (steps_override > 0) p.mutable_training()->set_steps(steps_override);
   const Training& t = p.training();
+  // total_batch() multiplies these: an overflow there is undefined behaviour.
+  if (t.has_batch_per_worker() && t.batch_per_worker() > std::numeric_limits<int64_t>::max() / workers)
+    bad(source, "training.batch_per_worker", "times " + std::to_string(workers) + " workers exceeds 2^63",
+        std::to_string(t.batch_per_worker()));
   if (t.has_total_batch() && t.total_batch() % workers != 0)
     bad(source, "training.total_batch", "does not divide among " + std::to_string(workers) + " workers",
         num(t.total_batch()));
@@ -245,15 +250,24 @@ int64_t total_batch(const ExperimentConfig& p) {
   const Training& t = p.training();
   return t.has_total_batch() ? t.total_batch() : t.batch_per_worker() * p.cluster().num_workers();
 }
-int64_t epochs_to_steps(double epochs, int64_t train_examples, int64_t batch) {
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(epochs * static_cast<double>(train_examples) /
-                                                             static_cast<double>(batch))));
+// More steps than any run takes, and few enough that the double converts to
+// int64 exactly (a larger double's conversion is undefined behaviour).
+constexpr double kMaxSteps = 1e15;
+
+// field names what the epochs came from, for the error.
+int64_t epochs_to_steps(const char* field, double epochs, int64_t train_examples, int64_t batch) {
+  const double steps = std::ceil(epochs * static_cast<double>(train_examples) / static_cast<double>(batch));
+  if (!(steps <= kMaxSteps))
+    throw std::invalid_argument(std::string(field) + ": " + num(epochs) + " epochs of " +
+                                std::to_string(train_examples) + " examples at a total batch of " +
+                                std::to_string(batch) + " is " + num(steps) + " steps, more than " + num(kMaxSteps));
+  return std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 }  // namespace
 
 int64_t training_steps(const ExperimentConfig& p, int64_t train_examples) {
   if (p.training().has_steps()) return p.training().steps();
-  return epochs_to_steps(p.training().epochs(), train_examples, total_batch(p));
+  return epochs_to_steps("training.epochs", p.training().epochs(), train_examples, total_batch(p));
 }
 
 std::string codec_label(const ExperimentConfig& cfg) {
@@ -306,7 +320,7 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
   flag("staircase", b(lr.staircase()));
   if (lr.has_decay_steps()) flag("decay_steps", num(lr.decay_steps()));
   if (lr.has_decay_epochs())
-    flag("decay_steps", std::to_string(epochs_to_steps(lr.decay_epochs(), train_examples, total_batch(p))));
+    flag("decay_steps", std::to_string(epochs_to_steps("optimizer.decay.decay_epochs", lr.decay_epochs(), train_examples, total_batch(p))));
 
   const Codec& k = p.codec();
   if (k.name() == "fp32") {

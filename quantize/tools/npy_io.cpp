@@ -168,6 +168,9 @@ class HeaderParser {
   }
 
   PyValue parse_sequence() {
+    // Each level is a C++ call: without a limit, a header of 100k '[' (a
+    // version 2.0 header may hold 4 GiB) overflows the stack.
+    if (++depth_ > kMaxDepth) bad("tuples and lists nested deeper than " + std::to_string(kMaxDepth) + " levels");
     const char open = s_[pos_++];
     const char close = open == '(' ? ')' : ']';
     PyValue v;
@@ -184,6 +187,7 @@ class HeaderParser {
       }
     }
     ++pos_;
+    --depth_;
     return v;
   }
 
@@ -229,9 +233,14 @@ class HeaderParser {
     return v;
   }
 
+  // NumPy's headers nest one level (the shape); structured dtypes, which are
+  // refused anyway, a few more.
+  static constexpr int kMaxDepth = 32;
+
   const std::string& path_;
   std::string_view s_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // Python spelling of a parsed value, for error messages.

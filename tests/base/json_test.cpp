@@ -47,6 +47,19 @@ TEST(Json, DuplicateKeysAreRefusedAtAnyDepth) {
   EXPECT_NO_THROW(json::parse_strict(R"([{"a": 1}, {"a": 2}, {"n": {"a": 3}, "a": 4}])"));
 }
 
+// Found while fuzzing base/json (fuzz/fuzz_json with a long input): a deep
+// nesting parsed, then dump_line() recursed once per level and overflowed the stack.
+TEST(Json, NestingDeeperThanTheLimitIsRefused) {
+  const auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_NO_THROW(json::parse_strict(nested(json::kMaxDepth)));
+  EXPECT_EQ(error_of(nested(json::kMaxDepth + 1)), "JSON error: arrays and objects nested deeper than 512 levels");
+  EXPECT_EQ(error_of(nested(200000)), "JSON error: arrays and objects nested deeper than 512 levels");
+  std::string objects;
+  for (int i = 0; i < 1000; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(1000, '}');
+  EXPECT_EQ(error_of(objects), "JSON error: arrays and objects nested deeper than 512 levels");
+}
+
 TEST(Json, NonNegativeIntegersAreExact) {
   const json::Json v = json::parse_strict(R"([18446744073709551615, 9007199254740993, 0, -1, 1.5, "7"])");
   EXPECT_EQ(json::as_u64(v[0], "max"), std::numeric_limits<uint64_t>::max());

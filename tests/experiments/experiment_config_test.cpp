@@ -234,3 +234,44 @@ TEST(ExperimentConfig, LinkRatesAreCheckedAndKept) {
   // The text form keeps them (config.pbtxt in each run directory).
   EXPECT_NE(tx::to_text(cfg).find("link_rate: \"100mbit\""), std::string::npos);
 }
+
+// Found by fuzz/fuzz_experiment_config: epochs * examples / batch beyond
+// int64 was converted anyway (undefined behaviour; UBSan's float-cast-overflow).
+TEST(ExperimentConfig, EpochsBeyondAnyStepCountAreRefused) {
+  std::string text = kValid;
+  text.replace(text.find("steps: 100"), 10, "epochs: 1e89");
+  const tx::ExperimentConfig cfg = tx::parse_experiment_config(text, "cfg.pbtxt");
+  const tx::ExperimentConfig point = tx::at_grid_point(cfg, 2, 1, 0, "cfg.pbtxt");
+  try {
+    tx::train_flags(point, 60000);
+    FAIL() << "train_flags accepted 1e89 epochs";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("training.epochs: 1e+89 epochs of 60000 examples at a total batch of 64"),
+              std::string::npos)
+        << e.what();
+  }
+  // The same for the decay's period.
+  text = kValid;
+  text.replace(text.find("learning_rate: 0.01"), 19,
+               "learning_rate: 0.01 decay { type: EXPONENTIAL decay_epochs: 1e300 }");
+  const tx::ExperimentConfig decay = tx::at_grid_point(tx::parse_experiment_config(text, "cfg.pbtxt"), 2, 1, 0, "cfg.pbtxt");
+  EXPECT_THROW(tx::train_flags(decay, 60000), std::invalid_argument);
+}
+
+// Found by fuzz/fuzz_experiment_config: batch_per_worker times the workers
+// overflowed int64 in the total batch.
+TEST(ExperimentConfig, BatchPerWorkerTimesWorkersMustFit) {
+  std::string text = kValid;
+  text.replace(text.find("total_batch: 64"), 15, "batch_per_worker: 4611686018427387904");
+  const tx::ExperimentConfig cfg = tx::parse_experiment_config(text, "cfg.pbtxt");
+  EXPECT_NO_THROW(tx::at_grid_point(cfg, 1, 1, 0, "cfg.pbtxt"));
+  try {
+    tx::at_grid_point(cfg, 2, 1, 0, "cfg.pbtxt");
+    FAIL() << "at_grid_point accepted a total batch of 2^63";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.pbtxt: training.batch_per_worker: times 2 workers exceeds 2^63 "
+                                         "(got 4611686018427387904)"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -573,6 +573,8 @@ TEST_F(TgCodecCliErrors, BadNpyInputs) {
   write_bytes(path("version.npy"), version);
   write_bytes(path("garbled.npy"), make_npy("{'descr': '<f4', 'shape': (10,)", float_bytes(v)));
   write_bytes(path("odd.f32"), Bytes(10, 0));
+  // Found by reviewing fuzz/fuzz_npy's parser: 100k nested '[' overflowed the stack.
+  write_bytes(path("deep.npy"), make_npy("{'descr': " + std::string(100000, '[') + "}", Bytes(), 2));
 
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"f8.npy", {"'<f8'", "astype(np.float32)"}},
@@ -584,6 +586,7 @@ TEST_F(TgCodecCliErrors, BadNpyInputs) {
       {"version.npy", {"version 4.0"}},
       {"garbled.npy", {"malformed"}},
       {"odd.f32", {"multiple of 4"}},
+      {"deep.npy", {"malformed", "nested deeper than 32 levels"}},
       {"absent.npy", {"No such file"}},
   };
   for (const auto& [name, needles] : cases) {

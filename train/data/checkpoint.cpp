@@ -272,7 +272,13 @@ Checkpoint load_checkpoint(const std::string& path) {
   Checkpoint ck;
   ck.path = path;
   ck.step = static_cast<int64_t>(detail::get_le(head + 24, 8));
-  ck.metadata.resize(r.u(4, "metadata length"));
+  // Lengths are checked against the bytes left before anything is allocated:
+  // a corrupt (or crafted) length is an error, not a 4 GiB allocation.
+  const uint64_t metadata_len = r.u(4, "metadata length");
+  if (metadata_len > r.left())
+    r.fail("metadata length " + std::to_string(metadata_len) + " exceeds the " + std::to_string(r.left()) +
+           " bytes left (truncated or corrupt header)");
+  ck.metadata.resize(metadata_len);
   r.read(ck.metadata.data(), ck.metadata.size(), "metadata");
   for (uint32_t e = 0; e < count; ++e) {
     const std::string where = "entry " + std::to_string(e);
@@ -296,9 +302,11 @@ Checkpoint load_checkpoint(const std::string& path) {
     if (ck.tensors.count(name) || ck.blobs.count(name)) r.fail("duplicate name '" + name + "' (" + where + ")");
     if (dtype == kF32) {
       const int64_t n = detail::element_count(shape, path + ": " + what);
-      if (bytes != 4 * static_cast<uint64_t>(n))
-        r.fail(what + ": shape " + detail::format_shape(shape) + " needs " + std::to_string(4 * n) +
-               " bytes, the entry holds " + std::to_string(bytes));
+      // n is compared with bytes / 4, not 4 * n with bytes: 4 * n wraps for
+      // n >= 2^62, and a wrapped product equal to bytes would allocate n floats.
+      if (bytes % 4 != 0 || static_cast<uint64_t>(n) != bytes / 4)
+        r.fail(what + ": shape " + detail::format_shape(shape) + " has " + std::to_string(n) +
+               " float32 elements (4 bytes each), the entry holds " + std::to_string(bytes) + " bytes");
       Tensor t;
       t.shape = shape;
       t.data.resize(static_cast<size_t>(n));

@@ -100,12 +100,17 @@ IdxFile read_idx(const std::string& path, uint32_t magic, const char* kind) {
     fail(path, "header implies " + std::to_string(payload) + " data bytes, implausibly large");
   // Grow as data arrives rather than trusting the header with one huge
   // allocation: a corrupt count then fails as "truncated", not bad_alloc.
+  // Reading through a fixed buffer (not resizing the vector to the next
+  // chunk and reading into it) also means a short file with a large header
+  // costs its own size, not 16 MiB of zero-filling per call (fuzz/fuzz_idx
+  // ran at 200 files/s before).
   f.data.reserve(static_cast<size_t>(std::min<uint64_t>(payload, uint64_t{64} << 20)));
+  std::vector<uint8_t> chunk(static_cast<size_t>(std::min<uint64_t>(payload, uint64_t{1} << 20)));
   size_t have = 0;
   while (have < payload) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(payload - have, uint64_t{16} << 20));
-    f.data.resize(have + want);
-    const size_t got = in.read(f.data.data() + have, want);
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(payload - have, chunk.size()));
+    const size_t got = in.read(chunk.data(), want);
+    f.data.insert(f.data.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(got));
     have += got;
     if (got < want) break;
   }

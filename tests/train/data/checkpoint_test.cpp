@@ -152,6 +152,44 @@ TEST(Checkpoint, CorruptEntryWithValidCrcReportsTheEntry) {
   EXPECT_CONTAINS(error_of<std::runtime_error>([&] { load_checkpoint(path); }), "entry 0 'w': unknown dtype 9");
 }
 
+// Found by fuzz/fuzz_checkpoint: the metadata length was trusted before it
+// was compared with the file, so a corrupt one allocated up to 4 GiB.
+TEST(Checkpoint, MetadataLengthBeyondTheFileIsRefusedBeforeAllocating) {
+  TempDir t;
+  const std::string path = save_checkpoint(t.path(), 1, {}, {});
+  auto bytes = read_bytes(path);
+  // The u32 metadata length follows the 32-byte fixed header.
+  ASSERT_EQ(bytes[32], 0);
+  bytes[32] = 0xF0;
+  bytes[33] = bytes[34] = bytes[35] = 0xFF;
+  fix_crc(bytes);
+  write_bytes(path, bytes);
+  const std::string e = error_of<std::runtime_error>([&] { load_checkpoint(path); });
+  EXPECT_CONTAINS(e, path);
+  EXPECT_CONTAINS(e, "metadata length 4294967280 exceeds the 0 bytes left");
+}
+
+// Found by fuzz/fuzz_checkpoint: 4 * elements wrapped for a shape of 2^62
+// elements, so a byte length of 0 matched it and the reader allocated 2^62 floats.
+TEST(Checkpoint, ShapeWhoseByteCountWrapsIsRefused) {
+  TempDir t;
+  TensorMap one;
+  one["w"] = tensor({3}, [](int64_t i) { return float(i); });
+  const std::string path = save_checkpoint(t.path(), 1, one, {});
+  auto bytes = read_bytes(path);
+  // Entry 0 after the 36-byte header + empty metadata: u32 name length, "w",
+  // dtype, rank, u16 zero, then the one i64 dimension at 45 and the u64 byte length at 53.
+  ASSERT_EQ(bytes[45], 3);
+  ASSERT_EQ(bytes[53], 12);
+  for (int i = 0; i < 8; ++i) bytes[45 + i] = i == 7 ? 0x40 : 0;  // 2^62
+  bytes[53] = 0;
+  fix_crc(bytes);
+  write_bytes(path, bytes);
+  const std::string e = error_of<std::runtime_error>([&] { load_checkpoint(path); });
+  EXPECT_CONTAINS(e, "entry 0 'w': shape [4611686018427387904] has 4611686018427387904 float32 elements");
+  EXPECT_CONTAINS(e, "the entry holds 0 bytes");
+}
+
 TEST(Checkpoint, FailedWriteLeavesThePreviousCheckpointIntact) {
   TempDir t;
   const TensorMap first = sample_tensors(1), second = sample_tensors(2);

@@ -7,6 +7,7 @@
 // tensors of one name, a role listed twice in TF_CONFIG).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -17,9 +18,16 @@
 
 namespace terngrad::json {
 
+// The deepest nesting of arrays and objects parse_strict() accepts. Writing,
+// copying and comparing a Json recurse once per level, so an unbounded depth
+// would let a few hundred kilobytes of "[[[[..." overflow the stack after the
+// parse succeeded; no file we read nests more than a few levels.
+inline constexpr size_t kMaxDepth = 512;
+
 // Parses one JSON value spanning all of text (surrounding whitespace
 // allowed). Throws std::runtime_error "JSON error at byte N: ..." for a
-// syntax error, and "JSON error: duplicate key \"k\"" for a repeated key.
+// syntax error, "JSON error: duplicate key \"k\"" for a repeated key, and
+// "JSON error: arrays and objects nested deeper than 512 levels".
 Json parse_strict(std::string_view text);
 
 // A non-negative integer as uint64 (exactly, all 64 bits); throws

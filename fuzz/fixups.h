@@ -1,0 +1,36 @@
+// Integrity fields a fuzz target may recompute before handing the input on.
+// Without them nearly every mutation dies at a CRC or a length check, and
+// the parsers behind those checks never see a corrupt body; with them the
+// fuzzer reaches the field parsing. Each target takes a mode bit for it, so
+// the checks themselves stay fuzzed too.
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "terngrad/quantize/format.h"
+
+namespace terngrad::fuzz {
+
+// The 40-byte TGRD header's CRC (codec 1 and 2 payloads), when there is a header.
+inline void fix_tgrd_crc(std::vector<uint8_t>& p) {
+  if (p.size() < quantize::kHeaderBytes) return;
+  quantize::store_le32(p.data() + quantize::kHeaderCrcOffset,
+                       quantize::crc32_ieee(p.data(), quantize::kHeaderCrcOffset));
+}
+
+// A checkpoint file (train/include/terngrad/train/checkpoint.h): the u64
+// total length at offset 16 and the CRC-32 trailer over everything before it.
+inline void fix_checkpoint_length(std::vector<uint8_t>& f) {
+  if (f.size() < 24) return;
+  quantize::store_le64(f.data() + 16, f.size());
+}
+inline void fix_checkpoint_crc(std::vector<uint8_t>& f) {
+  if (f.size() < 4) return;
+  const uLong crc = crc32(0, f.data(), static_cast<uInt>(f.size() - 4));
+  quantize::store_le32(f.data() + f.size() - 4, static_cast<uint32_t>(crc));
+}
+
+}  // namespace terngrad::fuzz

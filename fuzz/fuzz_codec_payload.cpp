@@ -1,0 +1,28 @@
+// A worker's payload as the ps receives it: the registry codec's validate()
+// and, only when it accepted, decode() and decode_accumulate(), which must
+// then accept too (a validator weaker than its decoder is a bug the ps would
+// trip over after keeping the payload).
+//
+// Input: mode byte (bits 0-1: codec fp32 / fp16 / terngrad; bit 2: recompute
+// the TGRD header CRC), u16 element count n, payload.
+#include <vector>
+
+#include "codec_choice.h"
+#include "fixups.h"
+#include "fuzz_input.h"
+#include "outcome.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace terngrad::fuzz;
+  Bytes in(data, size);
+  const uint8_t mode = take_u8(in);
+  const uint64_t n = take_u16(in);
+  std::vector<uint8_t> payload(in.begin(), in.end());
+  if (mode & 0x04) fix_tgrd_crc(payload);
+  const terngrad::comm::GradientCodec& codec = codec_for_mode(mode & 0x03);
+  if (!accepts([&] { codec.validate(payload, n); })) return 0;
+  std::vector<float> out(n, 1.0f);
+  must_accept("decode", [&] { codec.decode(payload, out); });
+  must_accept("decode_accumulate", [&] { codec.decode_accumulate(payload, out); });
+  return 0;
+}
