@@ -83,7 +83,7 @@ elif ((unit)); then
   for t in "${unit_targets[@]}"; do
     exe=$(find "$build_dir/tests" -type f -name "$t" -perm -u+x | head -1)
     [[ -n "$exe" ]] || { echo "sanitize.sh: $t was not built" >&2; exit 2; }
-    while read -r s; do suites+=("${s%.}"); done < <(ASAN_OPTIONS=detect_leaks=0 "$exe" --gtest_list_tests | grep -v '^ ')
+    while read -r s; do suites+=("${s%.}"); done < <(ASAN_OPTIONS=detect_leaks=0 "$exe" --gtest_list_tests | grep -E '^[A-Za-z0-9_/]+\.$')
   done
   args+=(-R "^($(IFS='|'; echo "${suites[*]}"))\\.")
 fi
