@@ -27,6 +27,8 @@
 #include "terngrad/comm/ps_status.h"
 #include "terngrad/comm/worker_client.h"
 
+#include "serving_ps.h"
+
 namespace tc = terngrad::comm;
 namespace rpc = terngrad::comm::rpc;
 namespace fs = std::filesystem;
@@ -38,33 +40,18 @@ constexpr uint64_t kElements = 64;
 constexpr uint64_t kFingerprint = 42;
 
 // One ps task serving in a thread.
-struct PsTask {
-  std::unique_ptr<tc::ParameterServer> server;
-  std::thread thread;
-  std::string error;
+struct PsTask : terngrad::testing::ServingPs {
   PsTask(int replicas, std::optional<tc::ClusterSecret> secret, tc::UpdateHandler* handler = nullptr,
-         tc::TlsOptions tls = {}) {
-    tc::ServerOptions o;
+         tc::TlsOptions tls = {})
+      : ServingPs(options(replicas, secret, tls), handler) {}
+  static tc::ServerOptions options(int replicas, std::optional<tc::ClusterSecret> secret, tc::TlsOptions tls) {
+    tc::ServerOptions o = terngrad::testing::test_server_options(replicas);
     o.peer_timeout_s = 20;
     o.startup_timeout_s = 20;
     o.poll_s = 0.3;
-    o.verbose = false;
     o.secret = secret;
     o.tls = tls;
-    for (int r = 0; r < replicas; ++r) o.replica_names.push_back("worker " + std::to_string(r));
-    server = std::make_unique<tc::ParameterServer>("127.0.0.1:0", o, handler);
-    thread = std::thread([this] {
-      try {
-        server->run();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    });
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
-  ~PsTask() {
-    server->stop(false, "test over");
-    thread.join();
+    return o;
   }
 };
 
@@ -224,6 +211,15 @@ std::string token_of(const tc::ClusterSecret& s, const tc::Role& role) {
   return tc::Credential{role, s.key_for(role)}.call_token();
 }
 
+// The chief initializes a 2-replica sync run and both replicas register
+// (the chief's Register waits for the worker's).
+void start_run(RawCaller& chief, RawCaller& worker) {
+  ASSERT_TRUE(chief.init(0, 2).ok());
+  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
+  ASSERT_TRUE(worker.register_as(1).ok());
+  reg.join();
+}
+
 // Every call of the service, made by `who`, posing as `replica`: the status codes.
 std::vector<std::pair<std::string, grpc::Status>> every_call(RawCaller& who, uint32_t replica) {
   std::vector<std::pair<std::string, grpc::Status>> out;
@@ -247,10 +243,7 @@ TEST(PsSecurity, WithASecretAStrangerIsRefusedEveryCallAndLearnsNothing) {
   // another run's token, try everything in between.
   RawCaller chief(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(0)));
   RawCaller worker(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(1)));
-  ASSERT_TRUE(chief.init(0, 2).ok());
-  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
-  ASSERT_TRUE(worker.register_as(1).ok());
-  reg.join();
+  ASSERT_NO_FATAL_FAILURE(start_run(chief, worker));
   RawCaller nobody(ps.address(), tc::new_session_id());
   RawCaller other_run(ps.address(), tc::new_session_id(),
                       token_of(tc::ClusterSecret::generate(), tc::Role::replica_role(0)));
@@ -289,10 +282,7 @@ TEST(PsSecurity, AReplicaCannotActAsAnotherAndOnlyTheChiefControlsTheRun) {
   RawCaller observer(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::observer()));
   EXPECT_EQ(worker.init(0, 2).error_code(), StatusCode::PERMISSION_DENIED);  // replica 1's token claiming 0
   EXPECT_EQ(worker.init(1, 2).error_code(), StatusCode::PERMISSION_DENIED);
-  ASSERT_TRUE(chief.init(0, 2).ok());
-  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
-  ASSERT_TRUE(worker.register_as(1).ok());
-  reg.join();
+  ASSERT_NO_FATAL_FAILURE(start_run(chief, worker));
   // Replica 1 posing as the chief, and the observer as anyone: refused.
   for (const auto& [call, s] : every_call(worker, 0))
     EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << call << ": " << s.error_message();
@@ -319,10 +309,7 @@ TEST(PsSecurity, WithoutASecretCallsAreStillBoundToTheRegisteredSession) {
   PsTask ps(2, std::nullopt);
   RawCaller chief(ps.address(), tc::new_session_id());
   RawCaller worker(ps.address(), tc::new_session_id());
-  ASSERT_TRUE(chief.init(0, 2).ok());
-  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
-  ASSERT_TRUE(worker.register_as(1).ok());
-  reg.join();
+  ASSERT_NO_FATAL_FAILURE(start_run(chief, worker));
   // Another process in replica 1's (or the chief's) name: its calls carry
   // another session, and a second Register of a live replica is refused.
   RawCaller impostor(ps.address(), tc::new_session_id());
@@ -354,10 +341,7 @@ TEST(PsSecurity, ExtraPullsAndDuplicatePushesChangeNothingForOthers) {
   PsTask ps(2, std::nullopt);
   RawCaller chief(ps.address(), tc::new_session_id());
   RawCaller worker(ps.address(), tc::new_session_id());
-  ASSERT_TRUE(chief.init(0, 2).ok());
-  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
-  ASSERT_TRUE(worker.register_as(1).ok());
-  reg.join();
+  ASSERT_NO_FATAL_FAILURE(start_run(chief, worker));
   const std::string p0 = fp32_payload(1.5f), p1 = fp32_payload(-0.5f);
   rpc::PushReply reply;
   ASSERT_TRUE(chief.push(0, 0, p0, &reply).ok());

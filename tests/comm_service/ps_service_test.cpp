@@ -19,6 +19,8 @@
 #include "terngrad/comm/ps_server.h"
 #include "terngrad/comm/worker_client.h"
 
+#include "serving_ps.h"
+
 namespace tc = terngrad::comm;
 
 namespace {
@@ -32,32 +34,17 @@ std::vector<float> gradient(uint64_t n, int replica, int64_t step) {
 }
 
 // One ps task serving in a thread.
-struct PsTask {
-  std::unique_ptr<tc::ParameterServer> server;
-  std::thread thread;
-  std::string error;  // what run() threw
+struct PsTask : terngrad::testing::ServingPs {
   PsTask(int index, int replicas, tc::UpdateHandler* handler = nullptr, double peer_timeout = 20,
-         double startup_timeout = 20, double poll = 0.5) {
-    tc::ServerOptions o;
+         double startup_timeout = 20, double poll = 0.5)
+      : ServingPs(options(index, replicas, peer_timeout, startup_timeout, poll), handler) {}
+  static tc::ServerOptions options(int index, int replicas, double peer_timeout, double startup_timeout, double poll) {
+    tc::ServerOptions o = terngrad::testing::test_server_options(replicas);
     o.task_index = index;
     o.peer_timeout_s = peer_timeout;
     o.startup_timeout_s = startup_timeout;
     o.poll_s = poll;
-    o.verbose = false;
-    for (int r = 0; r < replicas; ++r) o.replica_names.push_back("worker " + std::to_string(r));
-    server = std::make_unique<tc::ParameterServer>("127.0.0.1:0", o, handler);
-    thread = std::thread([this] {
-      try {
-        server->run();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    });
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
-  ~PsTask() {
-    server->stop(false, "test over");
-    thread.join();
+    return o;
   }
 };
 
