@@ -19,18 +19,18 @@ namespace {
 
 using comm::EncodeContext;
 
-// Kind and device parameters from the codec's canonical spec, which names
-// every parameter ("terngrad:clip=2.5,share_scale=1").
+// Kind and device parameters from the codec's typed parameters.
 void describe(tg_codec& h) {
-  const comm::CodecSpec spec = comm::parse_codec_spec(h.codec->spec());
-  if (spec.name == "fp32") {
+  const comm::CodecConfig config = h.codec->config();
+  if (config.error_feedback) return;  // stateful: host pointers only
+  if (std::holds_alternative<comm::Fp32Params>(config.params)) {
     h.kind = CodecKind::kFp32;
-  } else if (spec.name == "fp16") {
+  } else if (std::holds_alternative<comm::Fp16Params>(config.params)) {
     h.kind = CodecKind::kFp16;
-  } else if (spec.name == "terngrad") {
+  } else if (const auto* t = std::get_if<comm::TernGradParams>(&config.params); t != nullptr && t->bucket == 0) {
     h.kind = CodecKind::kTernGrad;
-    h.clip = std::stof(spec.params.at("clip"));  // spec() writes the shortest exact decimal
-    h.share_scale = spec.params.at("share_scale") == "1";
+    h.clip = t->clip;
+    h.share_scale = t->share_scale;
   }
 }
 

@@ -1,18 +1,32 @@
-// Private: factories of the codecs the registry knows without any
-// register_codec() call. The registry names them directly, so the linker
-// pulls their object files out of the static library (a self-registering
-// static object in an otherwise unreferenced .o would be dropped, and its
-// initialization order relative to the registry is unspecified).
+// Private: factories of the built-in codecs, from their typed parameters
+// (codec_config.h), and what the typed parser needs of the registry. The
+// registry names the factories directly, so the linker pulls their object
+// files out of the static library (a self-registering static object in an
+// otherwise unreferenced .o would be dropped).
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "terngrad/comm/gradient_codec.h"
 
 namespace terngrad::comm::detail {
 
-std::unique_ptr<GradientCodec> make_fp32_codec(const CodecSpec& spec);
-std::unique_ptr<GradientCodec> make_fp16_codec(const CodecSpec& spec);
-std::unique_ptr<GradientCodec> make_terngrad_codec(const CodecSpec& spec);
+std::unique_ptr<GradientCodec> make_fp32_codec();
+std::unique_ptr<GradientCodec> make_fp16_codec();
+std::unique_ptr<GradientCodec> make_terngrad_codec(const TernGradParams& params);
+std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params);
+std::unique_ptr<GradientCodec> make_sign_codec(const SignParams& params);
+std::unique_ptr<GradientCodec> make_topk_codec(const TopKParams& params);
+std::unique_ptr<GradientCodec> make_randomk_codec(const RandomKParams& params);
+std::unique_ptr<GradientCodec> make_error_feedback_codec(std::unique_ptr<GradientCodec> inner,
+                                                         const ErrorFeedbackParams& params);
+
+// Names of the built-in codecs (as specs spell them), sorted.
+const std::vector<std::string>& builtin_codec_names();
+// Whether register_codec() registered this name.
+bool is_registered_custom_codec(const std::string& name);
+// Every registered name, built-in and custom, sorted and comma-separated.
+std::string registered_codec_list();
 
 }  // namespace terngrad::comm::detail

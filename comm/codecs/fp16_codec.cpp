@@ -8,7 +8,6 @@
 #include "terngrad/quantize/dense_sum.h"
 #include "terngrad/quantize/fp16.h"
 #include "slices.h"
-#include "spec_reader.h"
 
 namespace terngrad::comm::detail {
 
@@ -21,6 +20,7 @@ constexpr DenseType kType = DenseType::kFloat16;
 class Fp16Codec final : public GradientCodec {
  public:
   std::string spec() const override { return "fp16"; }
+  CodecConfig config() const override { return {Fp16Params{}, std::nullopt}; }
   size_t payload_bytes(uint64_t n) const override { return dense_payload_bytes(kType, n); }
 
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
@@ -69,8 +69,7 @@ class Fp16Codec final : public GradientCodec {
 
 }  // namespace
 
-std::unique_ptr<GradientCodec> make_fp16_codec(const CodecSpec& spec) {
-  SpecReader reader(spec, {});  // rejects any key
+std::unique_ptr<GradientCodec> make_fp16_codec() {
   return std::make_unique<Fp16Codec>();
 }
 

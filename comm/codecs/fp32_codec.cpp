@@ -6,7 +6,6 @@
 #include "builtin_codecs.h"
 #include "dense_header.h"
 #include "slices.h"
-#include "spec_reader.h"
 #include "terngrad/quantize/dense_sum.h"
 
 namespace terngrad::comm::detail {
@@ -18,6 +17,7 @@ constexpr DenseType kType = DenseType::kFloat32;
 class Fp32Codec final : public GradientCodec {
  public:
   std::string spec() const override { return "fp32"; }
+  CodecConfig config() const override { return {Fp32Params{}, std::nullopt}; }
   size_t payload_bytes(uint64_t n) const override { return dense_payload_bytes(kType, n); }
 
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
@@ -70,8 +70,7 @@ class Fp32Codec final : public GradientCodec {
 
 }  // namespace
 
-std::unique_ptr<GradientCodec> make_fp32_codec(const CodecSpec& spec) {
-  SpecReader reader(spec, {});  // rejects any key
+std::unique_ptr<GradientCodec> make_fp32_codec() {
   return std::make_unique<Fp32Codec>();
 }
 

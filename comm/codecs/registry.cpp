@@ -4,7 +4,9 @@
 // exactly once even under concurrent first calls, and its constructor adds
 // the built-in codecs. Nothing depends on the order in which static objects
 // of different translation units are initialized.
+#include <algorithm>
 #include <cstdio>
+#include <variant>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -29,9 +31,11 @@ size_t bad_name_char(std::string_view s) {
   return std::string_view::npos;
 }
 
-// Values may hold anything printable except the separators and '=' (so
-// "a=b=c" is rejected rather than guessed at).
-bool is_value_char(char c) { return c > ' ' && c < 127 && c != ',' && c != '=' && c != ':'; }
+// Values may hold anything printable except the separators, '=' (so
+// "a=b=c" is rejected rather than guessed at) and the parentheses of ef(...).
+bool is_value_char(char c) {
+  return c > ' ' && c < 127 && c != ',' && c != '=' && c != ':' && c != '(' && c != ')';
+}
 
 std::string quoted(std::string_view s) {
   std::string q;  // appended piecewise: GCC 12 misreports "\"" + s + "\"" under -Wrestrict
@@ -49,27 +53,33 @@ std::string char_desc(char c) {
   return buf;
 }
 
+// Codecs added by register_codec(); the built-in ones are typed
+// (codec_config.cpp) and built by make_codec(const CodecConfig&) below.
 struct Registry {
   std::mutex mutex;
   std::map<std::string, CodecFactory> factories;
-
-  Registry() {
-    factories["fp32"] = detail::make_fp32_codec;
-    factories["fp16"] = detail::make_fp16_codec;
-    factories["terngrad"] = detail::make_terngrad_codec;
-  }
-
-  std::string names_locked() const {
-    std::string s;
-    for (const auto& [name, f] : factories) s += (s.empty() ? "" : ", ") + name;
-    return s;
-  }
 };
 
 Registry& registry() {
   static Registry r;
   return r;
 }
+
+std::vector<std::string> all_names() {
+  std::vector<std::string> names = detail::builtin_codec_names();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& [name, f] : r.factories) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
 
 void check_codec_name(std::string_view name, std::string_view context) {
   if (name.empty()) throw std::invalid_argument(std::string(context) + ": codec name is empty");
@@ -117,40 +127,78 @@ CodecSpec parse_codec_spec(std::string_view spec) {
   return out;
 }
 
+namespace detail {
+
+const std::vector<std::string>& builtin_codec_names() {
+  static const std::vector<std::string> names = {"fp16", "fp32", "qsgd", "randomk", "sign", "terngrad", "topk"};
+  return names;
+}
+
+bool is_registered_custom_codec(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.factories.count(name) != 0;
+}
+
+std::string registered_codec_list() {
+  std::string s;
+  for (const std::string& name : all_names()) s += (s.empty() ? "" : ", ") + name;
+  return s + " (and ef(<codec>) around any of them)";
+}
+
+}  // namespace detail
+
 void register_codec(const std::string& name, CodecFactory factory) {
   check_codec_name(name, "register_codec");
   if (!factory) throw std::invalid_argument("register_codec(\"" + name + "\"): the factory is empty");
+  const auto& builtin = detail::builtin_codec_names();
+  if (name == "ef" || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
+    throw std::invalid_argument("register_codec: \"" + name + "\" is a built-in codec (registered: " +
+                                detail::registered_codec_list() + ")");
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (r.factories.count(name))
+  bool taken = false;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    taken = !r.factories.emplace(name, std::move(factory)).second;
+  }
+  if (taken)  // the list takes the lock itself
     throw std::invalid_argument("register_codec: codec \"" + name + "\" is already registered (registered: " +
-                                r.names_locked() + ")");
-  r.factories.emplace(name, std::move(factory));
+                                detail::registered_codec_list() + ")");
 }
 
-std::unique_ptr<GradientCodec> make_codec(std::string_view spec) {
-  const CodecSpec parsed = parse_codec_spec(spec);
-  CodecFactory factory;
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    const auto it = r.factories.find(parsed.name);
-    if (it == r.factories.end())
-      throw std::invalid_argument("unknown codec \"" + parsed.name + "\" in spec " + quoted(spec) +
-                                  "; registered codecs: " + r.names_locked());
-    factory = it->second;  // a copy: user factories run without the lock held
-  }
-  std::unique_ptr<GradientCodec> codec = factory(parsed);
-  if (!codec) throw std::runtime_error("codec factory for \"" + parsed.name + "\" returned no codec");
+std::unique_ptr<GradientCodec> make_codec(std::string_view spec) { return make_codec(parse_codec_config(spec)); }
+
+std::unique_ptr<GradientCodec> make_codec(const CodecConfig& config_in) {
+  // Typed parameters built in code get the checks a spec gets: print, parse.
+  const CodecConfig config = parse_codec_config(to_spec(config_in));
+  std::unique_ptr<GradientCodec> codec = std::visit(
+      Overloaded{
+          [](const Fp32Params&) { return detail::make_fp32_codec(); },
+          [](const Fp16Params&) { return detail::make_fp16_codec(); },
+          [](const TernGradParams& p) { return detail::make_terngrad_codec(p); },
+          [](const QsgdParams& p) { return detail::make_qsgd_codec(p); },
+          [](const SignParams& p) { return detail::make_sign_codec(p); },
+          [](const TopKParams& p) { return detail::make_topk_codec(p); },
+          [](const RandomKParams& p) { return detail::make_randomk_codec(p); },
+          [](const CustomParams& p) {
+            CodecFactory factory;
+            {
+              Registry& r = registry();
+              std::lock_guard<std::mutex> lock(r.mutex);
+              factory = r.factories.at(p.spec.name);  // parse_codec_config checked it is registered
+            }
+            std::unique_ptr<GradientCodec> c = factory(p.spec);  // user code runs without the lock held
+            if (!c) throw std::runtime_error("codec factory for \"" + p.spec.name + "\" returned no codec");
+            return c;
+          },
+      },
+      config.params);
+  if (config.error_feedback) codec = detail::make_error_feedback_codec(std::move(codec), *config.error_feedback);
   return codec;
 }
 
-std::vector<std::string> registered_codecs() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  std::vector<std::string> names;
-  for (const auto& [name, f] : r.factories) names.push_back(name);
-  return names;  // std::map keeps them sorted
-}
+std::vector<std::string> registered_codecs() { return all_names(); }
+
+CodecConfig GradientCodec::config() const { return CodecConfig{CustomParams{parse_codec_spec(spec())}, std::nullopt}; }
 
 }  // namespace terngrad::comm

@@ -42,6 +42,49 @@ float SpecReader::number(const std::string& key, float default_value, float min_
   return v == 0.0f ? 0.0f : v;  // "-0" means 0; spec() must not print "-0"
 }
 
+float SpecReader::number_in(const std::string& key, float default_value, float min_value, bool min_open,
+                            float max_value, bool max_open) const {
+  const auto it = spec_.params.find(key);
+  if (it == spec_.params.end()) return default_value;
+  const std::string& text = it->second;
+  const std::string expected = std::string("a number in ") + (min_open ? "(" : "[") + format_float(min_value) + ", " +
+                               format_float(max_value) + (max_open ? ")" : "]");
+  float v = 0.0f;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  const bool above_min = min_open ? v > min_value : v >= min_value;
+  const bool below_max = max_open ? v < max_value : v <= max_value;
+  if (ec != std::errc() || ptr != end || !std::isfinite(v) || !above_min || !below_max) bad_value(key, text, expected);
+  return v == 0.0f ? 0.0f : v;
+}
+
+uint32_t SpecReader::integer(const std::string& key, uint32_t default_value, uint32_t min_value, uint32_t max_value,
+                             uint32_t multiple_of, bool allow_zero) const {
+  const auto it = spec_.params.find(key);
+  if (it == spec_.params.end()) return default_value;
+  const std::string& text = it->second;
+  std::string expected = "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]";
+  if (multiple_of > 1) expected += " that is a multiple of " + std::to_string(multiple_of);
+  if (allow_zero) expected += ", or 0";
+  uint32_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end) bad_value(key, text, expected);
+  if (v == 0 && allow_zero) return 0;
+  if (v < min_value || v > max_value || v % multiple_of != 0) bad_value(key, text, expected);
+  return v;
+}
+
+size_t SpecReader::choice(const std::string& key, size_t default_index, const std::vector<std::string>& choices) const {
+  const auto it = spec_.params.find(key);
+  if (it == spec_.params.end()) return default_index;
+  for (size_t i = 0; i < choices.size(); ++i)
+    if (it->second == choices[i]) return i;
+  std::string expected;
+  for (size_t i = 0; i < choices.size(); ++i) expected += (i ? " or " : "") + choices[i];
+  bad_value(key, it->second, expected);
+}
+
 bool SpecReader::flag(const std::string& key, bool default_value) const {
   const auto it = spec_.params.find(key);
   if (it == spec_.params.end()) return default_value;

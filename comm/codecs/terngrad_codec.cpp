@@ -33,7 +33,6 @@
 
 #include "builtin_codecs.h"
 #include "slices.h"
-#include "spec_reader.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/ternary_sum.h"
 
@@ -43,11 +42,14 @@ namespace {
 
 class TernGradCodec final : public GradientCodec {
  public:
-  TernGradCodec(float clip, bool share_scale) : clip_(clip), share_scale_(share_scale) {}
-
-  std::string spec() const override {
-    return "terngrad:clip=" + format_float(clip_) + ",share_scale=" + (share_scale_ ? "1" : "0");
+  explicit TernGradCodec(const TernGradParams& params)
+      : params_(params), clip_(params.clip), share_scale_(params.share_scale) {
+    if (params.bucket != 0) throw std::invalid_argument("terngrad: bucket= is not built in this version");  // TEMPORARY
   }
+
+  std::string spec() const override { return to_spec(config()); }
+  CodecConfig config() const override { return {params_, std::nullopt}; }
+  bool sums_without_decoding() const override { return share_scale_; }
 
   size_t payload_bytes(uint64_t n) const override { return quantize::max_encoded_bytes(n); }
 
@@ -144,6 +146,7 @@ class TernGradCodec final : public GradientCodec {
     quantize::TensorStats stats;
   };
 
+  TernGradParams params_;
   float clip_;
   bool share_scale_;
   std::optional<Cached> cached_;
@@ -151,11 +154,8 @@ class TernGradCodec final : public GradientCodec {
 
 }  // namespace
 
-std::unique_ptr<GradientCodec> make_terngrad_codec(const CodecSpec& spec) {
-  SpecReader reader(spec, {"clip", "share_scale"});
-  const float clip = reader.number("clip", 2.5f, 0.0f);
-  const bool share = reader.flag("share_scale", true);
-  return std::make_unique<TernGradCodec>(clip, share);
+std::unique_ptr<GradientCodec> make_terngrad_codec(const TernGradParams& params) {
+  return std::make_unique<TernGradCodec>(params);
 }
 
 }  // namespace terngrad::comm::detail

@@ -42,25 +42,23 @@ __global__ void weight_decay_kernel(float* g, const float* w, uint64_t n, float 
     g[i] += wd * w[i];
 }
 
-float option(const std::string& spec, const std::string& key, float fallback) {
-  const size_t at = spec.find(key + "=");
-  if (at == std::string::npos) return fallback;
-  return std::stof(spec.substr(at + key.size() + 1));
-}
-
 }  // namespace
 
-VariableCodec VariableCodec::parse(const std::string& spec) {
+VariableCodec VariableCodec::from(const comm::CodecConfig& config) {
   VariableCodec c;
-  if (spec == "fp32") return c;
-  if (spec.rfind("terngrad", 0) == 0) {
+  const auto* t = std::get_if<comm::TernGradParams>(&config.params);
+  if (!config.error_feedback && std::holds_alternative<comm::Fp32Params>(config.params)) return c;
+  if (!config.error_feedback && t != nullptr && t->bucket == 0) {
     c.ternary = true;
-    c.clip = option(spec, "clip", 2.5f);
-    c.share_scale = option(spec, "share_scale", 1.0f) != 0.0f;
+    c.clip = t->clip;
+    c.share_scale = t->share_scale;
     return c;
   }
-  throw std::invalid_argument("codec \"" + spec + "\" has no GPU path (fp32 and terngrad do)");
+  throw std::invalid_argument("codec \"" + comm::to_spec(config) +
+                              "\" has no GPU path (fp32 and terngrad with one scale per variable do)");
 }
+
+VariableCodec VariableCodec::parse(const std::string& spec) { return from(comm::parse_codec_config(spec)); }
 
 size_t gpu_payload_bytes(const VariableCodec& c, uint64_t n) { return c.ternary ? quantize::max_encoded_bytes(n) : 0; }
 

@@ -74,16 +74,18 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
 }
 
 std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& params) {
-  std::string compressed = cfg.codec;
-  if (compressed.empty()) {
-    if (cfg.grad_bits == 32) {
-      compressed = "fp32";
-    } else {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "terngrad:clip=%g,share_scale=%d", cfg.clip_factor, cfg.share_scale ? 1 : 0);
-      compressed = buf;
-    }
+  comm::CodecConfig config;
+  if (!cfg.codec.empty()) {
+    config = comm::parse_codec_config(cfg.codec);
+  } else if (cfg.grad_bits == 32) {
+    config.params = comm::Fp32Params{};
+  } else {
+    comm::TernGradParams p;
+    p.clip = static_cast<float>(cfg.clip_factor);
+    p.share_scale = cfg.share_scale;
+    config.params = p;
   }
+  const std::string compressed = comm::to_spec(config);  // canonical: what the ps and the logs see
   std::vector<std::string> plan;
   for (const Param& p : params.params) {
     const bool small = p.value.size() < cfg.size_to_binarize;

@@ -3,8 +3,9 @@
 // distributed ps/worker path use this same interface, so a codec written once
 // (fp32, fp16, terngrad, or a user's own) works in both.
 //
-// Codecs are created by name from a spec string through the registry:
-//   make_codec("fp32"), make_codec("fp16"), make_codec("terngrad:clip=2.5").
+// Codecs are created from a spec string or its typed form (codec_config.h):
+//   make_codec("fp32"), make_codec("terngrad:clip=2.5"), make_codec("ef(topk:ratio=0.01)"),
+//   make_codec(CodecConfig{QsgdParams{.levels = 15}}).
 //
 // The life of one variable's gradient in one step:
 //   worker:  local_scale(grad)        (codecs that share scales; max-reduced)
@@ -26,6 +27,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "terngrad/comm/codec_config.h"
+#include "terngrad/comm/codec_spec.h"
 
 namespace terngrad::comm {
 
@@ -51,8 +55,19 @@ class GradientCodec {
  public:
   virtual ~GradientCodec() = default;
 
-  // Canonical spec, e.g. "terngrad:clip=2.5": make_codec(spec()) rebuilds an equal codec.
+  // Canonical spec, e.g. "terngrad:clip=2.5,share_scale=1": make_codec(spec())
+  // rebuilds an equal codec. Built-in codecs print to_spec(config()).
   virtual std::string spec() const = 0;
+
+  // Typed parameters (codec_config.h). Built-in codecs return their own
+  // struct; the default, for a user's registered codec, is its parsed spec()
+  // as CustomParams.
+  virtual CodecConfig config() const;
+
+  // Whether aggregate() sums payloads without decoding them to floats
+  // (TernGrad's shared-scale counts, the sign vote, random-k's aligned
+  // values): what the server sends back is then as compact as what it got.
+  virtual bool sums_without_decoding() const { return false; }
 
   // Bytes encode() writes for n elements (payload sizes are exact, not estimates).
   virtual size_t payload_bytes(uint64_t n) const = 0;
@@ -103,15 +118,6 @@ class GradientCodec {
   }
 };
 
-// Parameters parsed from "name:key=value,key=value".
-struct CodecSpec {
-  std::string name;
-  std::map<std::string, std::string> params;
-};
-
-// Parses a spec; throws std::invalid_argument naming the bad part.
-CodecSpec parse_codec_spec(std::string_view spec);
-
 using CodecFactory = std::function<std::unique_ptr<GradientCodec>(const CodecSpec&)>;
 
 // Registers a codec name (fp32, fp16 and terngrad are built in). Throws if taken.
@@ -120,6 +126,8 @@ void register_codec(const std::string& name, CodecFactory factory);
 // Creates a codec from a spec; unknown names, unknown keys and bad values
 // throw std::invalid_argument naming them and listing what is accepted.
 std::unique_ptr<GradientCodec> make_codec(std::string_view spec);
+// Creates a codec from typed parameters (checked as parse_codec_config checks them).
+std::unique_ptr<GradientCodec> make_codec(const CodecConfig& config);
 
 std::vector<std::string> registered_codecs();
 

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "terngrad/comm/codec_config.h"
 #include "terngrad/quantize/cuda.h"
 
 namespace terngrad::train::cuda {
@@ -24,8 +25,11 @@ struct VariableCodec {
   bool ternary = false;     // false: fp32
   float clip = 2.5f;        // terngrad clip factor
   bool share_scale = true;  // terngrad scale sharing
-  // Parses a canonical codec spec: "fp32" or "terngrad:clip=C,share_scale=S";
-  // throws std::invalid_argument for codecs without a GPU path (e.g. fp16).
+  // From a codec's typed parameters (comm/codec_config.h): fp32 and
+  // per-variable terngrad have a GPU path; anything else (fp16, bucketed
+  // terngrad, ef(), qsgd, ...) throws std::invalid_argument naming it.
+  static VariableCodec from(const comm::CodecConfig& config);
+  // from(comm::parse_codec_config(spec)).
   static VariableCodec parse(const std::string& spec);
 };
 

@@ -1,0 +1,179 @@
+// Spec text <-> typed parameters (terngrad/comm/codec_config.h): each
+// built-in codec's keys, their ranges and defaults, and its canonical spec.
+#include "terngrad/comm/codec_config.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "builtin_codecs.h"
+#include "spec_reader.h"
+
+namespace terngrad::comm {
+
+namespace {
+
+using detail::format_float;
+using detail::SpecReader;
+
+const std::vector<std::string> kSparseValues = {"fp32", "fp16"};
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+CodecParams parse_terngrad(const CodecSpec& spec) {
+  const SpecReader r(spec, {"clip", "share_scale", "bucket"});
+  TernGradParams p;
+  p.clip = r.number("clip", p.clip, 0.0f);
+  p.bucket = r.integer("bucket", 0, 4, 1u << 30, 4, /*allow_zero=*/true);
+  // One scale per bucket cannot be max-reduced as one number: bucketed
+  // TernGrad encodes with its own scales (and sums in float32).
+  const bool share_given = spec.params.count("share_scale") != 0;
+  p.share_scale = r.flag("share_scale", p.bucket == 0);
+  if (p.bucket != 0 && p.share_scale)
+    throw std::invalid_argument("codec \"terngrad\": bucket=" + std::to_string(p.bucket) +
+                                " gives every bucket its own scale, which workers cannot share; drop share_scale=1" +
+                                std::string(share_given ? "" : " (it is 0 by default with buckets)"));
+  return p;
+}
+
+CodecParams parse_qsgd(const CodecSpec& spec) {
+  const SpecReader r(spec, {"levels", "bucket"});
+  QsgdParams p;
+  p.levels = r.integer("levels", p.levels, 1, 32767);
+  p.bucket = r.integer("bucket", p.bucket, 4, 1u << 30, 4);
+  return p;
+}
+
+CodecParams parse_sign(const CodecSpec& spec) {
+  const SpecReader r(spec, {"scale", "vote"});
+  SignParams p;
+  p.scale = static_cast<SignScale>(r.choice("scale", 0, {"none", "mean"}));
+  p.vote = static_cast<SignVote>(r.choice("vote", 0, {"counts", "sign"}));
+  if (p.scale == SignScale::kMean && spec.params.count("vote"))
+    throw std::invalid_argument(
+        "codec \"sign\": key \"vote\" applies to scale=none only (scaled signs are summed in float32)");
+  return p;
+}
+
+CodecParams parse_topk(const CodecSpec& spec) {
+  const SpecReader r(spec, {"ratio", "values"});
+  TopKParams p;
+  p.ratio = r.number_in("ratio", p.ratio, 0.0f, true, 1.0f, false);
+  p.values = static_cast<SparseValues>(r.choice("values", 0, kSparseValues));
+  return p;
+}
+
+CodecParams parse_randomk(const CodecSpec& spec) {
+  const SpecReader r(spec, {"ratio", "values", "rescale"});
+  RandomKParams p;
+  p.ratio = r.number_in("ratio", p.ratio, 0.0f, true, 1.0f, false);
+  p.values = static_cast<SparseValues>(r.choice("values", 0, kSparseValues));
+  p.rescale = r.flag("rescale", p.rescale);
+  return p;
+}
+
+CodecParams parse_keyless(const CodecSpec& spec, CodecParams p) {
+  const SpecReader r(spec, {});  // rejects any key
+  return p;
+}
+
+CodecParams parse_params(std::string_view text) {
+  const CodecSpec spec = parse_codec_spec(text);
+  if (spec.name == "fp32") return parse_keyless(spec, Fp32Params{});
+  if (spec.name == "fp16") return parse_keyless(spec, Fp16Params{});
+  if (spec.name == "terngrad") return parse_terngrad(spec);
+  if (spec.name == "qsgd") return parse_qsgd(spec);
+  if (spec.name == "sign") return parse_sign(spec);
+  if (spec.name == "topk") return parse_topk(spec);
+  if (spec.name == "randomk") return parse_randomk(spec);
+  if (spec.name == "ef")
+    throw std::invalid_argument("codec spec \"" + std::string(text) + "\": error feedback is written ef(<codec>)");
+  if (!detail::is_registered_custom_codec(spec.name))
+    throw std::invalid_argument("unknown codec \"" + spec.name + "\" in spec \"" + std::string(text) +
+                                "\"; registered codecs: " + detail::registered_codec_list());
+  return CustomParams{spec};
+}
+
+const char* values_name(SparseValues v) { return v == SparseValues::kFloat16 ? "fp16" : "fp32"; }
+
+std::string params_spec(const CodecParams& params) {
+  return std::visit(
+      Overloaded{
+          [](const Fp32Params&) -> std::string { return "fp32"; },
+          [](const Fp16Params&) -> std::string { return "fp16"; },
+          [](const TernGradParams& p) {
+            std::string s = "terngrad:clip=" + format_float(p.clip) + ",share_scale=" + (p.share_scale ? "1" : "0");
+            if (p.bucket != 0) s += ",bucket=" + std::to_string(p.bucket);
+            return s;
+          },
+          [](const QsgdParams& p) {
+            return "qsgd:levels=" + std::to_string(p.levels) + ",bucket=" + std::to_string(p.bucket);
+          },
+          [](const SignParams& p) -> std::string {
+            if (p.scale == SignScale::kMean) return "sign:scale=mean";
+            return std::string("sign:scale=none,vote=") + (p.vote == SignVote::kSign ? "sign" : "counts");
+          },
+          [](const TopKParams& p) {
+            return "topk:ratio=" + format_float(p.ratio) + ",values=" + values_name(p.values);
+          },
+          [](const RandomKParams& p) {
+            return "randomk:ratio=" + format_float(p.ratio) + ",values=" + values_name(p.values) +
+                   ",rescale=" + (p.rescale ? "1" : "0");
+          },
+          [](const CustomParams& p) {
+            std::string s = p.spec.name;
+            for (const auto& [key, value] : p.spec.params) s += (s.size() == p.spec.name.size() ? ":" : ",") + key + "=" + value;
+            return s;
+          },
+      },
+      params);
+}
+
+}  // namespace
+
+std::string codec_name(const CodecParams& params) {
+  if (const auto* c = std::get_if<CustomParams>(&params)) return c->spec.name;
+  const std::string s = params_spec(params);
+  return s.substr(0, s.find(':'));
+}
+
+CodecConfig parse_codec_config(std::string_view spec) {
+  CodecConfig config;
+  if (!spec.starts_with("ef(")) {
+    config.params = parse_params(spec);
+    return config;
+  }
+  const std::string ctx = "codec spec \"" + std::string(spec) + "\"";
+  const size_t close = spec.rfind(')');
+  if (close == std::string_view::npos) throw std::invalid_argument(ctx + ": \"ef(\" has no closing ')'");
+  const std::string_view inner = spec.substr(3, close - 3), after = spec.substr(close + 1);
+  if (inner.starts_with("ef("))
+    throw std::invalid_argument(ctx + ": ef(ef(...)) is one error feedback too many");
+  if (inner.empty()) throw std::invalid_argument(ctx + ": ef() needs a codec inside, e.g. ef(terngrad)");
+  config.params = parse_params(inner);
+  ErrorFeedbackParams ef;
+  if (!after.empty()) {
+    if (after[0] != ':')
+      throw std::invalid_argument(ctx + ": after ef(...) comes ':' and its keys, or nothing; found \"" +
+                                  std::string(after) + "\"");
+    const CodecSpec ef_spec = parse_codec_spec("ef" + std::string(after));
+    const SpecReader r(ef_spec, {"momentum"});
+    ef.momentum = r.number_in("momentum", 0.0f, 0.0f, false, 1.0f, true);
+  }
+  config.error_feedback = ef;
+  return config;
+}
+
+std::string to_spec(const CodecConfig& config) {
+  const std::string inner = params_spec(config.params);
+  if (!config.error_feedback) return inner;
+  std::string s = "ef(" + inner + ")";
+  if (config.error_feedback->momentum != 0.0f) s += ":momentum=" + format_float(config.error_feedback->momentum);
+  return s;
+}
+
+}  // namespace terngrad::comm

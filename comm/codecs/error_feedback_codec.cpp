@@ -1,0 +1,205 @@
+// "ef(<codec>)[:momentum=M]": error feedback around any codec
+// (terngrad/comm/codec_config.h, ErrorFeedbackParams).
+//
+// Per (worker, variable) the wrapper keeps a residual e, the part of earlier
+// gradients the codec has not sent yet. A step encodes p = g + e and keeps
+//   e' = p - decode(sent)                         (elements no slice covers: e' = p)
+// so sent + e' = g + e up to the rounding of that one subtraction, and
+// nothing is lost, only delayed. With momentum M > 0 (DGC's momentum
+// correction) the worker also keeps u: u' = M * u + g, p = u' + e, and u' is
+// zeroed wherever the codec sent a nonzero value (momentum factor masking).
+//
+// The residual (and u) are the codec's state: save_state() / load_state()
+// carry them through checkpoints bit for bit, so a resumed run encodes what
+// the uninterrupted one would have. State blob, little-endian:
+//   "TGEF" | u32 version = 1 | u64 n | u8 has_momentum | 3 bytes 0 |
+//   n float32 residual | (n float32 momentum, if has_momentum)
+//
+// Aggregation, validation and decoding are the inner codec's: the server
+// never sees a residual.
+//
+// Like the codecs it wraps, an instance is one (worker, variable)'s and not
+// thread-safe. local_scale() (scale-sharing codecs) prepares p and the very
+// next encode_slices() of the same span uses it, as terngrad's stats cache
+// does (terngrad_codec.cpp): the gradient must not change in between.
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "builtin_codecs.h"
+#include "slices.h"
+#include "terngrad/quantize/format.h"
+
+namespace terngrad::comm::detail {
+
+namespace {
+
+constexpr uint32_t kStateMagic = 0x46454754u;  // "TGEF" read as little-endian u32
+constexpr uint32_t kStateVersion = 1;
+constexpr size_t kStateHeaderBytes = 20;
+
+class ErrorFeedbackCodec final : public GradientCodec {
+ public:
+  ErrorFeedbackCodec(std::unique_ptr<GradientCodec> inner, const ErrorFeedbackParams& params)
+      : inner_(std::move(inner)), params_(params) {}
+
+  std::string spec() const override { return to_spec(config()); }
+  CodecConfig config() const override {
+    CodecConfig c = inner_->config();
+    c.error_feedback = params_;
+    return c;
+  }
+  size_t payload_bytes(uint64_t n) const override { return inner_->payload_bytes(n); }
+  bool sums_without_decoding() const override { return inner_->sums_without_decoding(); }
+  bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
+
+  float local_scale(std::span<const float> grad) override {
+    prepare(grad);
+    prepared_ = Prepared{grad.data(), grad.size()};
+    return inner_->local_scale(corrected_);
+  }
+
+  void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                     std::span<const std::span<uint8_t>> outs) override {
+    const std::optional<Prepared> prepared = std::exchange(prepared_, std::nullopt);
+    check_slices(spec(), grad.size(), slices, outs, *this);
+    if (!prepared || prepared->data != grad.data() || prepared->size != grad.size()) prepare(grad);
+    const std::span<const float> p(corrected_);
+    inner_->encode_slices(p, ctx, slices, outs);  // throws before any state changes
+
+    // What each slice's payload decodes to; elements outside every slice were not sent.
+    sent_.assign(grad.size(), 0.0f);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const std::span<float> part = std::span<float>(sent_).subspan(slices[i].begin, slices[i].count);
+      inner_->decode(outs[i].first(inner_->payload_bytes(slices[i].count)), part);
+    }
+    for (size_t i = 0; i < grad.size(); ++i) residual_[i] = p[i] - sent_[i];
+    if (params_.momentum != 0.0f) {
+      momentum_.swap(momentum_next_);
+      for (size_t i = 0; i < grad.size(); ++i)
+        if (sent_[i] != 0.0f) momentum_[i] = 0.0f;
+    }
+  }
+
+  void decode(std::span<const uint8_t> payload, std::span<float> out) const override { inner_->decode(payload, out); }
+  void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
+    inner_->decode_accumulate(payload, out);
+  }
+  void validate(std::span<const uint8_t> payload, uint64_t n) const override { inner_->validate(payload, n); }
+  void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                 std::vector<uint8_t>& out) const override {
+    inner_->aggregate(payloads, n, out);
+  }
+  void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
+    inner_->decode_aggregate(aggregate, out);
+  }
+
+  std::vector<uint8_t> save_state() const override {
+    if (residual_.empty()) return {};  // nothing encoded yet: nothing to carry
+    const bool has_momentum = params_.momentum != 0.0f;
+    const size_t n = residual_.size();
+    std::vector<uint8_t> blob(kStateHeaderBytes + n * 4 * (has_momentum ? 2 : 1), 0);
+    quantize::store_le32(blob.data(), kStateMagic);
+    quantize::store_le32(blob.data() + 4, kStateVersion);
+    quantize::store_le32(blob.data() + 8, static_cast<uint32_t>(n));
+    quantize::store_le32(blob.data() + 12, static_cast<uint32_t>(static_cast<uint64_t>(n) >> 32));
+    blob[16] = has_momentum ? 1 : 0;
+    store_floats(residual_, blob.data() + kStateHeaderBytes);
+    if (has_momentum) store_floats(momentum_, blob.data() + kStateHeaderBytes + n * 4);
+    return blob;
+  }
+
+  // Checks the whole blob before anything changes.
+  void load_state(std::span<const uint8_t> state) override {
+    if (state.empty()) {
+      residual_.clear();
+      momentum_.clear();
+      return;
+    }
+    const std::string what = spec() + " state";
+    if (state.size() < kStateHeaderBytes)
+      throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes, shorter than its " +
+                                  std::to_string(kStateHeaderBytes) + "-byte header");
+    if (quantize::load_le32(state.data()) != kStateMagic)
+      throw std::invalid_argument(what + ": bad magic (not an error-feedback state)");
+    if (const uint32_t v = quantize::load_le32(state.data() + 4); v != kStateVersion)
+      throw std::invalid_argument(what + ": version " + std::to_string(v) + ", this build reads version " +
+                                  std::to_string(kStateVersion));
+    const uint64_t n = quantize::load_le32(state.data() + 8) |
+                       static_cast<uint64_t>(quantize::load_le32(state.data() + 12)) << 32;
+    const uint8_t has_momentum = state[16];
+    const bool want_momentum = params_.momentum != 0.0f;
+    if (has_momentum > 1 || (has_momentum == 1) != want_momentum)
+      throw std::invalid_argument(what + ": " + (has_momentum ? "holds" : "lacks") +
+                                  " a momentum buffer, the codec " + (want_momentum ? "needs" : "has") + " one");
+    const uint64_t arrays = want_momentum ? 2 : 1;
+    if (n > (state.size() - kStateHeaderBytes) / 4 || (state.size() - kStateHeaderBytes) != n * 4 * arrays)
+      throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes do not hold " +
+                                  std::to_string(arrays) + " array(s) of " + std::to_string(n) + " floats");
+    std::vector<float> residual(n), momentum(want_momentum ? n : 0);
+    load_floats(state.data() + kStateHeaderBytes, residual);
+    if (want_momentum) load_floats(state.data() + kStateHeaderBytes + n * 4, momentum);
+    residual_ = std::move(residual);
+    momentum_ = std::move(momentum);
+  }
+
+ private:
+  struct Prepared {
+    const float* data;
+    size_t size;
+  };
+
+  // corrected_ = g + e (or, with momentum, u' = M u + g kept in
+  // momentum_next_ and corrected_ = u' + e). The first call sizes the state.
+  void prepare(std::span<const float> g) {
+    const size_t n = g.size();
+    if (residual_.empty()) residual_.assign(n, 0.0f);
+    if (residual_.size() != n)
+      throw std::invalid_argument(spec() + ": the residual holds " + std::to_string(residual_.size()) +
+                                  " elements, the gradient has " + std::to_string(n) +
+                                  " (a state from another variable?)");
+    corrected_.resize(n);
+    if (params_.momentum == 0.0f) {
+      for (size_t i = 0; i < n; ++i) corrected_[i] = g[i] + residual_[i];
+      return;
+    }
+    if (momentum_.empty()) momentum_.assign(n, 0.0f);
+    momentum_next_.resize(n);
+    const float m = params_.momentum;
+    for (size_t i = 0; i < n; ++i) {
+      momentum_next_[i] = m * momentum_[i] + g[i];
+      corrected_[i] = momentum_next_[i] + residual_[i];
+    }
+  }
+
+  static void store_floats(const std::vector<float>& v, uint8_t* out) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &v[i], 4);
+      quantize::store_le32(out + 4 * i, bits);
+    }
+  }
+  static void load_floats(const uint8_t* in, std::vector<float>& v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint32_t bits = quantize::load_le32(in + 4 * i);
+      std::memcpy(&v[i], &bits, 4);
+    }
+  }
+
+  std::unique_ptr<GradientCodec> inner_;
+  ErrorFeedbackParams params_;
+  std::vector<float> residual_, momentum_;  // the state
+  std::vector<float> corrected_, momentum_next_, sent_;  // scratch of one step
+  std::optional<Prepared> prepared_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientCodec> make_error_feedback_codec(std::unique_ptr<GradientCodec> inner,
+                                                         const ErrorFeedbackParams& params) {
+  return std::make_unique<ErrorFeedbackCodec>(std::move(inner), params);
+}
+
+}  // namespace terngrad::comm::detail

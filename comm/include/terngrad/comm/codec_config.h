@@ -1,0 +1,137 @@
+// Typed codec parameters: what a spec string such as
+// "ef(terngrad:clip=2.5,share_scale=1)" means, as structs.
+//
+// A spec is parsed once (parse_codec_config) into a CodecConfig; codecs are
+// built from it (make_codec) and report it back (GradientCodec::config()).
+// Every program that needs a codec's parameters (the GPU trainer, the C API,
+// the trainer's codec plan) reads these structs rather than parsing text, and
+// to_spec() prints the one canonical spec of a config, which parses back to
+// an equal config.
+//
+// Spec grammar:
+//   spec   := "ef(" inner ")" [":" params]   error feedback around inner
+//           | inner
+//   inner  := name [":" params]
+//   params := key "=" value ("," key "=" value)*
+// Names, keys and values follow parse_codec_spec() (gradient_codec.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "terngrad/comm/codec_spec.h"
+
+namespace terngrad::comm {
+
+// "fp32": float32, 4 bytes per element.
+struct Fp32Params {
+  bool operator==(const Fp32Params&) const = default;
+};
+
+// "fp16": IEEE binary16, 2 bytes per element.
+struct Fp16Params {
+  bool operator==(const Fp16Params&) const = default;
+};
+
+// "terngrad:clip=C,share_scale=S[,bucket=B]": stochastic ternarization
+// (Wen et al. 2017), 2 bits per element.
+struct TernGradParams {
+  float clip = 2.5f;        // c in s = min(max|g|, c * sigma); 0 disables clipping
+  bool share_scale = true;  // workers encode with the max of their scales, so payloads sum as counts
+  uint32_t bucket = 0;      // elements per scale (a multiple of 4); 0: one scale per variable (the paper)
+  bool operator==(const TernGradParams&) const = default;
+};
+
+// "qsgd:levels=S,bucket=B": QSGD (Alistarh et al. 2017). Each bucket of B
+// elements is sent as its L2 norm and, per element, a sign and a level in
+// 0..S drawn so that E[decode] = g (unbiased), packed in 1 + ceil(log2(S+1))
+// bits.
+struct QsgdParams {
+  uint32_t levels = 127;   // S, 1..32767
+  uint32_t bucket = 512;   // B, a multiple of 4, >= 4
+  bool operator==(const QsgdParams&) const = default;
+};
+
+// "sign[:scale=none|mean][,vote=counts|sign]": 1 bit per element.
+//   scale=none  signSGD (Bernstein et al. 2018): each element is +1 or -1
+//               (sign of 0 is +1); the server returns the majority vote.
+//   scale=mean  1-bit SGD with scale: +-mean|g| of the variable; under ef()
+//               this is EF-signSGD (Karimireddy et al. 2019).
+// vote (scale=none only) is what the server sends back:
+//   counts      the sum of the votes (decodes to the sum, the trainer averages)
+//   sign        the majority itself, 1 bit per element (2 when ties can
+//               happen), decoding to R * sign(sum) so the averaged update is
+//               the vote.
+enum class SignScale { kNone, kMean };
+enum class SignVote { kCounts, kSign };
+struct SignParams {
+  SignScale scale = SignScale::kNone;
+  SignVote vote = SignVote::kCounts;
+  bool operator==(const SignParams&) const = default;
+};
+
+// Value type of sparse payloads.
+enum class SparseValues { kFloat32, kFloat16 };
+
+// "topk:ratio=R[,values=fp32|fp16]": the k = max(1, ceil(R * n)) elements of
+// largest magnitude, values and Elias-Fano coded (delta) indices. Biased:
+// meant for use under ef().
+struct TopKParams {
+  float ratio = 0.01f;  // (0, 1]
+  SparseValues values = SparseValues::kFloat32;
+  bool operator==(const TopKParams&) const = default;
+};
+
+// "randomk:ratio=R[,values=fp32|fp16][,rescale=0|1]": k = max(1, ceil(R * n))
+// elements at positions drawn from (step, variable) alone, the same on every
+// worker, so no indices travel and payloads sum as they are. rescale=1 sends
+// g * n / k (unbiased); 0 sends g (for ef()).
+struct RandomKParams {
+  float ratio = 0.01f;
+  SparseValues values = SparseValues::kFloat32;
+  bool rescale = false;
+  bool operator==(const RandomKParams&) const = default;
+};
+
+// A codec registered by a user (register_codec): its parsed spec, which only
+// its own factory interprets.
+struct CustomParams {
+  CodecSpec spec;
+  bool operator==(const CustomParams&) const = default;
+};
+
+using CodecParams =
+    std::variant<Fp32Params, Fp16Params, TernGradParams, QsgdParams, SignParams, TopKParams, RandomKParams, CustomParams>;
+
+// "ef(<codec>)[:momentum=M]": error feedback (Seide et al. 2014; Karimireddy
+// et al. 2019) around any codec. Each (worker, variable) keeps a residual e:
+// the codec encodes p = g + e, and e becomes p - decode(sent). momentum > 0
+// adds DGC's momentum correction (Lin et al. 2018): u = M * u + g, p = u + e,
+// and u is zeroed where anything was sent (run the optimizer without momentum).
+struct ErrorFeedbackParams {
+  float momentum = 0.0f;  // [0, 1)
+  bool operator==(const ErrorFeedbackParams&) const = default;
+};
+
+struct CodecConfig {
+  CodecParams params;
+  std::optional<ErrorFeedbackParams> error_feedback;  // set: ef(...)
+  bool operator==(const CodecConfig&) const = default;
+};
+
+// The codec's name as it appears in specs ("terngrad", "qsgd", ...; a custom
+// codec's registered name). Without ef().
+std::string codec_name(const CodecParams& params);
+
+// Parses and checks a spec: unknown names, unknown keys and bad values throw
+// std::invalid_argument naming them and what is accepted.
+CodecConfig parse_codec_config(std::string_view spec);
+
+// The canonical spec: every parameter of a built-in codec, shortest exact
+// numbers ("terngrad:clip=2.5,share_scale=1"); parse_codec_config(to_spec(c)) == c.
+std::string to_spec(const CodecConfig& config);
+
+}  // namespace terngrad::comm
