@@ -127,18 +127,26 @@ TEST_F(Distributed, TwoPsTasksWithShardedVariablesEqualOne) {
   expect_same_weights("one", "two");
 }
 
+// With error feedback every replica's residuals are state: the worker that
+// is not the chief keeps its own beside the chief's checkpoint.
 TEST_F(Distributed, ResumesFromTheChiefsCheckpointBitForBit) {
-  const std::string base = "--grad_bits=2 --optimizer=adam --initial_learning_rate=0.001";
-  const Proc straight = in_process("straight", 2, model_flags(12, base));
-  ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  const Proc first = cluster("resumed", "--num_ps=1 --num_workers=1", model_flags(5, base));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  const Proc second = cluster("resumed", "--num_ps=1 --num_workers=1 --evaluator=true", model_flags(12, base));
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  expect_same_weights("straight", "resumed");
-  std::ifstream eval(dir_ / "resumed" / "eval.jsonl");
-  const std::string text((std::istreambuf_iterator<char>(eval)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("\"step\":12"), std::string::npos) << "the evaluator saw the final checkpoint: " << text;
+  for (const std::string codec : {"--grad_bits=2", "--codec='ef(terngrad)'"}) {
+    SCOPED_TRACE(codec);
+    const std::string tag = codec == "--grad_bits=2" ? "" : "-ef";
+    const std::string base = codec + " --optimizer=adam --initial_learning_rate=0.001";
+    const Proc straight = in_process("straight" + tag, 2, model_flags(12, base));
+    ASSERT_EQ(straight.exit_code, 0) << straight.output;
+    const Proc first = cluster("resumed" + tag, "--num_ps=1 --num_workers=1", model_flags(5, base));
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const Proc second =
+        cluster("resumed" + tag, "--num_ps=1 --num_workers=1 --evaluator=true", model_flags(12, base));
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_EQ(second.output.find("residual starts at zero"), std::string::npos) << second.output;
+    expect_same_weights("straight" + tag, "resumed" + tag);
+    std::ifstream eval(dir_ / ("resumed" + tag) / "eval.jsonl");
+    const std::string text((std::istreambuf_iterator<char>(eval)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"step\":12"), std::string::npos) << "the evaluator saw the final checkpoint: " << text;
+  }
 }
 
 TEST_F(Distributed, AsyncTrainingConverges) {

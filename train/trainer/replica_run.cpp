@@ -76,7 +76,10 @@ TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_
   result_.wire_bytes_sent_per_worker_step = per_step(t.message_sent, t0_.message_sent);
   result_.wire_bytes_recv_per_worker_step = per_step(t.message_received, t0_.message_received);
   result_.codec_summary = codec_summary(s_.plan());
-  if (!chief_) return result_;
+  if (!chief_) {
+    if (!cfg.comm_only) s_.save_codec_states(last);  // beside the chief's final checkpoint
+    return result_;
+  }
   int64_t stale = 0;
   for (const auto& a : ps_addresses)
     if (auto st = comm::query_ps_status(a, 5, access.credential, access.tls)) stale += static_cast<int64_t>(st->stale_pushes);

@@ -31,6 +31,12 @@ std::string codec_blob_name(int worker, size_t variable) {
   return "codec/" + std::to_string(worker) + "/" + std::to_string(variable);
 }
 
+// Where a cluster replica that is not the chief keeps its workers' codec
+// state (error-feedback residuals): the chief's checkpoint holds only its own.
+std::string codec_state_dir(const std::string& train_dir, int worker) {
+  return train_dir + "/codec-state/worker-" + std::to_string(worker);
+}
+
 }  // namespace
 
 uint64_t stream_seed(uint64_t seed, int64_t step, int worker, Purpose purpose) {
@@ -257,9 +263,25 @@ int64_t TrainingSession::restore() {
   optimizer_->load_state(opt->second);
   for (WorkerState& w : worker_) {
     w.sampler.restore_after(ck->step * cfg_.batch_size);
+    // The worker's codec state: in the checkpoint (in-process runs, the
+    // chief's workers) or in its own file at the same step (other replicas).
+    std::optional<Checkpoint> own;
+    const std::string own_path = checkpoint_path(codec_state_dir(cfg_.train_dir, w.global), ck->step);
     for (size_t v = 0; v < w.codecs.size(); ++v) {
-      auto it = ck->blobs.find(codec_blob_name(w.global, v));
-      if (it != ck->blobs.end()) w.codecs[v]->load_state(it->second);
+      const std::string name = codec_blob_name(w.global, v);
+      const BlobMap* blobs = &ck->blobs;
+      if (!blobs->count(name) && std::filesystem::exists(own_path)) {
+        if (!own) own = load_checkpoint(own_path);
+        blobs = &own->blobs;
+      }
+      if (auto it = blobs->find(name); it != blobs->end())
+        w.codecs[v]->load_state(it->second);
+      else if (w.codecs[v]->config().error_feedback)
+        std::fprintf(stderr,
+                     "warning: worker %d, variable %zu (%s): no error-feedback state for step %lld in %s or %s; "
+                     "its residual starts at zero\n",
+                     w.global, v, plan_[v].c_str(), static_cast<long long>(ck->step), ck->path.c_str(),
+                     own_path.c_str());
     }
   }
   if (!cfg_.quiet || fell_back)
@@ -282,6 +304,16 @@ void TrainingSession::save(int64_t step) {
   BlobMap blobs = codec_states();
   blobs["optimizer_state"] = optimizer_->save_state();
   save_checkpoint(cfg_.train_dir, step, state_tensors(), blobs, 3);
+}
+
+void TrainingSession::save_codec_states(int64_t step) {
+  if (cfg_.train_dir.empty()) return;
+  for (const WorkerState& w : worker_) {
+    BlobMap blobs;
+    for (size_t v = 0; v < w.codecs.size(); ++v)
+      if (auto state = w.codecs[v]->save_state(); !state.empty()) blobs[codec_blob_name(w.global, v)] = std::move(state);
+    if (!blobs.empty()) save_checkpoint(codec_state_dir(cfg_.train_dir, w.global), step, {}, blobs, 3);
+  }
 }
 
 void TrainingSession::next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels) {

@@ -105,6 +105,11 @@ class TrainingSession {
   void load_weights(const Checkpoint& ck);
   // Writes a checkpoint of this process's state at `step` (atomic, keeps 3).
   void save(int64_t step);
+  // A cluster replica other than the chief: its workers' codec state
+  // (error-feedback residuals) at `step`, in
+  // <train_dir>/codec-state/worker-<w>/ (atomic, keeps 3; nothing for
+  // stateless codecs). restore() reads it back at the chief's step.
+  void save_codec_states(int64_t step);
   // The checkpoint's tensors: weights, optimizer slots, EMA shadows.
   std::map<std::string, Tensor> state_tensors();
 

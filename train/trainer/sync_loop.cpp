@@ -67,9 +67,13 @@ class SyncLoop final : public ReplicaLoop {
         r_.step.state_into_session();
         run.evaluate(done);
       }
-      if (r_.chief && cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
-        r_.step.state_into_session();
-        r_.s.save(done);
+      if (cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
+        if (r_.chief) {
+          r_.step.state_into_session();
+          r_.s.save(done);
+        } else {
+          r_.s.save_codec_states(done);  // what the chief's checkpoint at this step does not hold
+        }
       }
     }
     if (r_.chief) r_.step.state_into_session();  // for the final evaluation, checkpoint and export
