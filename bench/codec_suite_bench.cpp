@@ -1,0 +1,214 @@
+// Encode speed of every codec of the suite (comm/codec_config.h), through the
+// GradientCodec interface a trainer calls, against the memory-bandwidth floor
+// measured in this same run.
+//
+//   ./bench/codec_suite_bench [--quick] [--sizes=16M,1M] [--specs=a;b;...]
+//
+// The floor. Any encoder reads its input once and writes its payload: 4n +
+// payload bytes. The floor is that traffic / (best read bandwidth of this
+// machine over the same buffer, all threads), measured before the codecs
+// and again after them (the best of both: a busy neighbour can only slow a
+// pass down). frac_of_floor = floor time / encode time; the target is >= 0.25
+// at 16M elements. (codec_cpu_bench counts TernGrad's two passes, 8n + n/4,
+// as its minimal traffic; this bench holds every codec to one pass.)
+//
+// Before timing, each codec's output is checked on the bench input: the
+// payload decodes to finite values that point the way of the gradient
+// (cosine > 0.05), and fp32 exactly. A codec that fails is reported and not
+// timed: timing a wrong codec is useless.
+//
+// Timing: encode of one variable, whole (one slice), with local_scale() first
+// for the codecs that share scales (as the trainer does: both are the
+// worker's cost). Best and median of several rounds, each repeating encode
+// until it has run >= 0.2 s (0.05 s with --quick).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "memory_baseline.h"
+#include "terngrad/comm/gradient_codec.h"
+#include "terngrad/quantize/cpu_features.h"
+
+namespace tc = terngrad::comm;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* const kDefaultSpecs[] = {
+    "fp32", "fp16", "terngrad", "terngrad:bucket=512", "qsgd:levels=127,bucket=512", "qsgd:levels=1,bucket=512",
+    "sign", "sign:scale=mean", "topk:ratio=0.01", "topk:ratio=0.001,values=fp16", "randomk:ratio=0.01",
+    "ef(terngrad)", "ef(sign:scale=mean)", "ef(topk:ratio=0.01)"};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(sep, start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+size_t parse_size(const std::string& s) {
+  const char unit = s.empty() ? '\0' : s.back();
+  const size_t mult = unit == 'M' ? (size_t{1} << 20) : unit == 'K' ? (size_t{1} << 10) : 1;
+  return static_cast<size_t>(std::stoull(mult == 1 ? s : s.substr(0, s.size() - 1))) * mult;
+}
+
+// One encode as a worker runs it.
+size_t encode_once(tc::GradientCodec& codec, std::span<const float> g, std::span<uint8_t> out, uint32_t step) {
+  tc::EncodeContext ctx;
+  ctx.tensor_id = 3;
+  ctx.step = step;
+  ctx.seed = terngrad::bench::kCodecSeed;
+  if (codec.wants_shared_scale()) ctx.shared_scale = codec.local_scale(g);
+  return codec.encode(g, ctx, out);
+}
+
+// Empty when the codec's output is plausible, else what is wrong.
+std::string check_codec(tc::GradientCodec& codec, const std::string& spec, std::span<const float> g) {
+  std::vector<uint8_t> out(codec.payload_bytes(g.size()));
+  try {
+    encode_once(codec, g, out, 1);
+    std::vector<float> d(g.size());
+    codec.decode(out, d);
+    double dot = 0, gg = 0, dd = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (!std::isfinite(d[i])) return "decoded element " + std::to_string(i) + " is not finite";
+      if (spec == "fp32" && d[i] != g[i]) return "fp32 does not round-trip at element " + std::to_string(i);
+      dot += static_cast<double>(d[i]) * g[i];
+      gg += static_cast<double>(g[i]) * g[i];
+      dd += static_cast<double>(d[i]) * d[i];
+    }
+    const double cosine = dot / std::sqrt(gg * dd);
+    if (!(cosine > 0.05)) return "decoded gradient has cosine " + std::to_string(cosine) + " with the input";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Timing {
+  double best_s = 0, median_s = 0;
+};
+
+Timing time_encode(tc::GradientCodec& codec, std::span<const float> g, int rounds, double min_round_s) {
+  std::vector<uint8_t> out(codec.payload_bytes(g.size()));
+  uint32_t step = 10;
+  encode_once(codec, g, out, step++);  // warm-up: first-touch of scratch buffers
+  std::vector<double> per_op;
+  for (int r = 0; r < rounds; ++r) {
+    size_t reps = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    do {
+      encode_once(codec, g, out, step++);
+      ++reps;
+      elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    } while (elapsed < min_round_s);
+    per_op.push_back(elapsed / static_cast<double>(reps));
+  }
+  std::sort(per_op.begin(), per_op.end());
+  return {per_op.front(), per_op[per_op.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::vector<size_t> sizes = {size_t{16} << 20, size_t{1} << 20};
+  std::vector<std::string> specs(std::begin(kDefaultSpecs), std::end(kDefaultSpecs));
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      for (const auto& s : split(a.substr(8), ',')) sizes.push_back(parse_size(s));
+    } else if (a.rfind("--specs=", 0) == 0) {
+      specs = split(a.substr(8), ';');
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--sizes=16M,1M] [--specs=spec;spec;...]\nunknown argument: %s\n",
+                   argv[0], a.c_str());
+      return 2;
+    }
+  }
+  if (const char* e = std::getenv("TG_BENCH_QUICK"); e && *e && std::strcmp(e, "0") != 0) quick = true;
+  if (quick) sizes = {size_t{1} << 20};
+  const int rounds = quick ? 2 : 5;
+  const double min_round_s = quick ? 0.05 : 0.2;
+
+  char cpu[512] = "unknown";
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "model name", 10) == 0) {
+        const char* c = std::strchr(line, ':');
+        std::snprintf(cpu, sizeof cpu, "%s", c ? c + 2 : line);
+        cpu[std::strcspn(cpu, "\n")] = '\0';
+        break;
+      }
+    std::fclose(f);
+  }
+  std::printf("codec_suite_bench: %s, SIMD level %s, %d threads\n", cpu,
+              terngrad::quantize::simd_level_name(terngrad::quantize::cpu_simd_level()), omp_get_max_threads());
+
+  int failures = 0;
+  for (const size_t n : sizes) {
+    tg_bench::AlignedArray<float> x(n);
+    terngrad::bench::fill_gradient(x.data(), n, terngrad::bench::kInputSeed);
+    const std::span<const float> g(x.data(), n);
+    const tg_bench::BandwidthSample before = tg_bench::measure_read_bandwidth(x.data(), n, true, rounds, min_round_s);
+    struct Row {
+      std::string spec;
+      std::string error;
+      size_t bytes = 0;
+      Timing t;
+    };
+    std::vector<Row> rows;
+    for (const std::string& spec : specs) {
+      Row row{spec, "", 0, {}};
+      std::unique_ptr<tc::GradientCodec> codec;
+      try {
+        codec = tc::make_codec(spec);
+      } catch (const std::exception& e) {
+        row.error = e.what();
+      }
+      if (codec && (row.error = check_codec(*codec, spec, g)).empty()) {
+        row.bytes = codec->payload_bytes(n);
+        row.t = time_encode(*codec, g, rounds, min_round_s);
+      }
+      rows.push_back(row);
+    }
+    const tg_bench::BandwidthSample after = tg_bench::measure_read_bandwidth(x.data(), n, true, rounds, min_round_s);
+    const double floor_bw = std::max(before.best, after.best);
+    std::printf("\nn = %s: read floor %.2f GB/s (best of before %.2f / after %.2f); %.3f ms to read the input\n",
+                terngrad::bench::size_label(n).c_str(), floor_bw / 1e9, before.best / 1e9, after.best / 1e9,
+                4e3 * static_cast<double>(n) / floor_bw);
+    std::printf("%-36s %10s %12s %12s %14s  %s\n", "codec", "bits/elem", "best ms", "median ms", "frac_of_floor",
+                "target >= 0.25");
+    for (const Row& r : rows) {
+      if (!r.error.empty()) {
+        std::printf("%-36s  FAILED: %s\n", r.spec.c_str(), r.error.c_str());
+        ++failures;
+        continue;
+      }
+      const double floor_s = (4.0 * static_cast<double>(n) + static_cast<double>(r.bytes)) / floor_bw;
+      const double frac = floor_s / r.t.best_s;
+      std::printf("%-36s %10.3f %12.3f %12.3f %14.3f  %s\n", r.spec.c_str(), 8.0 * r.bytes / n, r.t.best_s * 1e3,
+                  r.t.median_s * 1e3, frac, frac >= 0.25 ? "met" : "MISSED");
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
