@@ -1,5 +1,7 @@
 #include "experiment_config.h"
 
+#include "terngrad/comm/codec_config.h"
+
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
@@ -191,8 +193,15 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
 
   const Codec& k = cfg.codec();
   if (k.name().empty()) bad(source, "codec.name", "is required: fp32, terngrad or a registry codec", "\"\"");
-  if ((k.name() == "fp32" || is_terngrad(k)) && !k.spec().empty())
+  if (k.has_name() && (k.name() == "fp32" || is_terngrad(k)) && !k.spec().empty())
     bad(source, "codec.spec", "is for registry codecs; " + k.name() + " takes its own fields", "\"" + k.spec() + "\"");
+  if (!k.spec().empty()) {
+    try {
+      (void)terngrad::comm::parse_codec_config(k.spec());
+    } catch (const std::invalid_argument& e) {
+      bad(source, "codec.spec", e.what(), "\"" + k.spec() + "\"");
+    }
+  }
   check_positive(source, "codec.clip", k.clip());
   if (k.size_to_binarize() < 1) bad(source, "codec.size_to_binarize", "must be >= 1", num(k.size_to_binarize()));
 
@@ -272,7 +281,7 @@ int64_t training_steps(const ExperimentConfig& p, int64_t train_examples) {
 
 std::string codec_label(const ExperimentConfig& cfg) {
   const Codec& k = cfg.codec();
-  if (!k.spec().empty()) return k.spec().substr(0, k.spec().find(':'));
+  if (!k.spec().empty()) return terngrad::comm::to_spec(terngrad::comm::parse_codec_config(k.spec()));
   return k.name();
 }
 
@@ -323,14 +332,16 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
     flag("decay_steps", std::to_string(epochs_to_steps("optimizer.decay.decay_epochs", lr.decay_epochs(), train_examples, total_batch(p))));
 
   const Codec& k = p.codec();
-  if (k.name() == "fp32") {
+  if (!k.spec().empty()) {
+    flag("codec", k.spec());
+  } else if (k.name() == "fp32") {
     flag("grad_bits", "32");
   } else if (is_terngrad(k)) {
     flag("grad_bits", "2");
     flag("clip_factor", num(k.clip()));
     flag("share_scale", b(k.share_scale()));
   } else {
-    flag("codec", k.spec().empty() ? k.name() : k.spec());
+    flag("codec", k.name());
   }
   flag("size_to_binarize", std::to_string(k.size_to_binarize()));
   flag("quantize_logits", b(k.quantize_logits()));
