@@ -3,6 +3,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "capi_internal.h"
 
@@ -151,6 +152,27 @@ tg_status tg_codec_decode_accumulate(const tg_codec_t* codec, const uint8_t* pay
   return guarded(__func__, Operation::kDecode, [&] {
     const tg_codec& h = handle_of(codec);
     h.codec->decode_accumulate(bytes(payload, payload_bytes, "payload"), values(out, n, "out"));
+  });
+}
+
+tg_status tg_codec_save_state(const tg_codec_t* codec, uint8_t* buf, size_t capacity, size_t* out_length) {
+  return guarded(__func__, Operation::kOther, [&] {
+    const std::vector<uint8_t> state = handle_of(codec).codec->save_state();
+    if (out_length != nullptr) *out_length = state.size();
+    if (capacity < state.size())
+      throw ApiError(TG_ERR_BUFFER_TOO_SMALL, "capacity " + std::to_string(capacity) + " cannot hold the " +
+                                                  std::to_string(state.size()) + "-byte state");
+    if (!state.empty()) {
+      require(buf, "buf");
+      std::memcpy(buf, state.data(), state.size());
+    }
+  });
+}
+
+tg_status tg_codec_load_state(tg_codec_t* codec, const uint8_t* state, size_t length) {
+  return guarded(__func__, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    h.codec->load_state(length == 0 ? std::span<const uint8_t>() : bytes(state, length, "state"));
   });
 }
 

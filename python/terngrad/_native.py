@@ -84,6 +84,8 @@ def _declare(lib):
        ctypes.POINTER(ctypes.c_float), _u8_p, size, ctypes.POINTER(size))
     fn("tg_codec_decode", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
     fn("tg_codec_decode_accumulate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
+    fn("tg_codec_save_state", _c_tg_status, _codec_p, _u8_p, size, ctypes.POINTER(size))
+    fn("tg_codec_load_state", _c_tg_status, _codec_p, _u8_p, size)
 
 
 lib, _path = _load()

@@ -187,6 +187,22 @@ class Codec:
         """out += decoded payload (the all-gather reduction). Returns out."""
         return self._decode(lib.tg_codec_decode_accumulate, payload, out)
 
+    def state(self):
+        """The codec's state as bytes (ef(...) residuals; b"" for stateless
+        codecs): save it with a checkpoint, give it back with load_state()."""
+        length = ctypes.c_size_t()
+        lib.tg_codec_save_state(self._h(), None, 0, ctypes.byref(length))  # asks for the length
+        buf = (ctypes.c_uint8 * max(length.value, 1))()
+        check(lib.tg_codec_save_state(self._h(), buf, length.value, None))
+        return bytes(buf[:length.value])
+
+    def load_state(self, state):
+        """Restores a state() (bytes); a state that is not this codec's raises
+        and leaves the codec as it was."""
+        data = bytes(state)
+        buf = (ctypes.c_uint8 * max(len(data), 1)).from_buffer_copy(data.ljust(1, b"\0"))
+        check(lib.tg_codec_load_state(self._h(), buf, len(data)))
+
     def _decode(self, fn, payload, out):
         pptr, nbytes, _keep = _byte_view(payload, "payload", writable=False)
         optr, n = _float_view(out, "out", writable=True)

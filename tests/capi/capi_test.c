@@ -245,6 +245,45 @@ static void test_device_refusal(void) {
   tg_codec_destroy(c);
 }
 
+/* ef(<codec>): the state round-trips, a restored codec encodes what the
+ * original does, and a foreign state is refused with the state kept. */
+static void test_error_feedback_state(void) {
+  enum { N = 300 };
+  float g[N];
+  tg_codec_t *a = NULL, *b = NULL, *plain = NULL;
+  CHECK(tg_codec_create("ef(terngrad:share_scale=0)", &a) == TG_OK);
+  CHECK(tg_codec_create("ef(terngrad:share_scale=0)", &b) == TG_OK);
+  CHECK(tg_codec_create("fp16", &plain) == TG_OK);
+  size_t bytes = 0, len = 1;
+  CHECK(tg_codec_payload_bytes(a, N, &bytes) == TG_OK);
+  CHECK(tg_codec_save_state(a, NULL, 0, &len) == TG_OK && len == 0); /* nothing encoded yet */
+  uint8_t* pa = malloc(bytes);
+  uint8_t* pb = malloc(bytes);
+  for (uint32_t step = 0; step < 3; ++step) {
+    for (int i = 0; i < N; ++i) g[i] = (float)sin(0.37 * i + step) * 0.01f;
+    CHECK(tg_codec_encode(a, g, N, 1, step, 9, NULL, pa, bytes, NULL) == TG_OK);
+  }
+  CHECK(tg_codec_save_state(a, NULL, 0, &len) == TG_ERR_BUFFER_TOO_SMALL && len > (size_t)N * 4);
+  uint8_t* state = malloc(len);
+  CHECK(tg_codec_save_state(a, state, len, NULL) == TG_OK);
+  CHECK(tg_codec_load_state(b, state, len) == TG_OK);
+  for (int i = 0; i < N; ++i) g[i] = (float)cos(0.11 * i) * 0.02f;
+  CHECK(tg_codec_encode(a, g, N, 1, 3, 9, NULL, pa, bytes, NULL) == TG_OK);
+  CHECK(tg_codec_encode(b, g, N, 1, 3, 9, NULL, pb, bytes, NULL) == TG_OK);
+  CHECK(memcmp(pa, pb, bytes) == 0);
+  state[0] ^= 1; /* bad magic */
+  CHECK(tg_codec_load_state(b, state, len) == TG_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tg_last_error_message(), "magic") != NULL);
+  CHECK(tg_codec_load_state(plain, state, len) == TG_ERR_INVALID_ARGUMENT); /* stateless */
+  CHECK(tg_codec_load_state(plain, NULL, 0) == TG_OK);
+  free(state);
+  free(pa);
+  free(pb);
+  tg_codec_destroy(a);
+  tg_codec_destroy(b);
+  tg_codec_destroy(plain);
+}
+
 int main(void) {
   test_library();
   test_create();
@@ -254,6 +293,7 @@ int main(void) {
   test_errors();
   test_thread_local_message();
   test_device_refusal();
+  test_error_feedback_state();
   printf("capi_test: %d checks, %d failed (libterngrad %s, CUDA built %d)\n", g_checks, g_failed,
          tg_version(), tg_cuda_built());
   return g_failed == 0 ? 0 : 1;

@@ -79,6 +79,20 @@ class CodecTest(unittest.TestCase):
         c.encode(self.g, out=buf)
         self.assertEqual(bytes(buf), bytes(p))
 
+    def test_error_feedback_state_resumes(self):
+        a, b = terngrad.Codec("ef(fp16):momentum=0.5"), terngrad.Codec("ef(fp16):momentum=0.5")
+        self.assertEqual(a.state(), b"")
+        for step in range(3):
+            a.encode(self.g * (step + 1), step=step)
+        b.load_state(a.state())
+        np.testing.assert_array_equal(a.encode(self.g, step=3), b.encode(self.g, step=3))
+        self.assertEqual(a.state(), b.state())
+        bad = bytearray(a.state())
+        bad[0] ^= 1
+        with self.assertRaisesRegex(terngrad.TernGradError, "magic"):
+            b.load_state(bad)
+        self.assertEqual(a.state(), b.state())  # kept
+
     def test_refusals_name_the_problem(self):
         c = terngrad.Codec("terngrad")
         with self.assertRaisesRegex(TypeError, "grad must be float32, got float64"):

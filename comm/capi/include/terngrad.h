@@ -100,8 +100,11 @@ TG_API int tg_cuda_available(void);
 
 /* Creates a codec from a spec: "terngrad" (clip=2.5, share_scale=1),
  * "terngrad:clip=0" (s = max|g|), "terngrad:clip=2.5,share_scale=0",
- * "fp16", "fp32". An unknown name, key or value is TG_ERR_INVALID_ARGUMENT
- * with a message listing what is accepted. */
+ * "fp16", "fp32", "qsgd:levels=7", "sign:scale=mean", "topk:ratio=0.01",
+ * "randomk:ratio=0.01", and any of them under error feedback, "ef(topk)"
+ * (comm/include/terngrad/comm/codec_config.h lists every key). An unknown
+ * name, key or value is TG_ERR_INVALID_ARGUMENT with a message listing what
+ * is accepted. Device pointers take fp32, fp16 and terngrad without ef(). */
 TG_API tg_status tg_codec_create(const char* spec, tg_codec_t** out_codec);
 /* Releases a codec (NULL is a no-op). */
 TG_API void tg_codec_destroy(tg_codec_t* codec);
@@ -144,6 +147,20 @@ TG_API tg_status tg_codec_decode(const tg_codec_t* codec, const uint8_t* payload
 /* out[0, n) += decoded payload: the all-gather / server-side reduction. */
 TG_API tg_status tg_codec_decode_accumulate(const tg_codec_t* codec, const uint8_t* payload,
                                             size_t payload_bytes, float* out, uint64_t n);
+
+/* The codec's state carried between steps: error-feedback residuals of an
+ * "ef(<codec>)" codec (empty for stateless codecs, and before the first
+ * encode). Written to buf (capacity bytes); *out_length (optional) receives
+ * its length; capacity below it is TG_ERR_BUFFER_TOO_SMALL (buf = NULL,
+ * capacity = 0 asks for the length). Save it with your checkpoints. */
+TG_API tg_status tg_codec_save_state(const tg_codec_t* codec, uint8_t* buf, size_t capacity,
+                                     size_t* out_length);
+
+/* Restores a state from tg_codec_save_state() (length 0: back to no state).
+ * A state that is not this codec's (damaged, another codec, momentum buffer
+ * mismatch) is TG_ERR_INVALID_ARGUMENT and the codec keeps its state; one
+ * from a tensor of another size is refused at the next encode. */
+TG_API tg_status tg_codec_load_state(tg_codec_t* codec, const uint8_t* state, size_t length);
 
 /* ---- device pointers (CUDA builds) ------------------------------------ */
 
