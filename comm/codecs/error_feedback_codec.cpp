@@ -39,6 +39,8 @@ namespace {
 constexpr uint32_t kStateMagic = 0x46454754u;  // "TGEF" read as little-endian u32
 constexpr uint32_t kStateVersion = 1;
 constexpr size_t kStateHeaderBytes = 20;
+// Below this many elements the OpenMP team costs more than the pass.
+constexpr size_t kParallelElements = size_t{1} << 17;
 
 class ErrorFeedbackCodec final : public GradientCodec {
  public:
@@ -68,18 +70,35 @@ class ErrorFeedbackCodec final : public GradientCodec {
     if (!prepared || prepared->data != grad.data() || prepared->size != grad.size()) prepare(grad);
     const std::span<const float> p(corrected_);
     inner_->encode_slices(p, ctx, slices, outs);  // throws before any state changes
+    const size_t n = grad.size();
 
-    // What each slice's payload decodes to; elements outside every slice were not sent.
-    sent_.assign(grad.size(), 0.0f);
+    if (params_.momentum == 0.0f) {
+      // e' = p - d in two passes rather than four: d - p is accumulated onto
+      // -p by the inner codec's own decode_accumulate, and 0 - (d - p) is
+      // exactly p - d (round-to-nearest is symmetric; 0 - x, not -x, gives
+      // +0 where d == p, as p - d does). Elements outside
+      // every slice keep e' = p: nothing of them was sent.
+      float* e = residual_.data();
+      const float* pp = p.data();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+      for (size_t i = 0; i < n; ++i) e[i] = -pp[i];
+      for (size_t i = 0; i < slices.size(); ++i)
+        inner_->decode_accumulate(outs[i].first(inner_->payload_bytes(slices[i].count)),
+                                  residual_span().subspan(slices[i].begin, slices[i].count));
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+      for (size_t i = 0; i < n; ++i) e[i] = 0.0f - e[i];  // not -e[i]: d == p must give +0, as p - d does
+      return;
+    }
+    // Momentum masking needs what was sent, element by element.
+    sent_.assign(n, 0.0f);
     for (size_t i = 0; i < slices.size(); ++i) {
       const std::span<float> part = std::span<float>(sent_).subspan(slices[i].begin, slices[i].count);
       inner_->decode(outs[i].first(inner_->payload_bytes(slices[i].count)), part);
     }
-    for (size_t i = 0; i < grad.size(); ++i) residual_[i] = p[i] - sent_[i];
-    if (params_.momentum != 0.0f) {
-      momentum_.swap(momentum_next_);
-      for (size_t i = 0; i < grad.size(); ++i)
-        if (sent_[i] != 0.0f) momentum_[i] = 0.0f;
+    momentum_.swap(momentum_next_);
+    for (size_t i = 0; i < n; ++i) {
+      residual_[i] = p[i] - sent_[i];
+      if (sent_[i] != 0.0f) momentum_[i] = 0.0f;
     }
   }
 
@@ -162,7 +181,11 @@ class ErrorFeedbackCodec final : public GradientCodec {
                                   " (a state from another variable?)");
     corrected_.resize(n);
     if (params_.momentum == 0.0f) {
-      for (size_t i = 0; i < n; ++i) corrected_[i] = g[i] + residual_[i];
+      float* p = corrected_.data();
+      const float* e = residual_.data();
+      const float* gg = g.data();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+      for (size_t i = 0; i < n; ++i) p[i] = gg[i] + e[i];
       return;
     }
     if (momentum_.empty()) momentum_.assign(n, 0.0f);
@@ -173,6 +196,8 @@ class ErrorFeedbackCodec final : public GradientCodec {
       corrected_[i] = momentum_next_[i] + residual_[i];
     }
   }
+
+  std::span<float> residual_span() { return residual_; }
 
   static void store_floats(const std::vector<float>& v, uint8_t* out) {
     for (size_t i = 0; i < v.size(); ++i) {

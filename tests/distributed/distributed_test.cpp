@@ -111,6 +111,31 @@ TEST_F(Distributed, SyncOnePsTwoWorkersTrainTheInProcessWeightsBitForBit) {
   }
 }
 
+// One cluster run per codec family against the in-process trainer, bit for
+// bit: the codecs' payloads cross the ps and their sums come back as the
+// in-process aggregate. Sparse codecs select per slice (a ps shard), so they
+// are compared with variables sent whole (--max_shard_bytes=0); QSGD's
+// buckets sit at absolute positions, so it is compared sharded.
+TEST_F(Distributed, EveryCodecFamilyTrainsTheInProcessWeightsBitForBit) {
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"--codec='ef(terngrad)'", "ef-terngrad"},
+      {"--codec='qsgd:levels=7,bucket=512'", "qsgd"},
+      {"--codec='sign:scale=mean'", "sign-mean"},
+      {"--codec='sign:vote=sign' --initial_learning_rate=0.0001", "sign-vote"},
+      {"--codec='ef(topk:ratio=0.05)' --max_shard_bytes=0", "ef-topk"},
+      {"--codec='randomk:ratio=0.05,rescale=1' --max_shard_bytes=0", "randomk"},
+  };
+  for (const auto& [codec, tag] : runs) {
+    SCOPED_TRACE(codec);
+    const std::string flags = model_flags(8, codec);
+    const Proc a = in_process("inproc-" + tag, 2, flags);
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    const Proc b = cluster("cluster-" + tag, "--num_ps=1 --chief=false --num_workers=2", flags);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    expect_same_weights("inproc-" + tag, "cluster-" + tag);
+  }
+}
+
 TEST_F(Distributed, TwoPsTasksWithShardedVariablesEqualOne) {
   const std::string flags = model_flags(10, "--grad_bits=2 --min_shard_bytes=65536");
   const Proc one = cluster("one", "--num_ps=1 --num_workers=1", flags);
