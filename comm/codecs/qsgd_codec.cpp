@@ -1,0 +1,493 @@
+// "qsgd:levels=S,bucket=B": QSGD (Alistarh et al. 2017). Payload format:
+// comm/codecs/FORMATS.md, "## qsgd" (normative, including the arithmetic an
+// encoder must use so that every build gives the same bytes).
+//
+// Buckets are B elements at absolute positions of the variable (bucket j is
+// elements [jB, (j+1)B)); each bucket's L2 norm is computed from the whole
+// bucket (16 float64 lanes, fixed order), and element i draws its random word
+// from Philox4x32-10 keyed by the seed with counter (i/4, step, tensor id),
+// word i%4. So a slice's bytes depend only on the whole variable and the
+// slice, never on how the variable is cut.
+//
+// Speed: the encoder makes one pass per bucket (the norm, then the levels
+// while the bucket is still in cache). The per-element work (Philox words,
+// levels, fields) is written as plain loops that GCC vectorizes; they are
+// compiled three times (baseline x86-64, AVX2, AVX-512 via target attributes)
+// and picked by terngrad::quantize::cpu_simd_level() (TG_CPU_SIMD forces a
+// level). The file is compiled with -ffp-contract=off, so every copy does the
+// same float32 operations and gives the same bytes;
+// tests/comm/qsgd_codec_test.cpp checks each level against a float64 scalar
+// reference written from FORMATS.md.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "builtin_codecs.h"
+#include "slices.h"
+#include "terngrad/quantize/cpu_features.h"
+#include "terngrad/quantize/format.h"
+#include "terngrad/quantize/philox.h"
+
+namespace terngrad::comm::detail {
+
+namespace {
+
+namespace tq = terngrad::quantize;
+
+constexpr uint32_t kQsgdMagicLe32 = 0x53514754u;  // "TGQS"
+constexpr uint8_t kQsgdVersion = 1;
+constexpr size_t kQsgdHeaderBytes = 32;
+constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffBits = 5, kOffLevels = 6, kOffBucket = 8, kOffFirst = 12,
+                 kOffCount = 16, kOffReserved = 24, kOffCrc = 28;
+constexpr int kNormLanes = 16;
+constexpr size_t kChunk = 128;  // elements per Philox batch (32 blocks)
+
+uint32_t field_bits(uint32_t levels) { return 1u + static_cast<uint32_t>(std::bit_width(levels)); }
+
+// Norm slots a payload of n elements carries: the most buckets n elements
+// starting at a multiple of 4 can touch.
+uint64_t norm_slots(uint64_t n, uint64_t bucket) { return n == 0 ? 0 : (n + bucket - 4 + bucket - 1) / bucket; }
+// Buckets a slice of n elements starting at offset `first` (begin % B) touches.
+uint64_t used_slots(uint64_t n, uint64_t first, uint64_t bucket) {
+  return n == 0 ? 0 : (first + n + bucket - 1) / bucket;
+}
+
+// ---------------------------------------------------------------- kernels
+// Each is always_inline into the per-target wrappers below, so the loops are
+// vectorized for that target.
+#define TG_QSGD_INLINE inline __attribute__((always_inline))
+
+// Sum of squares of x[0, len) in float64: element m into lane m % 16, in
+// index order; the lanes fold as lane[l] += lane[l + o] for o = 8, 4, 2, 1.
+TG_QSGD_INLINE double sum_squares_impl(const float* x, size_t len) {
+  double lane[kNormLanes] = {};
+  size_t m = 0;
+  for (; m + kNormLanes <= len; m += kNormLanes)
+    for (int l = 0; l < kNormLanes; ++l) {
+      const double v = static_cast<double>(x[m + l]);
+      lane[l] += v * v;
+    }
+  for (int l = 0; m + l < len; ++l) {
+    const double v = static_cast<double>(x[m + l]);
+    lane[l] += v * v;
+  }
+  for (int o = kNormLanes / 2; o >= 1; o /= 2)
+    for (int l = 0; l < o; ++l) lane[l] += lane[l + o];
+  return lane[0];
+}
+
+// Philox4x32-10 words for the kChunk elements of kChunk/4 blocks starting at
+// block k0: words[4b + j] is word j of block k0 + b. The portable copy runs
+// philox.h block by block; the x86 copies run 8 (AVX-512) or 4 (AVX2) blocks
+// per vector, one 32-bit word in the low half of each 64-bit lane (the
+// 32x32->64 multiply reads only the low halves; the garbage the high halves
+// collect is masked off when the words are stored).
+constexpr int kBlocks = kChunk / 4;
+
+TG_QSGD_INLINE void philox_words_portable(uint64_t k0, uint32_t step, uint32_t tensor_id, uint64_t seed,
+                                          uint32_t* words) {
+  const tq::Philox4x32Key key{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
+  for (int b = 0; b < kBlocks; ++b) {
+    const uint64_t k = k0 + static_cast<uint64_t>(b);
+    const tq::Philox4x32Counter r =
+        tq::philox4x32_10({{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), step, tensor_id}}, key);
+    for (int j = 0; j < 4; ++j) words[4 * b + j] = r.v[j];
+  }
+}
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics start from a self-initialized "undefined"
+// vector (avx512fintrin.h), which -Wuninitialized reports once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void philox_words_avx512(
+    uint64_t k0, uint32_t step, uint32_t tensor_id, uint64_t seed, uint32_t* words) {
+  using namespace tq::philox_constants;
+  constexpr int kVecs = kBlocks / 8;
+  __m512i c0[kVecs], c1[kVecs], c2[kVecs], c3[kVecs];
+  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  for (int v = 0; v < kVecs; ++v) {
+    const __m512i k = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(k0 + 8 * v)), lane);
+    c0[v] = k;
+    c1[v] = _mm512_srli_epi64(k, 32);
+    c2[v] = _mm512_set1_epi64(step);
+    c3[v] = _mm512_set1_epi64(tensor_id);
+  }
+  const __m512i m0 = _mm512_set1_epi64(kMul0), m1 = _mm512_set1_epi64(kMul1);
+  uint32_t ka = static_cast<uint32_t>(seed), kb = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < kRounds; ++round) {
+    const __m512i vka = _mm512_set1_epi64(ka), vkb = _mm512_set1_epi64(kb);
+    for (int v = 0; v < kVecs; ++v) {
+      const __m512i p0 = _mm512_mul_epu32(c0[v], m0);
+      const __m512i p1 = _mm512_mul_epu32(c2[v], m1);
+      c0[v] = _mm512_xor_si512(_mm512_srli_epi64(p1, 32), _mm512_xor_si512(c1[v], vka));
+      c2[v] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), _mm512_xor_si512(c3[v], vkb));
+      c1[v] = p1;
+      c3[v] = p0;
+    }
+    ka += kWeyl0;
+    kb += kWeyl1;
+  }
+  const __m512i low = _mm512_set1_epi64(0xFFFFFFFFll);
+  const __m512i first = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), second = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+  for (int v = 0; v < kVecs; ++v) {
+    // Lane b: (word0 | word1 << 32) and (word2 | word3 << 32) of block 8v + b.
+    const __m512i w01 = _mm512_or_si512(_mm512_and_si512(c0[v], low), _mm512_slli_epi64(c1[v], 32));
+    const __m512i w23 = _mm512_or_si512(_mm512_and_si512(c2[v], low), _mm512_slli_epi64(c3[v], 32));
+    _mm512_storeu_si512(words + 32 * v, _mm512_permutex2var_epi64(w01, first, w23));
+    _mm512_storeu_si512(words + 32 * v + 16, _mm512_permutex2var_epi64(w01, second, w23));
+  }
+}
+#pragma GCC diagnostic pop
+
+__attribute__((target("avx2"))) void philox_words_avx2(uint64_t k0, uint32_t step, uint32_t tensor_id,
+                                                       uint64_t seed, uint32_t* words) {
+  using namespace tq::philox_constants;
+  constexpr int kVecs = kBlocks / 4;
+  __m256i c0[kVecs], c1[kVecs], c2[kVecs], c3[kVecs];
+  const __m256i lane = _mm256_set_epi64x(3, 2, 1, 0);
+  for (int v = 0; v < kVecs; ++v) {
+    const __m256i k = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(k0 + 4 * v)), lane);
+    c0[v] = k;
+    c1[v] = _mm256_srli_epi64(k, 32);
+    c2[v] = _mm256_set1_epi64x(step);
+    c3[v] = _mm256_set1_epi64x(tensor_id);
+  }
+  const __m256i m0 = _mm256_set1_epi64x(kMul0), m1 = _mm256_set1_epi64x(kMul1);
+  uint32_t ka = static_cast<uint32_t>(seed), kb = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < kRounds; ++round) {
+    const __m256i vka = _mm256_set1_epi64x(ka), vkb = _mm256_set1_epi64x(kb);
+    for (int v = 0; v < kVecs; ++v) {
+      const __m256i p0 = _mm256_mul_epu32(c0[v], m0);
+      const __m256i p1 = _mm256_mul_epu32(c2[v], m1);
+      c0[v] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(c1[v], vka));
+      c2[v] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(c3[v], vkb));
+      c1[v] = p1;
+      c3[v] = p0;
+    }
+    ka += kWeyl0;
+    kb += kWeyl1;
+  }
+  const __m256i low = _mm256_set1_epi64x(0xFFFFFFFFll);
+  for (int v = 0; v < kVecs; ++v) {
+    const __m256i w01 = _mm256_or_si256(_mm256_and_si256(c0[v], low), _mm256_slli_epi64(c1[v], 32));
+    const __m256i w23 = _mm256_or_si256(_mm256_and_si256(c2[v], low), _mm256_slli_epi64(c3[v], 32));
+    const __m256i lo = _mm256_unpacklo_epi64(w01, w23);  // blocks 0, 2
+    const __m256i hi = _mm256_unpackhi_epi64(w01, w23);  // blocks 1, 3
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 16 * v), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 16 * v + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+}
+#endif
+
+// Fields (level << 1 | sign) of len <= kChunk elements of one bucket whose
+// divisor is div (the norm, or 1 for an all-zero bucket). FORMATS.md step 3.
+TG_QSGD_INLINE void fields_impl(const float* g, size_t len, float div, float levels, const uint32_t* words,
+                                uint16_t* fields) {
+  for (size_t i = 0; i < len; ++i) {
+    const float a = std::fabs(g[i]);
+    const float q = a / div;
+    const float r = q * levels;
+    const uint32_t l = static_cast<uint32_t>(static_cast<int32_t>(r));
+    const float frac = r - static_cast<float>(static_cast<int32_t>(l));
+    const float u = static_cast<float>(static_cast<int32_t>(words[i] >> 8));
+    const uint32_t level = l + (u < frac * 16777216.0f ? 1u : 0u);
+    const uint32_t neg = std::bit_cast<uint32_t>(g[i]) >> 31;
+    fields[i] = static_cast<uint16_t>((level << 1) | (level != 0 ? neg : 0u));
+  }
+}
+
+struct Kernels {
+  double (*sum_squares)(const float*, size_t);
+  void (*philox_words)(uint64_t, uint32_t, uint32_t, uint64_t, uint32_t*);
+  void (*fields)(const float*, size_t, float, float, const uint32_t*, uint16_t*);
+};
+
+#define TG_QSGD_KERNELS(NAME, ATTR)                                                                           \
+  ATTR double NAME##_sum_squares(const float* x, size_t len) { return sum_squares_impl(x, len); }             \
+  ATTR void NAME##_fields(const float* g, size_t len, float div, float lv, const uint32_t* w, uint16_t* f) { \
+    fields_impl(g, len, div, lv, w, f);                                                                       \
+  }                                                                                                           \
+  constexpr Kernels k##NAME = {NAME##_sum_squares, philox_words_##NAME, NAME##_fields};
+
+TG_QSGD_KERNELS(portable, )
+#if defined(__x86_64__)
+TG_QSGD_KERNELS(avx2, __attribute__((target("avx2,fma,bmi2"))))
+TG_QSGD_KERNELS(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))))
+#endif
+
+const Kernels& kernels() {
+#if defined(__x86_64__)
+  switch (tq::cpu_simd_level()) {
+    case tq::SimdLevel::kAvx512: return kavx512;
+    case tq::SimdLevel::kAvx2: return kavx2;
+    default: break;
+  }
+#endif
+  return kportable;
+}
+
+// ---------------------------------------------------------------- packing
+// A little-endian bit stream: field e of width w at bits [e*w, (e+1)*w).
+struct BitWriter {
+  uint8_t* p;
+  uint64_t acc = 0;
+  uint32_t nbits = 0;
+  TG_QSGD_INLINE void put(uint32_t f, uint32_t w) {
+    acc |= static_cast<uint64_t>(f) << nbits;
+    nbits += w;
+    if (nbits >= 32) {
+      tq::store_le32(p, static_cast<uint32_t>(acc));
+      p += 4;
+      acc >>= 32;
+      nbits -= 32;
+    }
+  }
+  void flush() {  // the last partial bytes; unused bits are zero
+    for (; nbits > 0; nbits = nbits >= 8 ? nbits - 8 : 0) {
+      *p++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+    }
+  }
+};
+
+uint32_t read_field(const uint8_t* body, uint64_t e, uint32_t w) {
+  const uint64_t bit = e * w;
+  const uint8_t* p = body + (bit >> 3);
+  const uint32_t s = static_cast<uint32_t>(bit & 7);
+  const uint32_t need = (s + w + 7) / 8;  // bytes the field spans, <= 3
+  uint32_t v = p[0];
+  if (need > 1) v |= static_cast<uint32_t>(p[1]) << 8;
+  if (need > 2) v |= static_cast<uint32_t>(p[2]) << 16;
+  return (v >> s) & ((1u << w) - 1);
+}
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
+class QsgdCodec final : public GradientCodec {
+ public:
+  explicit QsgdCodec(const QsgdParams& p) : params_(p), bits_(field_bits(p.levels)) {
+    if (p.levels < 1 || p.levels > 32767)
+      throw std::invalid_argument("qsgd: levels=" + std::to_string(p.levels) + " is outside 1..32767");
+    if (p.bucket < 4 || p.bucket % 4 != 0)
+      throw std::invalid_argument("qsgd: bucket=" + std::to_string(p.bucket) + " must be a multiple of 4, >= 4");
+  }
+
+  std::string spec() const override { return to_spec(config()); }
+  CodecConfig config() const override { return {params_, std::nullopt}; }
+
+  size_t payload_bytes(uint64_t n) const override {
+    const uint64_t slots = norm_slots(n, params_.bucket);
+    if (n > (std::numeric_limits<uint64_t>::max() / 2 - 64) / bits_)
+      throw std::invalid_argument("qsgd payload_bytes: element count " + std::to_string(n) + " is too large");
+    return kQsgdHeaderBytes + 4 * slots + (n * bits_ + 7) / 8;
+  }
+
+  void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                     std::span<const std::span<uint8_t>> outs) override {
+    check_slices("qsgd", grad.size(), slices, outs, *this);
+    const Kernels& k = kernels();
+    for (size_t i = 0; i < slices.size(); ++i) encode_one(k, grad, ctx, slices[i], outs[i].data());
+  }
+
+  void decode(std::span<const uint8_t> payload, std::span<float> out) const override { decode_impl(payload, out, false); }
+  void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
+    decode_impl(payload, out, true);
+  }
+  void validate(std::span<const uint8_t> payload, uint64_t n) const override { check(payload, n, "validate"); }
+
+ private:
+  struct Parsed {
+    uint64_t n, first, used, slots;
+    const uint8_t* norms;
+    const uint8_t* body;
+  };
+
+  void encode_one(const Kernels& k, std::span<const float> grad, const EncodeContext& ctx, const ElementRange& s,
+                  uint8_t* out) const {
+    const uint64_t B = params_.bucket, N = grad.size();
+    const uint64_t first = s.begin % B, used = used_slots(s.count, first, B), slots = norm_slots(s.count, B);
+    uint8_t* h = out;
+    tq::store_le32(h + kOffMagic, kQsgdMagicLe32);
+    h[kOffVersion] = kQsgdVersion;
+    h[kOffBits] = static_cast<uint8_t>(bits_);
+    h[kOffLevels] = static_cast<uint8_t>(params_.levels);
+    h[kOffLevels + 1] = static_cast<uint8_t>(params_.levels >> 8);
+    tq::store_le32(h + kOffBucket, static_cast<uint32_t>(B));
+    tq::store_le32(h + kOffFirst, static_cast<uint32_t>(first));
+    tq::store_le64(h + kOffCount, s.count);
+    tq::store_le32(h + kOffReserved, 0);
+    tq::store_le32(h + kOffCrc, tq::crc32_ieee(h, kOffCrc));
+    uint8_t* norms = out + kQsgdHeaderBytes;
+    for (uint64_t j = used; j < slots; ++j) tq::store_le32(norms + 4 * j, 0);  // the unused slot: +0.0
+    BitWriter bw{norms + 4 * slots};
+    const float levels = static_cast<float>(params_.levels);
+    alignas(64) uint32_t words[kChunk];
+    alignas(64) uint16_t fields[kChunk];
+    const uint64_t end = s.begin + s.count;
+    for (uint64_t j = 0; j < used; ++j) {
+      const uint64_t b0 = (s.begin / B + j) * B, b1 = std::min(b0 + B, N);
+      const double sumsq = k.sum_squares(grad.data() + b0, b1 - b0);
+      if (!std::isfinite(sumsq)) throw_non_finite(grad, b0, b1);
+      const double nd = std::sqrt(sumsq);
+      // Saturates: a norm above FLT_MAX is sent as FLT_MAX (every |g| <= FLT_MAX still).
+      const float norm = nd > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max()
+                                                                : static_cast<float>(nd);
+      tq::store_le32(norms + 4 * j, std::bit_cast<uint32_t>(norm));
+      const float div = norm > 0.0f ? norm : 1.0f;
+      for (uint64_t e = std::max(b0, s.begin); e < std::min(b1, end); e += kChunk) {
+        const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, std::min(b1, end) - e));
+        k.philox_words(e / 4, ctx.step, ctx.tensor_id, ctx.seed, words);
+        k.fields(grad.data() + e, len, div, levels, words, fields);
+        pack(bw, fields, len);
+      }
+    }
+    bw.flush();
+  }
+
+  void pack(BitWriter& bw, const uint16_t* f, size_t len) const {
+    if (bits_ == 8 && bw.nbits == 0) {  // byte-aligned fast paths: a narrowing copy
+      for (size_t i = 0; i < len; ++i) bw.p[i] = static_cast<uint8_t>(f[i]);
+      bw.p += len;
+      return;
+    }
+    if (bits_ == 16 && bw.nbits == 0) {
+      for (size_t i = 0; i < len; ++i) {
+        bw.p[2 * i] = static_cast<uint8_t>(f[i]);
+        bw.p[2 * i + 1] = static_cast<uint8_t>(f[i] >> 8);
+      }
+      bw.p += 2 * len;
+      return;
+    }
+    const uint32_t w = bits_;
+    for (size_t i = 0; i < len; ++i) bw.put(f[i], w);
+  }
+
+  [[noreturn]] static void throw_non_finite(std::span<const float> grad, uint64_t b0, uint64_t b1) {
+    for (uint64_t i = b0; i < b1; ++i)
+      if (!std::isfinite(grad[i]))
+        throw std::invalid_argument("qsgd encode: element " + std::to_string(i) + " is " +
+                                    (std::isnan(grad[i]) ? "NaN" : "infinite"));
+    throw std::logic_error("qsgd encode: non-finite bucket sum without a non-finite element");
+  }
+
+  // Every check of FORMATS.md "A decoder rejects", before anything is written.
+  Parsed check(std::span<const uint8_t> payload, uint64_t expect_n, const char* op) const {
+    const std::string pre = std::string("qsgd ") + op + ": ";
+    if (payload.size() < kQsgdHeaderBytes)
+      throw std::runtime_error(pre + "payload has " + std::to_string(payload.size()) + " bytes, less than the " +
+                               std::to_string(kQsgdHeaderBytes) + "-byte header");
+    const uint8_t* h = payload.data();
+    if (const uint32_t m = tq::load_le32(h + kOffMagic); m != kQsgdMagicLe32)
+      throw std::runtime_error(pre + "bad magic " + hex32(m) + " (expected " + hex32(kQsgdMagicLe32) + ", \"TGQS\")");
+    if (h[kOffVersion] != kQsgdVersion)
+      throw std::runtime_error(pre + "unsupported version " + std::to_string(h[kOffVersion]));
+    if (const uint32_t crc = tq::crc32_ieee(h, kOffCrc), got = tq::load_le32(h + kOffCrc); crc != got)
+      throw std::runtime_error(pre + "header CRC " + hex32(got) + " does not match the header (" + hex32(crc) + ")");
+    const uint32_t levels = h[kOffLevels] | (static_cast<uint32_t>(h[kOffLevels + 1]) << 8);
+    if (levels != params_.levels)
+      throw std::runtime_error(pre + "payload has levels=" + std::to_string(levels) + ", this codec levels=" +
+                               std::to_string(params_.levels));
+    if (h[kOffBits] != bits_)
+      throw std::runtime_error(pre + "payload has " + std::to_string(h[kOffBits]) + " bits per element, levels=" +
+                               std::to_string(levels) + " needs " + std::to_string(bits_));
+    if (const uint32_t b = tq::load_le32(h + kOffBucket); b != params_.bucket)
+      throw std::runtime_error(pre + "payload has bucket=" + std::to_string(b) + ", this codec bucket=" +
+                               std::to_string(params_.bucket));
+    const uint64_t first = tq::load_le32(h + kOffFirst);
+    if (first >= params_.bucket || first % 4 != 0)
+      throw std::runtime_error(pre + "first bucket offset " + std::to_string(first) +
+                               " is not a multiple of 4 below the bucket size " + std::to_string(params_.bucket));
+    if (const uint32_t r = tq::load_le32(h + kOffReserved); r != 0)
+      throw std::runtime_error(pre + "reserved header bytes 24-27 are " + hex32(r) + " (must be 0)");
+    const uint64_t n = tq::load_le64(h + kOffCount);
+    if (n > (uint64_t{1} << 56))
+      throw std::runtime_error(pre + "element count " + std::to_string(n) + " is implausibly large");
+    if (const size_t want = payload_bytes(n); payload.size() != want)
+      throw std::runtime_error(pre + "payload has " + std::to_string(payload.size()) + " bytes, " +
+                               std::to_string(n) + " elements take exactly " + std::to_string(want));
+    if (n != expect_n)
+      throw std::invalid_argument(pre + "output has " + std::to_string(expect_n) + " elements, payload has " +
+                                  std::to_string(n));
+    Parsed p{n, first, used_slots(n, first, params_.bucket), norm_slots(n, params_.bucket), h + kQsgdHeaderBytes,
+             nullptr};
+    p.body = p.norms + 4 * p.slots;
+    for (uint64_t j = 0; j < p.slots; ++j) {
+      const uint32_t bits = tq::load_le32(p.norms + 4 * j);
+      const float v = std::bit_cast<float>(bits);
+      if (j >= p.used) {
+        if (bits != 0)
+          throw std::runtime_error(pre + "unused norm slot " + std::to_string(j) + " holds " + hex32(bits) +
+                                   " (must be 0)");
+      } else if (!std::isfinite(v) || (bits >> 31) != 0) {
+        throw std::runtime_error(pre + "norm " + std::to_string(j) + " is " +
+                                 (std::isnan(v) ? "NaN" : std::isinf(v) ? "infinite" : "negative") + " (" +
+                                 hex32(bits) + ")");
+      }
+    }
+    const uint32_t w = bits_;
+    const uint64_t B = params_.bucket;
+    for (uint64_t j = 0; j < p.used; ++j) {
+      const uint64_t e0 = j == 0 ? 0 : j * B - first, e1 = std::min(n, (j + 1) * B - first);
+      const bool zero_norm = tq::load_le32(p.norms + 4 * j) == 0;
+      for (uint64_t e = e0; e < e1; ++e) {
+        const uint32_t f = read_field(p.body, e, w), level = f >> 1;
+        if (level > levels || (f == 1) || (zero_norm && level != 0))
+          throw std::runtime_error(pre + "element " + std::to_string(e) + " has level " + std::to_string(level) +
+                                   (f & 1 ? " negative" : "") +
+                                   (level > levels ? " above levels=" + std::to_string(levels)
+                                    : f == 1     ? " (a negative zero, not canonical)"
+                                                 : " in a bucket whose norm is 0"));
+      }
+    }
+    const uint64_t bits_used = n * w, body_bytes = (bits_used + 7) / 8;
+    if (bits_used % 8 != 0 && (p.body[body_bytes - 1] >> (bits_used % 8)) != 0)
+      throw std::runtime_error(pre + "nonzero padding bits in the last body byte");
+    return p;
+  }
+
+  void decode_impl(std::span<const uint8_t> payload, std::span<float> out, bool accumulate) const {
+    const Parsed p = check(payload, out.size(), accumulate ? "decode_accumulate" : "decode");
+    const uint64_t B = params_.bucket;
+    const double S = params_.levels;
+    const uint32_t w = bits_;
+    float* o = out.data();
+    for (uint64_t j = 0; j < p.used; ++j) {
+      const uint64_t e0 = j == 0 ? 0 : j * B - p.first, e1 = std::min(p.n, (j + 1) * B - p.first);
+      const double norm = std::bit_cast<float>(tq::load_le32(p.norms + 4 * j));
+      for (uint64_t e = e0; e < e1; ++e) {
+        const uint32_t f = w == 8 ? p.body[e] : read_field(p.body, e, w);
+        float v = static_cast<float>(norm * static_cast<double>(f >> 1) / S);
+        if (f & 1) v = -v;
+        if (accumulate)
+          o[e] += v;
+        else
+          o[e] = v;
+      }
+    }
+  }
+
+  QsgdParams params_;
+  uint32_t bits_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params) {
+  return std::make_unique<QsgdCodec>(params);
+}
+
+}  // namespace terngrad::comm::detail

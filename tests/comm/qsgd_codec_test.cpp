@@ -1,0 +1,385 @@
+// The qsgd codec against a scalar float64 reference written from
+// comm/codecs/FORMATS.md ("## qsgd"): bytes at every SIMD level, slicing
+// invariance, unbiasedness, round trips, malformed payloads, specs.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "codec_test_util.h"
+#include "terngrad/quantize/cpu_features.h"
+#include "terngrad/quantize/format.h"
+#include "terngrad/quantize/philox.h"
+
+namespace tc = terngrad::comm;
+namespace tq = terngrad::quantize;
+using namespace codec_test;
+
+namespace {
+
+// ---------------------------------------------------------------- reference
+struct Ref {
+  uint32_t S, B;
+  uint32_t w() const { return 1 + std::bit_width(S); }
+  uint64_t slots(uint64_t n) const { return n == 0 ? 0 : (n + B - 4 + B - 1) / B; }
+  size_t bytes(uint64_t n) const { return 32 + 4 * slots(n) + (n * w() + 7) / 8; }
+
+  // FORMATS.md step 1: 16 float64 lanes, fold 8, 4, 2, 1; sqrt; float32, saturated.
+  static float norm(std::span<const float> b) {
+    double lane[16] = {};
+    for (size_t m = 0; m < b.size(); ++m) lane[m % 16] += static_cast<double>(b[m]) * b[m];
+    for (int o = 8; o >= 1; o /= 2)
+      for (int l = 0; l < o; ++l) lane[l] += lane[l + o];
+    const double r = std::sqrt(lane[0]);
+    return r > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : static_cast<float>(r);
+  }
+  static uint32_t word(uint64_t i, const tc::EncodeContext& c) {
+    const uint64_t k = i / 4;
+    const auto r = tq::philox4x32_10({{uint32_t(k), uint32_t(k >> 32), c.step, c.tensor_id}},
+                                     {{uint32_t(c.seed), uint32_t(c.seed >> 32)}});
+    return r.v[i % 4];
+  }
+  // Level of |g| in a bucket of norm `norm`: float64 arithmetic rounded to
+  // float32 after each operation (exactly the float32 operations).
+  uint32_t level(float g, float norm, uint32_t word) const {
+    const double div = norm > 0 ? norm : 1.0;
+    const float q = static_cast<float>(std::fabs(static_cast<double>(g)) / div);
+    const float r = static_cast<float>(static_cast<double>(q) * S);
+    const double l = std::floor(static_cast<double>(r));
+    const double frac = static_cast<double>(r) - l;
+    return static_cast<uint32_t>(l) + (static_cast<double>(word >> 8) < frac * 16777216.0 ? 1 : 0);
+  }
+  std::vector<uint8_t> encode(std::span<const float> g, uint64_t begin, uint64_t n, const tc::EncodeContext& c) const {
+    std::vector<uint8_t> out(bytes(n), 0);
+    const uint64_t first = begin % B, used = n == 0 ? 0 : (first + n + B - 1) / B;
+    tq::store_le32(out.data(), 0x53514754u);
+    out[4] = 1;
+    out[5] = static_cast<uint8_t>(w());
+    out[6] = S & 0xFF;
+    out[7] = S >> 8;
+    tq::store_le32(out.data() + 8, B);
+    tq::store_le32(out.data() + 12, static_cast<uint32_t>(first));
+    tq::store_le64(out.data() + 16, n);
+    tq::store_le32(out.data() + 28, tq::crc32_ieee(out.data(), 28));
+    std::vector<float> norms;
+    for (uint64_t j = 0; j < used; ++j) {
+      const uint64_t b0 = (begin / B + j) * B, b1 = std::min<uint64_t>(b0 + B, g.size());
+      norms.push_back(norm(g.subspan(b0, b1 - b0)));
+      tq::store_le32(out.data() + 32 + 4 * j, std::bit_cast<uint32_t>(norms.back()));
+    }
+    uint8_t* body = out.data() + 32 + 4 * slots(n);
+    for (uint64_t e = 0; e < n; ++e) {
+      const uint64_t i = begin + e;
+      const uint32_t lv = level(g[i], norms[i / B - begin / B], word(i, c));
+      const uint32_t f = (lv << 1) | (lv != 0 && std::signbit(g[i]) ? 1 : 0);
+      for (uint32_t b = 0; b < w(); ++b)
+        if (f >> b & 1) body[(e * w() + b) / 8] |= uint8_t(1u << ((e * w() + b) % 8));
+    }
+    return out;
+  }
+  // Decoded value: float32(norm * l / S), negated when the sign bit is set.
+  std::vector<float> decode(std::span<const float> g, uint64_t begin, uint64_t n, const tc::EncodeContext& c) const {
+    std::vector<float> v(n);
+    for (uint64_t e = 0; e < n; ++e) {
+      const uint64_t i = begin + e, b0 = i / B * B;
+      const float nm = norm(g.subspan(b0, std::min<uint64_t>(b0 + B, g.size()) - b0));
+      const uint32_t lv = level(g[i], nm, word(i, c));
+      const float x = static_cast<float>(static_cast<double>(nm) * lv / S);
+      v[e] = lv != 0 && std::signbit(g[i]) ? -x : x;
+    }
+    return v;
+  }
+};
+
+tc::EncodeContext ctx(uint64_t seed, uint32_t step = 5, uint32_t tid = 9) {
+  tc::EncodeContext c;
+  c.seed = seed;
+  c.step = step;
+  c.tensor_id = tid;
+  return c;
+}
+
+std::unique_ptr<tc::GradientCodec> qsgd(uint32_t S, uint32_t B) {
+  return tc::make_codec("qsgd:levels=" + std::to_string(S) + ",bucket=" + std::to_string(B));
+}
+
+struct LevelGuard {
+  tq::SimdLevel saved = tq::cpu_simd_level();
+  ~LevelGuard() { tq::set_cpu_simd_level(saved); }
+};
+
+void expect_rejected_saying(const tc::GradientCodec& c, std::span<const uint8_t> p, size_t n, const std::string& what) {
+  expect_rejected(c, p, n);
+  std::vector<float> out(n);
+  try {
+    c.decode(p, out);
+    ADD_FAILURE() << "accepted; expected a message with \"" << what << "\"";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+  EXPECT_ANY_THROW(c.validate(p, n));
+}
+
+void refresh_crc(std::vector<uint8_t>& p) { tq::store_le32(p.data() + 28, tq::crc32_ieee(p.data(), 28)); }
+
+}  // namespace
+
+TEST(QsgdCodec, BytesMatchTheFloat64ReferenceAtEverySimdLevel) {
+  LevelGuard guard;
+  for (auto [S, B] : {std::pair{127u, 512u}, {1u, 4u}, {15u, 64u}, {5u, 36u}, {32767u, 128u}, {255u, 1000u}}) {
+    const Ref ref{S, B};
+    auto codec = qsgd(S, B);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{129}, size_t{1031}, size_t{5000}}) {
+      auto g = normal_floats(n, n + S, 0.3f);
+      if (n > 100) {
+        std::fill(g.begin() + 40, g.begin() + 80, 0.0f);  // an all-zero bucket for small B
+        g[90] = -0.0f;
+        g[91] = 1e-42f;  // denormal
+      }
+      const auto c = ctx(0x1234567890ull + n, 3, S);
+      const auto want = ref.encode(g, 0, n, c);
+      ASSERT_EQ(codec->payload_bytes(n), want.size());
+      for (tq::SimdLevel lv : tq::supported_simd_levels()) {
+        SCOPED_TRACE(std::string(tq::simd_level_name(lv)) + " S=" + std::to_string(S) + " B=" +
+                     std::to_string(B) + " n=" + std::to_string(n));
+        tq::set_cpu_simd_level(lv);
+        ASSERT_EQ(encode(*codec, g, c), want);
+      }
+      std::vector<float> out(n);
+      codec->decode(want, out);
+      const auto dec = ref.decode(g, 0, n, c);
+      for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(out[i], dec[i])) << i << " " << out[i] << " " << dec[i];
+    }
+  }
+}
+
+TEST(QsgdCodec, HugeAndTinyValues) {
+  const Ref ref{7, 8};
+  auto codec = qsgd(7, 8);
+  std::vector<float> g = {3e38f, -3e38f, 3e38f, 1.0f, 1e-45f, -1e-45f, 0.0f, 2e-45f, 5.0f, -7.0f, 0.0f, 0.0f};
+  const auto c = ctx(77);
+  const auto p = encode(*codec, g, c);
+  EXPECT_EQ(p, ref.encode(g, 0, g.size(), c));
+  EXPECT_EQ(tq::load_le32(p.data() + 32), std::bit_cast<uint32_t>(std::numeric_limits<float>::max()));
+  std::vector<float> out(g.size());
+  codec->decode(p, out);
+  for (float x : out) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(QsgdCodec, SlicesOfAnyAlignedCutDecodeToTheWholeDecoding) {
+  LevelGuard guard;
+  std::mt19937_64 rng(3);
+  for (auto [S, B] : {std::pair{127u, 512u}, {3u, 12u}, {15u, 64u}, {2047u, 100u}}) {
+    auto codec = qsgd(S, B);
+    const Ref ref{S, B};
+    const size_t n = 3001;
+    const auto g = normal_floats(n, S * 7 + B);
+    const auto c = ctx(99, 11, 4);
+    std::vector<float> whole(n);
+    codec->decode(encode(*codec, g, c), whole);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<uint64_t> cuts = {0, n};
+      for (int k = 0; k < 1 + trial % 5; ++k) cuts.push_back(rng() % (n / 4 + 1) * 4);
+      if (trial == 0) cuts.push_back(B + 4);
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+      std::vector<tc::ElementRange> slices;
+      std::vector<std::vector<uint8_t>> bufs;
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+        slices.push_back({cuts[k], cuts[k + 1] - cuts[k]});
+        bufs.emplace_back(codec->payload_bytes(slices.back().count));
+      }
+      std::vector<std::span<uint8_t>> outs(bufs.begin(), bufs.end());
+      for (tq::SimdLevel lv : tq::supported_simd_levels()) {
+        tq::set_cpu_simd_level(lv);
+        codec->encode_slices(g, c, slices, outs);
+        for (size_t k = 0; k < slices.size(); ++k) {
+          ASSERT_EQ(bufs[k], ref.encode(g, slices[k].begin, slices[k].count, c)) << k;
+          std::vector<float> part(slices[k].count);
+          codec->decode(bufs[k], part);
+          for (size_t e = 0; e < part.size(); ++e)
+            ASSERT_TRUE(same_bits(part[e], whole[slices[k].begin + e])) << slices[k].begin + e;
+        }
+      }
+    }
+  }
+}
+
+// E[decode] = g. 2000 seeds per element; z = (mean - g) / (sd / sqrt(2000))
+// with sd the exact per-draw standard deviation (norm/S)*sqrt(p(1-p)). The
+// mean of 2000 Bernoulli draws is close to normal; |z| < 5.5 has a two-sided
+// false-alarm rate of about 4e-8 per element, 3e-5 for the 768 elements
+// below (the seeds are fixed, so the test is deterministic anyway). Elements
+// with p = 0 (exact levels) must decode exactly every time.
+TEST(QsgdCodec, UnbiasedOverManySeeds) {
+  constexpr int kSeeds = 2000;
+  for (auto [S, B] : {std::pair{1u, 64u}, {4u, 32u}, {127u, 256u}}) {
+    auto codec = qsgd(S, B);
+    const size_t n = 256;
+    auto g = normal_floats(n, 1000 + S, 2.0f);
+    g[7] = 0.0f;
+    std::vector<double> sum(n, 0.0);
+    std::vector<float> out(n);
+    for (int s = 0; s < kSeeds; ++s) {
+      codec->decode(encode(*codec, g, ctx(0xC0FFEEull * (s + 1), 1, 2)), out);
+      for (size_t i = 0; i < n; ++i) sum[i] += out[i];
+    }
+    double max_z = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t b0 = i / B * B;
+      const double nm = Ref::norm(std::span<const float>(g).subspan(b0, std::min<size_t>(B, n - b0)));
+      const double unit = nm / S, r = std::fabs(g[i]) / nm * S, p = r - std::floor(r);
+      const double mean = sum[i] / kSeeds, sd = unit * std::sqrt(p * (1 - p));
+      if (sd == 0) {
+        ASSERT_NEAR(mean, g[i], 1e-6 * std::fabs(g[i])) << i;
+        continue;
+      }
+      const double z = (mean - g[i]) / (sd / std::sqrt(double(kSeeds)));
+      max_z = std::max(max_z, std::fabs(z));
+      ASSERT_LT(std::fabs(z), 5.5) << "S=" << S << " element " << i << " g=" << g[i] << " mean=" << mean;
+    }
+    EXPECT_GT(max_z, 0.5);  // the draws do vary
+  }
+}
+
+TEST(QsgdCodec, DecodeAccumulateAndDefaultAggregate) {
+  auto codec = qsgd(15, 64);
+  const auto g1 = normal_floats(300, 1), g2 = normal_floats(300, 2);
+  const auto p1 = encode(*codec, g1, ctx(1)), p2 = encode(*codec, g2, ctx(2));
+  std::vector<float> d1(300), d2(300), acc(300, 0.5f);
+  codec->decode(p1, d1);
+  codec->decode(p2, d2);
+  codec->decode_accumulate(p1, acc);
+  for (size_t i = 0; i < 300; ++i) ASSERT_EQ(acc[i], 0.5f + d1[i]);
+  codec->validate(p1, 300);
+  EXPECT_FALSE(codec->sums_without_decoding());
+  std::vector<uint8_t> agg;
+  const std::span<const uint8_t> ps[2] = {p1, p2};
+  codec->aggregate(ps, 300, agg);
+  std::vector<float> sum(300);
+  codec->decode_aggregate(agg, sum);
+  for (size_t i = 0; i < 300; ++i) ASSERT_EQ(sum[i], (0.0f + d1[i]) + d2[i]);
+}
+
+TEST(QsgdCodec, NonFiniteInputsNamed) {
+  auto codec = qsgd(127, 16);
+  auto g = normal_floats(100, 3);
+  g[37] = NAN;
+  std::vector<uint8_t> out(codec->payload_bytes(100));
+  try {
+    codec->encode(g, {}, out);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("element 37 is NaN"), std::string::npos) << e.what();
+  }
+  g[37] = -INFINITY;
+  EXPECT_THROW(codec->encode(g, {}, out), std::invalid_argument);
+}
+
+TEST(QsgdCodec, MalformedPayloadsAreRejectedNamingTheProblem) {
+  const uint32_t S = 5, B = 8;  // 4 bits per element: level 6, 7 are invalid
+  auto codec = qsgd(S, B);
+  const size_t n = 22;  // from element 8: buckets 1..3 (3 used), 4 slots; 88 bits
+  auto g = normal_floats(40, 4);
+  std::fill(g.begin() + 16, g.begin() + 24, 0.0f);  // bucket 2: norm 0
+  std::vector<uint8_t> good(codec->payload_bytes(n));
+  const tc::ElementRange r{8, n};
+  const std::span<uint8_t> outs[1] = {good};
+  codec->encode_slices(g, ctx(5), std::span(&r, 1), outs);
+  ASSERT_EQ(good.size(), 32 + 4 * 4 + 11u);
+  ASSERT_EQ(tq::load_le32(good.data() + 12), 0u);
+  codec->validate(good, n);
+  const size_t norms = 32, body = 32 + 16;
+
+  auto bad = good;
+  bad[0] ^= 1;
+  expect_rejected_saying(*codec, bad, n, "bad magic");
+  bad = good;
+  bad[4] = 2;
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "version");
+  bad = good;
+  bad[17] ^= 1;
+  expect_rejected_saying(*codec, bad, n, "CRC");
+  bad = good;
+  bad[6] = 6;
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "levels=6");
+  bad = good;
+  bad[5] = 5;
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "bits per element");
+  bad = good;
+  tq::store_le32(bad.data() + 8, 12);
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "bucket=12");
+  bad = good;
+  tq::store_le32(bad.data() + 12, 6);
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "first bucket offset");
+  bad = good;
+  bad[25] = 1;
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "reserved");
+  expect_rejected_saying(*codec, std::span(good).first(good.size() - 1), n, "take exactly");
+  bad = good;
+  bad.push_back(0);
+  expect_rejected_saying(*codec, bad, n, "take exactly");
+  bad = good;
+  tq::store_le64(bad.data() + 16, n + 1);
+  refresh_crc(bad);
+  expect_rejected_saying(*codec, bad, n, "take exactly");
+  expect_rejected_saying(*codec, good, n - 1, "output has");
+  for (auto [bits, what] : {std::pair{0x7FC00000u, "NaN"}, {0x7F800000u, "infinite"}, {0xBF800000u, "negative"},
+                            {0x80000000u, "negative"}}) {
+    bad = good;
+    tq::store_le32(bad.data() + norms + 4, bits);
+    expect_rejected_saying(*codec, bad, n, what);
+  }
+  bad = good;
+  tq::store_le32(bad.data() + norms + 12, 0x3F800000u);  // the unused fourth slot
+  expect_rejected_saying(*codec, bad, n, "unused norm slot 3");
+  bad = good;
+  bad[body] = static_cast<uint8_t>((bad[body] & 0xF0) | (7 << 1));  // element 0: level 7 > 5
+  expect_rejected_saying(*codec, bad, n, "above levels=5");
+  bad = good;
+  bad[body] = static_cast<uint8_t>((bad[body] & 0xF0) | 1);  // level 0 with the sign bit
+  expect_rejected_saying(*codec, bad, n, "negative zero");
+  bad = good;
+  bad[body + 5] = static_cast<uint8_t>((bad[body + 5] & 0xF0) | 2);  // element 10 (absolute 18, bucket 2), level 1
+  expect_rejected_saying(*codec, bad, n, "norm is 0");
+  // 88 bits fill 11 bytes exactly: the padding check needs an odd count.
+  {
+    std::vector<uint8_t> p21(codec->payload_bytes(21));
+    const tc::ElementRange r21{8, 21};
+    const std::span<uint8_t> o21[1] = {p21};
+    codec->encode_slices(g, ctx(5), std::span(&r21, 1), o21);
+    codec->validate(p21, 21);
+    p21.back() |= 0x80;
+    expect_rejected_saying(*codec, p21, 21, "padding");
+  }
+  expect_rejected_saying(*qsgd(5, 16), good, n, "bucket=8");
+  expect_rejected(*codec, encode(*tc::make_codec("fp32"), std::span<const float>(g).first(n)), n);
+}
+
+TEST(QsgdCodec, SpecsAndPayloadSizes) {
+  for (const char* s : {"qsgd", "qsgd:levels=1,bucket=4", "qsgd:bucket=64,levels=15"}) {
+    auto c = tc::make_codec(s);
+    EXPECT_EQ(tc::make_codec(c->spec())->spec(), c->spec());
+    EXPECT_EQ(c->config(), tc::parse_codec_config(s));
+  }
+  EXPECT_EQ(tc::make_codec("qsgd")->spec(), "qsgd:levels=127,bucket=512");
+  auto c = tc::make_codec(tc::CodecConfig{tc::QsgdParams{.levels = 15, .bucket = 64}, std::nullopt});
+  EXPECT_EQ(c->spec(), "qsgd:levels=15,bucket=64");
+  EXPECT_THROW(tc::make_codec("qsgd:levels=0"), std::invalid_argument);
+  EXPECT_THROW(tc::make_codec("qsgd:bucket=6"), std::invalid_argument);
+  // 5 bits per element (S = 15); slots: the most buckets n elements starting
+  // at a multiple of 4 touch.
+  EXPECT_EQ(c->payload_bytes(0), 32u);
+  EXPECT_EQ(c->payload_bytes(1), 32u + 4 + 1);
+  EXPECT_EQ(c->payload_bytes(4), 32u + 4 + 3);
+  EXPECT_EQ(c->payload_bytes(5), 32u + 8 + 4);  // from offset 60: two buckets
+  EXPECT_EQ(c->payload_bytes(64), 32u + 8 + 40);
+  EXPECT_EQ(c->payload_bytes(68), 32u + 8 + 43);
+  EXPECT_EQ(c->payload_bytes(69), 32u + 12 + 44);
+}
