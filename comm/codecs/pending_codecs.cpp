@@ -15,7 +15,5 @@ namespace {
 
 std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams&) { pending("qsgd"); }
 std::unique_ptr<GradientCodec> make_sign_codec(const SignParams&) { pending("sign"); }
-std::unique_ptr<GradientCodec> make_topk_codec(const TopKParams&) { pending("topk"); }
-std::unique_ptr<GradientCodec> make_randomk_codec(const RandomKParams&) { pending("randomk"); }
 
 }  // namespace terngrad::comm::detail
