@@ -161,8 +161,8 @@ SelectScratch& scratch() {
   return s;
 }
 
-constexpr size_t kSampleSize = 4096;
-constexpr size_t kSampleFrom = 8 * kSampleSize;  // smaller slices: every element is a candidate
+constexpr size_t kSampleLines = 1024, kSampleRun = 16;
+constexpr size_t kSampleFrom = 4 * kSampleLines * kSampleRun;  // smaller slices: every element is a candidate
 
 }  // namespace
 
@@ -185,21 +185,23 @@ void topk_select(std::span<const float> x, uint64_t k, std::vector<uint32_t>& id
   if (n == 0) return;
   SelectScratch& s = scratch();
 
-  // Threshold from a sample: element floor(i * n / S) + (a hash of i) mod (n / S)
-  // for i < S. The sample's rank-r magnitude (descending) with r a little
-  // above k/n * S leaves somewhat more than k candidates.
+  // Threshold from a sample: kSampleLines runs of kSampleRun consecutive
+  // elements (a cache line each), run i starting near i * n / kSampleLines.
+  // The sample's rank-r magnitude (descending), r a little above
+  // k/n * sample size, leaves somewhat more than k candidates.
   size_t rank = 0;  // a rank >= the sample size means t = 0
   s.sample.clear();
   if (k < n && n >= kSampleFrom) {
-    const uint64_t stride = n / kSampleSize;
-    for (uint64_t i = 0; i < kSampleSize; ++i) {
-      const uint64_t jitter = ((i * 0x9E3779B97F4A7C15ull) >> 32) % stride;
-      s.sample.push_back(abs_bits(x[i * n / kSampleSize + jitter]));
+    const uint64_t stride = n / kSampleLines;  // >= 4 * kSampleRun
+    for (uint64_t i = 0; i < kSampleLines; ++i) {
+      const uint64_t jitter = (((i * 0x9E3779B97F4A7C15ull) >> 32) % (stride - kSampleRun)) & ~uint64_t{15};
+      const float* run = x.data() + i * stride + jitter;
+      for (size_t j = 0; j < kSampleRun; ++j) s.sample.push_back(abs_bits(run[j]));
     }
-    const double q = static_cast<double>(k) / static_cast<double>(n) * kSampleSize;
-    rank = static_cast<size_t>(1.25 * q + 3.0 * std::sqrt(q) + 4.0);
+    const double q = static_cast<double>(k) / static_cast<double>(n) * static_cast<double>(s.sample.size());
+    rank = static_cast<size_t>(1.1 * q + 3.0 * std::sqrt(q) + 4.0);
   } else {
-    rank = kSampleSize;
+    rank = kSampleLines * kSampleRun;
   }
   for (;;) {
     uint32_t t = 0;
