@@ -389,3 +389,15 @@ TEST(TopKCodec, EncodeRejectsNonFinite) {
 }
 
 }  // namespace
+
+namespace {
+// The worked example of FORMATS_SPARSE.md.
+TEST(EliasFano, FormatDocExample) {
+  const std::vector<uint32_t> idx = {1, 6, 7, 13};
+  ASSERT_EQ(terngrad::comm::detail::elias_fano_bytes(16, 4), 2u);
+  uint8_t b[2] = {0xFF, 0xFF};
+  terngrad::comm::detail::elias_fano_encode(idx, 16, b);
+  EXPECT_EQ(b[0], 0x79);
+  EXPECT_EQ(b[1], 0x4D);
+}
+}  // namespace
