@@ -112,7 +112,10 @@ const std::vector<Flag>& flags() {
       {"share_scale", "TernGrad scale sharing (max over workers)", TG_BOOL(share_scale)},
       {"size_to_binarize", "variables smaller than this stay fp32", TG_INT(size_to_binarize)},
       {"quantize_logits", "ternarize the logits layer too", TG_BOOL(quantize_logits)},
-      {"codec", "explicit codec spec (e.g. fp16, terngrad:clip=2.5), overrides grad_bits", TG_STR(codec)},
+      {"codec", "explicit codec spec, overrides grad_bits: fp32, fp16, terngrad[:clip=C,share_scale=S,bucket=B], "
+               "qsgd[:levels=S,bucket=B], sign[:scale=none|mean,vote=counts|sign], topk[:ratio=R,values=fp32|fp16], "
+               "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M] (comm/codec_config.h)",
+       TG_STR(codec)},
       {"train_dir", "checkpoints, metrics.jsonl, model.safetensors", TG_STR(train_dir)},
       {"seed", "seed of init, data order, augmentation, dropout and the codec",
        [](TrainConfig& c, const std::string& v) {
