@@ -44,7 +44,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const char* const kDefaultSpecs[] = {
-    "fp32", "fp16", "terngrad", "terngrad:bucket=512", "qsgd:levels=127,bucket=512", "qsgd:levels=1,bucket=512",
+    "fp32", "fp16", "terngrad", "terngrad:share_scale=0", "qsgd:levels=127,bucket=512", "qsgd:levels=7,bucket=512",
+    "qsgd:levels=1,bucket=512",
     "sign", "sign:scale=mean", "topk:ratio=0.01", "topk:ratio=0.001,values=fp16", "randomk:ratio=0.01",
     "ef(terngrad)", "ef(sign:scale=mean)", "ef(topk:ratio=0.01)"};
 
