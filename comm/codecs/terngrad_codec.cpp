@@ -44,7 +44,10 @@ class TernGradCodec final : public GradientCodec {
  public:
   explicit TernGradCodec(const TernGradParams& params)
       : params_(params), clip_(params.clip), share_scale_(params.share_scale) {
-    if (params.bucket != 0) throw std::invalid_argument("terngrad: bucket= is not built in this version");  // TEMPORARY
+    // The bucketed payload format is not written yet (issue 16): the spec
+    // parses, the codec refuses it by name rather than ignore it.
+    if (params.bucket != 0)
+      throw std::invalid_argument("codec \"" + to_spec(config()) + "\": bucket= is not supported yet (one scale per variable only)");
   }
 
   std::string spec() const override { return to_spec(config()); }
