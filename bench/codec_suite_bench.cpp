@@ -61,10 +61,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// "16M", "64K", "1000"; 0 on anything else (the caller names the argument).
 size_t parse_size(const std::string& s) {
   const char unit = s.empty() ? '\0' : s.back();
   const size_t mult = unit == 'M' ? (size_t{1} << 20) : unit == 'K' ? (size_t{1} << 10) : 1;
-  return static_cast<size_t>(std::stoull(mult == 1 ? s : s.substr(0, s.size() - 1))) * mult;
+  const std::string digits = mult == 1 ? s : s.substr(0, s.size() - 1);
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return static_cast<size_t>(std::stoull(digits)) * mult;
 }
 
 // One encode as a worker runs it.
@@ -136,7 +139,14 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a.rfind("--sizes=", 0) == 0) {
       sizes.clear();
-      for (const auto& s : split(a.substr(8), ',')) sizes.push_back(parse_size(s));
+      for (const auto& s : split(a.substr(8), ',')) {
+        sizes.push_back(parse_size(s));
+        if (sizes.back() == 0) {
+          std::fprintf(stderr, "--sizes: \"%s\" is not a size (a positive count, optionally with K or M: 16M)\n",
+                       s.c_str());
+          return 2;
+        }
+      }
     } else if (a.rfind("--specs=", 0) == 0) {
       specs = split(a.substr(8), ';');
     } else {

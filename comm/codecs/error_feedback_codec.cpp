@@ -45,9 +45,10 @@ constexpr size_t kParallelElements = size_t{1} << 17;
 class ErrorFeedbackCodec final : public GradientCodec {
  public:
   ErrorFeedbackCodec(std::unique_ptr<GradientCodec> inner, const ErrorFeedbackParams& params)
-      : inner_(std::move(inner)), params_(params) {}
+      : inner_(std::move(inner)), params_(params), spec_(to_spec(config())) {}
 
-  std::string spec() const override { return to_spec(config()); }
+  // Printed once: encode_slices() names the codec in its checks every step.
+  std::string spec() const override { return spec_; }
   CodecConfig config() const override {
     CodecConfig c = inner_->config();
     c.error_feedback = params_;
@@ -215,6 +216,7 @@ class ErrorFeedbackCodec final : public GradientCodec {
 
   std::unique_ptr<GradientCodec> inner_;
   ErrorFeedbackParams params_;
+  std::string spec_;
   std::vector<float> residual_, momentum_;  // the state
   std::vector<float> corrected_, momentum_next_, sent_;  // scratch of one step
   std::optional<Prepared> prepared_;
