@@ -19,6 +19,9 @@ std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params);
 std::unique_ptr<GradientCodec> make_sign_codec(const SignParams& params);
 std::unique_ptr<GradientCodec> make_topk_codec(const TopKParams& params);
 std::unique_ptr<GradientCodec> make_randomk_codec(const RandomKParams& params);
+// server_ef(<inner>): inner encodes on the workers; the server re-encodes
+// the sum with a codec of inner's config.
+std::unique_ptr<GradientCodec> make_server_error_feedback_codec(std::unique_ptr<GradientCodec> inner);
 std::unique_ptr<GradientCodec> make_error_feedback_codec(std::unique_ptr<GradientCodec> inner,
                                                          const ErrorFeedbackParams& params);
 

@@ -141,20 +141,48 @@ std::string codec_name(const CodecParams& params) {
   return s.substr(0, s.find(':'));
 }
 
+namespace {
+
+// "server_ef(<inner>)" or "<inner>", into config (ctx names the whole spec).
+void parse_server_part(std::string_view spec, const std::string& ctx, CodecConfig& config) {
+  if (spec.starts_with("ef("))
+    throw std::invalid_argument(ctx + ": ef() goes outside: ef(server_ef(...)), or it is one error feedback too many");
+  if (!spec.starts_with("server_ef(")) {
+    config.params = parse_params(spec);
+    return;
+  }
+  constexpr size_t kOpen = sizeof("server_ef(") - 1;
+  if (!spec.ends_with(")"))
+    throw std::invalid_argument(ctx + ": server_ef(...) takes no keys and ends with ')'; found \"" + std::string(spec) + "\"");
+  const std::string_view inner = spec.substr(kOpen, spec.size() - kOpen - 1);
+  if (inner.empty()) throw std::invalid_argument(ctx + ": server_ef() needs a codec inside, e.g. server_ef(terngrad)");
+  if (inner.starts_with("server_ef(")) throw std::invalid_argument(ctx + ": server_ef(server_ef(...)) is one too many");
+  if (inner.starts_with("ef("))
+    throw std::invalid_argument(ctx + ": ef() goes outside server_ef(): ef(server_ef(...)) (the workers' residual is theirs)");
+  config.params = parse_params(inner);
+  // The server encodes the sum: a codec that sends only signs would turn
+  // every sum into +-1 and its residual would grow without bound.
+  if (const auto* sign = std::get_if<SignParams>(&config.params); sign && sign->scale == SignScale::kNone)
+    throw std::invalid_argument(ctx + ": server_ef(sign:scale=none) would send +-1 for every sum; use sign:scale=mean");
+  config.server_error_feedback = ServerErrorFeedbackParams{};
+}
+
+}  // namespace
+
 CodecConfig parse_codec_config(std::string_view spec) {
   CodecConfig config;
+  const std::string ctx = "codec spec \"" + std::string(spec) + "\"";
   if (!spec.starts_with("ef(")) {
-    config.params = parse_params(spec);
+    parse_server_part(spec, ctx, config);
     return config;
   }
-  const std::string ctx = "codec spec \"" + std::string(spec) + "\"";
   const size_t close = spec.rfind(')');
   if (close == std::string_view::npos) throw std::invalid_argument(ctx + ": \"ef(\" has no closing ')'");
   const std::string_view inner = spec.substr(3, close - 3), after = spec.substr(close + 1);
   if (inner.starts_with("ef("))
     throw std::invalid_argument(ctx + ": ef(ef(...)) is one error feedback too many");
   if (inner.empty()) throw std::invalid_argument(ctx + ": ef() needs a codec inside, e.g. ef(terngrad)");
-  config.params = parse_params(inner);
+  parse_server_part(inner, ctx, config);
   ErrorFeedbackParams ef;
   if (!after.empty()) {
     if (after[0] != ':')
@@ -169,7 +197,8 @@ CodecConfig parse_codec_config(std::string_view spec) {
 }
 
 std::string to_spec(const CodecConfig& config) {
-  const std::string inner = params_spec(config.params);
+  std::string inner = params_spec(config.params);
+  if (config.server_error_feedback) inner = "server_ef(" + inner + ")";
   if (!config.error_feedback) return inner;
   std::string s = "ef(" + inner + ")";
   if (config.error_feedback->momentum != 0.0f) s += ":momentum=" + format_float(config.error_feedback->momentum);

@@ -112,6 +112,14 @@ class ErrorFeedbackCodec final : public GradientCodec {
                  std::vector<uint8_t>& out) const override {
     inner_->aggregate(payloads, n, out);
   }
+  bool aggregate_keeps_state() const override { return inner_->aggregate_keeps_state(); }
+  void aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const AggregateContext& ctx,
+                      std::vector<uint8_t>& state, std::vector<uint8_t>& out) const override {
+    inner_->aggregate_step(payloads, n, ctx, state, out);
+  }
+  void validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const override {
+    inner_->validate_aggregate_state(state, n);
+  }
   void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
     inner_->decode_aggregate(aggregate, out);
   }

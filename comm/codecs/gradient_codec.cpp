@@ -25,6 +25,21 @@ void GradientCodec::aggregate(std::span<const std::span<const uint8_t>> payloads
   detail::write_fp32_payload(sum, out);
 }
 
+void GradientCodec::aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                                   const AggregateContext& ctx, std::vector<uint8_t>& state,
+                                   std::vector<uint8_t>& out) const {
+  (void)ctx;
+  (void)state;
+  aggregate(payloads, n, out);
+}
+
+void GradientCodec::validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const {
+  (void)n;
+  if (!state.empty())
+    throw std::invalid_argument(spec() + ": a server state of " + std::to_string(state.size()) +
+                                " bytes, but this codec keeps none on the server");
+}
+
 void GradientCodec::validate(std::span<const uint8_t> payload, uint64_t n) const {
   std::vector<float> scratch(n);
   decode(payload, scratch);

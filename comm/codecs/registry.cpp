@@ -143,7 +143,7 @@ bool is_registered_custom_codec(const std::string& name) {
 std::string registered_codec_list() {
   std::string s;
   for (const std::string& name : all_names()) s += (s.empty() ? "" : ", ") + name;
-  return s + " (and ef(<codec>) around any of them)";
+  return s + " (and ef(<codec>), server_ef(<codec>) around any of them)";
 }
 
 }  // namespace detail
@@ -152,7 +152,7 @@ void register_codec(const std::string& name, CodecFactory factory) {
   check_codec_name(name, "register_codec");
   if (!factory) throw std::invalid_argument("register_codec(\"" + name + "\"): the factory is empty");
   const auto& builtin = detail::builtin_codec_names();
-  if (name == "ef" || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
+  if (name == "ef" || name == "server_ef" || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
     throw std::invalid_argument("register_codec: \"" + name + "\" is a built-in codec (registered: " +
                                 detail::registered_codec_list() + ")");
   Registry& r = registry();
@@ -193,6 +193,7 @@ std::unique_ptr<GradientCodec> make_codec(const CodecConfig& config_in) {
           },
       },
       config.params);
+  if (config.server_error_feedback) codec = detail::make_server_error_feedback_codec(std::move(codec));
   if (config.error_feedback) codec = detail::make_error_feedback_codec(std::move(codec), *config.error_feedback);
   return codec;
 }

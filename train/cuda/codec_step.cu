@@ -47,8 +47,9 @@ __global__ void weight_decay_kernel(float* g, const float* w, uint64_t n, float 
 VariableCodec VariableCodec::from(const comm::CodecConfig& config) {
   VariableCodec c;
   const auto* t = std::get_if<comm::TernGradParams>(&config.params);
-  if (!config.error_feedback && std::holds_alternative<comm::Fp32Params>(config.params)) return c;
-  if (!config.error_feedback && t != nullptr && t->bucket == 0) {
+  const bool wrapped = config.error_feedback || config.server_error_feedback;
+  if (!wrapped && std::holds_alternative<comm::Fp32Params>(config.params)) return c;
+  if (!wrapped && t != nullptr && t->bucket == 0) {
     c.ternary = true;
     c.clip = t->clip;
     c.share_scale = t->share_scale;

@@ -8,6 +8,7 @@
 #include <random>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
@@ -26,6 +27,8 @@ uint64_t mix(uint64_t a, uint64_t b) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+constexpr char kServerStatePrefix[] = "server_state/";
 
 std::string codec_blob_name(int worker, size_t variable) {
   return "codec/" + std::to_string(worker) + "/" + std::to_string(variable);
@@ -284,6 +287,10 @@ int64_t TrainingSession::restore() {
                      own_path.c_str());
     }
   }
+  server_states_.clear();
+  for (const auto& [name, blob] : ck->blobs)
+    if (name.starts_with(kServerStatePrefix)) server_states_[name] = blob;
+  check_server_states(ck->path);
   if (!cfg_.quiet || fell_back)
     std::fprintf(stderr, "resuming from %s at step %lld\n", ck->path.c_str(), static_cast<long long>(ck->step));
   return ck->step;
@@ -299,9 +306,48 @@ void TrainingSession::load_weights(const Checkpoint& ck) {
   }
 }
 
+std::string TrainingSession::server_state_name(size_t variable, uint64_t begin, uint64_t count) {
+  return kServerStatePrefix + std::to_string(variable) + "@" + std::to_string(begin) + "+" + std::to_string(count);
+}
+
+// Every server state names a slice of a variable whose codec keeps one, and
+// is one that codec takes: a checkpoint from another model or codec fails
+// here, naming the entry.
+void TrainingSession::check_server_states(const std::string& path) const {
+  const std::vector<VariableInfo> vars = variables();
+  for (const auto& [name, blob] : server_states_) {
+    const std::string rest = name.substr(std::strlen(kServerStatePrefix));
+    const size_t at = rest.find('@'), plus = rest.find('+');
+    uint64_t v = 0, begin = 0, count = 0;
+    try {
+      if (at == std::string::npos || plus == std::string::npos || plus < at ||
+          rest.find_first_not_of("0123456789@+") != std::string::npos)
+        throw 0;
+      v = std::stoull(rest.substr(0, at));
+      begin = std::stoull(rest.substr(at + 1, plus - at - 1));
+      count = std::stoull(rest.substr(plus + 1));
+    } catch (...) {
+      throw std::runtime_error(path + ": malformed server state name \"" + name + "\"");
+    }
+    if (v >= vars.size() || count == 0 || begin >= vars[v].size || count > vars[v].size - begin)
+      throw std::runtime_error(path + ": server state \"" + name + "\" is for no slice of this model");
+    const comm::GradientCodec& c = codec(0, v);
+    if (!c.aggregate_keeps_state())
+      throw std::runtime_error(path + ": server state \"" + name + "\" for variable " + vars[v].name +
+                               ", whose codec " + c.spec() + " keeps none");
+    try {
+      c.validate_aggregate_state(blob, count);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ": " + name + ": " + e.what());
+    }
+  }
+}
+
 void TrainingSession::save(int64_t step) {
   if (cfg_.train_dir.empty()) return;
   BlobMap blobs = codec_states();
+  for (const auto& [name, blob] : server_states_)
+    if (!blob.empty()) blobs[name] = blob;
   blobs["optimizer_state"] = optimizer_->save_state();
   save_checkpoint(cfg_.train_dir, step, state_tensors(), blobs, 3);
 }

@@ -155,6 +155,16 @@ class TrainingSession {
   // Codec state blobs of this process's workers (for checkpoints).
   BlobMap codec_states() const;
 
+  // The server side's codec state (server_ef() residuals), per variable
+  // slice, by server_state_name(): kept here in-process (the in-process
+  // server), or fetched from the ps by the chief before it checkpoints.
+  // save() writes every entry, restore() reads them back.
+  static std::string server_state_name(size_t variable, uint64_t begin, uint64_t count);
+  std::vector<uint8_t>& server_state(size_t variable, uint64_t begin, uint64_t count) {
+    return server_states_[server_state_name(variable, begin, count)];
+  }
+  BlobMap& server_states() { return server_states_; }
+
  private:
   struct WorkerState {
     int global = 0;
@@ -168,6 +178,8 @@ class TrainingSession {
     std::vector<int32_t> labels;
     std::vector<int64_t> idx;
   };
+  void check_server_states(const std::string& path) const;
+  BlobMap server_states_;
 
   TrainConfig cfg_;
   int num_workers_;

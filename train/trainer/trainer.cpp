@@ -80,6 +80,18 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   std::vector<std::vector<uint8_t>> aggregates(V);
 
   const int64_t start_step = s.restore();
+  // The server's state per variable (server_ef() residuals), held by the
+  // session so that its checkpoints carry it; other codecs keep none.
+  std::vector<std::vector<uint8_t>*> server_states(V, nullptr);
+  std::vector<std::vector<uint8_t>> no_state(V);
+  for (size_t v = 0; v < V; ++v)
+    if (s.codec(0, v).aggregate_keeps_state()) {
+      const uint64_t n = s.params().params[v].value.size();
+      server_states[v] = &s.server_state(v, 0, n);
+      if (start_step > 0 && server_states[v]->empty())
+        std::fprintf(stderr, "warning: variable %zu (%s): the checkpoint holds no server state; its server residual "
+                     "starts at zero\n", v, s.params().params[v].name.c_str());
+    }
   GradSet sum = s.make_grads();
   std::vector<float> losses(N), shared(V, 0.0f);
   double recv_total = 0;
@@ -107,7 +119,9 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       std::vector<std::span<const uint8_t>> views;
       for (int w = 0; w < N; ++w) views.emplace_back(payloads[w][v]);
       const comm::GradientCodec& c = s.codec(0, v);
-      c.aggregate(views, sum[v].data.size(), aggregates[v]);
+      const uint64_t n = sum[v].data.size();
+      const comm::AggregateContext ctx{static_cast<uint32_t>(v), static_cast<uint32_t>(step), 0};
+      c.aggregate_step(views, n, ctx, server_states[v] ? *server_states[v] : no_state[v], aggregates[v]);
       c.decode_aggregate(aggregates[v], sum[v].data);
       recv += static_cast<double>(aggregates[v].size());
     }

@@ -9,7 +9,9 @@
 // an equal config.
 //
 // Spec grammar:
-//   spec   := "ef(" inner ")" [":" params]   error feedback around inner
+//   spec   := "ef(" server ")" [":" params]   error feedback around server
+//           | server
+//   server := "server_ef(" inner ")"          the ps re-encodes the sum, with its own residual
 //           | inner
 //   inner  := name [":" params]
 //   params := key "=" value ("," key "=" value)*
@@ -20,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 
 #include "terngrad/comm/codec_spec.h"
@@ -116,14 +119,30 @@ struct ErrorFeedbackParams {
   bool operator==(const ErrorFeedbackParams&) const = default;
 };
 
+// "server_ef(<codec>)": the server re-encodes the sum it would send back with
+// the same codec, with error feedback of its own (DoubleSqueeze, Tang et al.
+// 2019; TernGrad's "both directions at 2 bits"). Each server slice keeps a
+// residual e_s: the server sends encode(S + e_s) for the workers' sum S and
+// keeps e_s = S + e_s - decode(sent), so the pull is as small as a push.
+// Workers encode as the codec alone does; ef() goes outside:
+// "ef(server_ef(terngrad))" is error feedback in both directions.
+struct ServerErrorFeedbackParams {
+  bool operator==(const ServerErrorFeedbackParams&) const = default;
+};
+
 struct CodecConfig {
+  CodecConfig() = default;
+  CodecConfig(CodecParams p, std::optional<ErrorFeedbackParams> ef = std::nullopt,  // NOLINT: implicit on purpose
+              std::optional<ServerErrorFeedbackParams> server_ef = std::nullopt)
+      : params(std::move(p)), error_feedback(ef), server_error_feedback(server_ef) {}
   CodecParams params;
   std::optional<ErrorFeedbackParams> error_feedback;  // set: ef(...)
+  std::optional<ServerErrorFeedbackParams> server_error_feedback;  // set: server_ef(...)
   bool operator==(const CodecConfig&) const = default;
 };
 
 // The codec's name as it appears in specs ("terngrad", "qsgd", ...; a custom
-// codec's registered name). Without ef().
+// codec's registered name). Without ef() or server_ef().
 std::string codec_name(const CodecParams& params);
 
 // Parses and checks a spec: unknown names, unknown keys and bad values throw

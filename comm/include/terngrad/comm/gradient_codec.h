@@ -42,6 +42,14 @@ struct EncodeContext {
   std::optional<float> shared_scale;
 };
 
+// Where a server's sum belongs: the variable, the step and the slice's first
+// element (a codec that re-encodes the sum draws its randomness from these).
+struct AggregateContext {
+  uint32_t tensor_id = 0;  // as EncodeContext::tensor_id
+  uint32_t step = 0;
+  uint64_t begin = 0;  // first element of the slice in its variable
+};
+
 // Elements [begin, begin + count) of a variable.
 struct ElementRange {
   uint64_t begin = 0;
@@ -106,6 +114,22 @@ class GradientCodec {
   // integer counts (quantize/ternary_sum.h). Malformed payloads throw.
   virtual void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                          std::vector<uint8_t>& out) const;
+
+  // What a server calls: the sum of one slice's payloads at one step, with
+  // the slice's server state. Codecs whose aggregate keeps state between
+  // steps (server_ef(), the server's error-feedback residual) say so with
+  // aggregate_keeps_state(); the server then keeps one state per slice,
+  // starting empty, hands it to every aggregate_step() of that slice in step
+  // order, and checkpoints it. On a throw, state and out are unchanged. The
+  // default ignores ctx and state and calls aggregate().
+  virtual bool aggregate_keeps_state() const { return false; }
+  virtual void aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                              const AggregateContext& ctx, std::vector<uint8_t>& state,
+                              std::vector<uint8_t>& out) const;
+  // Checks a saved server state of a slice of n elements before a server
+  // takes it (a checkpoint read back); throws naming the problem. Empty is
+  // always valid (a fresh state).
+  virtual void validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const;
 
   // out = the sum an aggregate() payload stands for.
   virtual void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const;
