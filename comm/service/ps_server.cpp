@@ -28,6 +28,7 @@
 #include "ps_in_process.h"
 #include "refusal_log.h"
 #include "scale_exchange.h"
+#include "server_state.h"
 #include "sync_steps.h"
 #include "tls_credentials.h"
 #include "terngrad/comm/errors.h"
@@ -323,15 +324,22 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       } catch (const std::exception& e) {
         return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + v.name() + ": " + e.what());
       }
+      // An async ps applies every push as it comes: there is no sum to re-encode.
+      if (!h.sync() && sh.codec->aggregate_keeps_state())
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: " + v.name() + ": codec " + v.codec() +
+                                                              " re-encodes the servers' sums, which only a sync run forms");
       fresh.push_back(std::move(sh));
     }
     // Async: values and slots follow, each a complete shard-sized tensor.
+    // Sync: the server states of a resumed run (slot "server_state").
     std::vector<std::vector<detail::Reassembly>> parts(fresh.size());
     std::vector<std::vector<std::string>> part_names(fresh.size());
     while (reader->Read(&chunk)) {
       if (!chunk.has_tensor()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: a second header");
       const rpc::TensorChunk& t = chunk.tensor();
-      if (h.sync()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: sync runs keep no values on the ps");
+      if (h.sync() && t.slot() != detail::kServerStateSlot)
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: sync runs keep no values on the ps (slot \"" +
+                                                              t.slot().substr(0, 64) + "\")");
       if (t.shard() >= fresh.size()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: tensor for unknown shard " + std::to_string(t.shard()));
       auto& names = part_names[t.shard()];
       size_t k = std::find(names.begin(), names.end(), t.slot()) - names.begin();
@@ -340,14 +348,30 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         names.push_back(t.slot());
         parts[t.shard()].emplace_back();
       }
-      const std::string err = parts[t.shard()][k].add(t.offset(), t.total_bytes(), t.data(), 4 * fresh[t.shard()].view.count);
+      const uint64_t count = fresh[t.shard()].view.count;
+      const std::string err =
+          parts[t.shard()][k].add(t.offset(), t.total_bytes(), t.data(), h.sync() ? detail::max_server_state_bytes(count) : 4 * count);
       if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(t.shard()) + " " + t.slot() + ": " + err);
     }
     for (size_t s = 0; s < fresh.size(); ++s)
       for (size_t k = 0; k < part_names[s].size(); ++k)
-        if (!parts[s][k].complete() || parts[s][k].bytes().size() != 4 * fresh[s].view.count)
+        if (!parts[s][k].complete() || (!h.sync() && parts[s][k].bytes().size() != 4 * fresh[s].view.count))
           return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " slot \"" + part_names[s][k] +
                                                                 "\" is incomplete or has the wrong size");
+    // Every server state is checked by its codec before any is taken.
+    std::vector<std::vector<uint8_t>> server_states(fresh.size());
+    if (h.sync())
+      for (size_t s = 0; s < fresh.size(); ++s) {
+        if (part_names[s].empty()) continue;
+        const auto& bytes = parts[s][0].bytes();
+        server_states[s].assign(bytes.begin(), bytes.end());
+        try {
+          fresh[s].codec->validate_aggregate_state(server_states[s], fresh[s].view.count);
+        } catch (const std::exception& e) {
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " (" + fresh[s].view.name +
+                                                                "): " + e.what());
+        }
+      }
     std::lock_guard<std::mutex> lock(mu);
     if (phase != Phase::kWaitingInit) {
       if (phase != Phase::kRunning) return ended_status();
@@ -363,7 +387,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       return ended_status();
     }
     std::vector<detail::ShardCoding> coding;
-    for (const Shard& sh : fresh) coding.push_back({sh.codec.get(), sh.view.count});
+    for (const Shard& sh : fresh) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
     std::optional<detail::AsyncUpdates> fresh_updates;
     if (!h.sync()) {
       // The update rule's shards are (re)initialized only now, while no run
@@ -392,7 +416,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     shards = std::move(fresh);  // the codecs stay where `coding` points
     const size_t keep = static_cast<size_t>(opt.keep_steps);
     if (sync) {
-      steps.emplace(std::move(coding), total, needed, keep, h.global_step());
+      steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(server_states));
     } else {
       updates = std::move(fresh_updates);
     }
@@ -913,9 +937,19 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       if (ended()) return ended_status();
       if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint before Init");
       if (grpc::Status s = authorize_locked(caller, 0, "Checkpoint", true); !s.ok()) return s;
-      if (sync) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint: a sync ps holds no values (the chief checkpoints its own)");
       heard(0);
-      for (size_t s = 0; s < shards.size(); ++s) {
+      if (sync) {
+        // The server states as the sum of req->step left them.
+        const std::vector<std::vector<uint8_t>>* states = steps->server_states_after(req->step());
+        if (states == nullptr)
+          return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                              "Checkpoint: this ps keeps no server states of step " + std::to_string(req->step()) +
+                                  " (global step " + std::to_string(global_step_locked()) +
+                                  "; it keeps those of the last summed steps, for codecs that have them)");
+        for (size_t s = 0; s < shards.size(); ++s)
+          if (!(*states)[s].empty()) tensors.push_back({{static_cast<uint32_t>(s), detail::kServerStateSlot}, (*states)[s]});
+      }
+      for (size_t s = 0; !sync && s < shards.size(); ++s) {
         auto copy = [](std::span<const float> f) {
           const auto* b = reinterpret_cast<const uint8_t*>(f.data());
           return std::vector<uint8_t>(b, b + f.size_bytes());

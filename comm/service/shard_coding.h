@@ -12,6 +12,8 @@ namespace terngrad::comm::detail {
 struct ShardCoding {
   const GradientCodec* codec = nullptr;  // not null; outlives the unit it is given to
   uint64_t elements = 0;
+  uint32_t variable = 0;  // where the shard lies, for codecs that re-encode the sum
+  uint64_t begin = 0;
 };
 
 }  // namespace terngrad::comm::detail

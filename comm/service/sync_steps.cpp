@@ -8,13 +8,25 @@
 
 namespace terngrad::comm::detail {
 
-SyncSteps::SyncSteps(std::vector<ShardCoding> shards, int replicas, int needed, size_t keep_steps, int64_t first_step)
-    : shards_(std::move(shards)), replicas_(replicas), needed_(needed), keep_steps_(keep_steps), global_step_(first_step) {
+SyncSteps::SyncSteps(std::vector<ShardCoding> shards, int replicas, int needed, size_t keep_steps, int64_t first_step,
+                     std::vector<std::vector<uint8_t>> server_states)
+    : shards_(std::move(shards)),
+      replicas_(replicas),
+      needed_(needed),
+      keep_steps_(keep_steps),
+      global_step_(first_step),
+      server_states_(std::move(server_states)) {
+  if (server_states_.empty()) server_states_.resize(shards_.size());
+  if (server_states_.size() != shards_.size())
+    throw std::invalid_argument("SyncSteps: " + std::to_string(server_states_.size()) + " server states for " +
+                                std::to_string(shards_.size()) + " shards");
   if (replicas < 1 || needed < 1 || needed > replicas)
     throw std::invalid_argument("SyncSteps: needed " + std::to_string(needed) + " must be in [1, replicas " +
                                 std::to_string(replicas) + "]");
-  for (size_t s = 0; s < shards_.size(); ++s)
+  for (size_t s = 0; s < shards_.size(); ++s) {
     if (shards_[s].codec == nullptr) throw std::invalid_argument("SyncSteps: shard " + std::to_string(s) + " has no codec");
+    keeps_server_states_ |= shards_[s].codec->aggregate_keeps_state();
+  }
   last_pushed_.assign(replicas_, -1);
   last_stale_.assign(replicas_, -1);
   spare_sums_.assign(shards_.size(), {});
@@ -136,7 +148,9 @@ std::string SyncSteps::sum(const SumJob& job) const {
       std::vector<std::span<const uint8_t>> views;
       for (int r = 0; r < replicas_; ++r)
         if (job.from_[r]) views.push_back(as_bytes(payloads[r][s]));
-      shards_[s].codec->aggregate(views, shards_[s].elements, job.sums_->shards[s]);
+      const ShardCoding& c = shards_[s];
+      const AggregateContext ctx{c.variable, static_cast<uint32_t>(job.step_), c.begin};
+      c.codec->aggregate_step(views, c.elements, ctx, server_states_[s], job.sums_->shards[s]);
     }
   } catch (const std::exception& e) {
     return std::string("summing step ") + std::to_string(job.step_) + ": " + e.what();
@@ -186,8 +200,27 @@ void SyncSteps::finish(int64_t step, const std::vector<bool>& pushed, const std:
     if (recent_.front().use_count() == 1) spare_sums_ = std::move(recent_.front()->shards);  // nobody streams it
     recent_.pop_front();
   }
+  if (keeps_server_states_) {
+    // Every shard of the step is summed and the next has not begun: the
+    // states are this step's. The oldest copy's buffers are reused.
+    StatesAfter after;
+    if (states_after_.size() >= std::max<size_t>(keep_steps_, 1)) {
+      after = std::move(states_after_.front());
+      states_after_.pop_front();
+    }
+    after.step = step;
+    after.states.resize(server_states_.size());
+    for (size_t s = 0; s < server_states_.size(); ++s) after.states[s].assign(server_states_[s].begin(), server_states_[s].end());
+    states_after_.push_back(std::move(after));
+  }
   global_step_ = step + 1;
   if (step == current_.step) start(global_step_);
+}
+
+const std::vector<std::vector<uint8_t>>* SyncSteps::server_states_after(int64_t step) const {
+  for (const StatesAfter& a : states_after_)
+    if (a.step == step) return &a.states;
+  return nullptr;
 }
 
 std::shared_ptr<StepSums> SyncSteps::sums_of(int64_t step) const {

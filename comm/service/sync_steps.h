@@ -51,7 +51,11 @@ class SyncSteps {
   // replicas; needed: replicas_to_aggregate, in [1, replicas]. keep_steps:
   // completed steps kept for late pullers. first_step: the global step the
   // run starts at. Throws std::invalid_argument on a bad count or a null codec.
-  SyncSteps(std::vector<ShardCoding> shards, int replicas, int needed, size_t keep_steps, int64_t first_step);
+  // server_states: [shard] each shard's server state to start from (a
+  // checkpoint's, checked by the caller with validate_aggregate_state), or
+  // empty: every state fresh.
+  SyncSteps(std::vector<ShardCoding> shards, int replicas, int needed, size_t keep_steps, int64_t first_step,
+            std::vector<std::vector<uint8_t>> server_states = {});
 
   // The next step to complete. It equals current_step(): they are named apart
   // as the service reports them (global step; the step being collected).
@@ -124,6 +128,13 @@ class SyncSteps {
   // std::invalid_argument for a replica out of range.
   void pulled(const std::shared_ptr<StepSums>& held, uint32_t replica);
 
+  // [shard] the codecs' server states (server_ef() residuals; empty for
+  // codecs that keep none) as the sum of `step` left them, for the chief's
+  // checkpoint of that step; null unless step is one of the last keep_steps
+  // completed steps. Kept apart from the sums, which go once every replica
+  // has pulled them, and only when some codec keeps a state.
+  const std::vector<std::vector<uint8_t>>* server_states_after(int64_t step) const;
+
   // The replicas that have not delivered every shard of the current step.
   std::vector<uint32_t> missing() const;
   // The last step a replica delivered completely (-1 for none).
@@ -159,6 +170,17 @@ class SyncSteps {
   StepBuffer current_;
   std::deque<std::shared_ptr<StepSums>> recent_;  // completed steps, for late pullers
   std::vector<std::vector<uint8_t>> spare_sums_;  // [shard] buffers of dropped steps
+  // [shard] the codecs' server state (server_ef() residuals). sum() runs
+  // without the lock, but a shard's state is touched only by the one sum of
+  // that shard in flight: a step's shard is summed once, and the next step
+  // begins only after every shard of this one is settled.
+  mutable std::vector<std::vector<uint8_t>> server_states_;
+  bool keeps_server_states_ = false;  // some shard's codec keeps one
+  struct StatesAfter {
+    int64_t step = 0;
+    std::vector<std::vector<uint8_t>> states;  // [shard]
+  };
+  std::deque<StatesAfter> states_after_;  // the last keep_steps completed steps
   std::vector<int64_t> last_pushed_;              // [replica]
   std::vector<int64_t> last_stale_;               // [replica] the last step counted stale
   uint64_t stale_ = 0, duplicates_ = 0;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "chunks.h"
+#include "server_state.h"
 #include "parameter_server.grpc.pb.h"
 #include "tls_credentials.h"
 #include "terngrad/comm/errors.h"
@@ -589,6 +590,26 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
               if (ok) ok = send(local, slot, tensors.at(v));
           }
         }
+        if (ok && m.sync && init != nullptr && !init->server_states.empty()) {
+          if (init->server_states.size() != l.shards.size())
+            throw std::invalid_argument("join: " + std::to_string(init->server_states.size()) + " server states for " +
+                                        std::to_string(l.shards.size()) + " shards");
+          for (size_t local = 0; ok && local < l.shards_on[p].size(); ++local) {
+            const std::vector<uint8_t>& state = init->server_states[l.shards_on[p][local]];
+            if (state.empty()) continue;
+            ok = detail::for_each_chunk(std::span<const uint8_t>(state), [&](uint64_t off, std::span<const uint8_t> part) {
+              rpc::InitChunk c;
+              rpc::TensorChunk* t = c.mutable_tensor();
+              t->set_shard(static_cast<uint32_t>(local));
+              t->set_slot(detail::kServerStateSlot);
+              t->set_offset(off);
+              t->set_total_bytes(state.size());
+              t->set_data(part.data(), part.size());
+              m.message_sent += c.ByteSizeLong();
+              return w->Write(c);
+            });
+          }
+        }
         w->WritesDone();
         return w->Finish();
       });
@@ -961,6 +982,47 @@ std::map<std::string, std::vector<float>> WorkerClient::fetch_state() {
       auto& dst = out[name];
       dst.resize(v.size);
       std::memcpy(dst.data() + sh.begin, part.bytes().data(), 4 * sh.count);
+    }
+  });
+  return out;
+}
+
+std::vector<std::vector<uint8_t>> WorkerClient::fetch_server_states(int64_t step) {
+  Impl& m = *impl_;
+  const Layout& l = m.layout;
+  std::vector<std::vector<uint8_t>> out(l.shards.size());
+  std::mutex out_mu;
+  for_each_ps(l.num_ps, [&](int p) {
+    const auto& mine = l.shards_on[p];
+    std::map<uint32_t, detail::Reassembly> parts;
+    m.call(p, "Checkpoint", [&] {
+      grpc::ClientContext ctx;
+      const auto armed = m.arm(ctx);
+      rpc::CheckpointRequest req;
+      req.set_replica(static_cast<uint32_t>(m.replica));
+      req.set_step(step);
+      auto r = m.stubs[p]->Checkpoint(&ctx, req);
+      parts.clear();
+      rpc::TensorChunk t;
+      std::string err;
+      while (r->Read(&t)) {
+        m.message_received += t.ByteSizeLong();
+        if (err.empty() && t.shard() >= mine.size()) err = "server state for unknown shard " + std::to_string(t.shard());
+        if (err.empty() && t.slot() != detail::kServerStateSlot) err = "unexpected slot \"" + t.slot().substr(0, 64) + "\"";
+        if (!err.empty()) continue;
+        err = parts[t.shard()].add(t.offset(), t.total_bytes(), t.data(),
+                                   detail::max_server_state_bytes(l.shards[mine[t.shard()]].count));
+      }
+      grpc::Status s = r->Finish();
+      if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+      return s;
+    });
+    std::lock_guard<std::mutex> lock(out_mu);
+    for (auto& [local, part] : parts) {
+      if (!part.complete())
+        throw PeerError(m.ps_name(p) + " sent an incomplete server state of " +
+                        l.variables[l.shards[mine[local]].variable].name);
+      out[mine[local]].assign(part.bytes().begin(), part.bytes().end());
     }
   });
   return out;

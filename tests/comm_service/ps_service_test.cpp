@@ -701,3 +701,104 @@ TEST(PsService, AnUnreachablePsIsNamedAfterThePeerTimeout) {
 }
 
 }  // namespace
+
+// server_ef(): the chief hands the ps a checkpoint's server states at Init
+// (each checked by the codec before any is taken) and fetches them back
+// after a step's sum; the pull is the server's re-encoding, as the codec's
+// own aggregate_step computes it.
+TEST(PsService, ServerStatesTravelAtInitAndCheckpointAndAreChecked) {
+  constexpr uint64_t n = 5000;
+  const tc::Layout l = tc::place_variables({{"w", n, "server_ef(terngrad)"}, {"b", 64, "fp32"}}, 1);
+  ASSERT_EQ(l.shards.size(), 2u);
+  auto codec = tc::make_codec("server_ef(terngrad)");
+  // A state as an earlier sum leaves it.
+  const std::vector<float> g0 = gradient(n, 0, 0);
+  std::vector<uint8_t> p0(codec->payload_bytes(n)), state, out;
+  tc::EncodeContext ec;
+  ec.shared_scale = codec->local_scale(g0);
+  codec->encode(g0, ec, p0);
+  const std::span<const uint8_t> one[1] = {p0};
+  codec->aggregate_step(one, n, {0, 0, 0}, state, out);
+  ASSERT_FALSE(state.empty());
+
+  PsTask ps(0, 1);
+  auto refused = [&](std::vector<std::vector<uint8_t>> states, const std::string& expect) {
+    tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+    tc::WorkerClient::InitTensors init;
+    init.server_states = std::move(states);
+    try {
+      c.join(3, &init);
+      ADD_FAILURE() << "accepted: " << expect;
+    } catch (const tc::PeerError& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  };
+  std::vector<uint8_t> torn = state;
+  torn.resize(torn.size() - 4);
+  refused({torn, {}}, "do not hold");
+  refused({state, state}, "more than the 576 expected");  // no state of b's size is that large
+  std::vector<uint8_t> state64, out64;
+  const std::vector<float> g64 = gradient(64, 0, 0);
+  std::vector<uint8_t> p64(codec->payload_bytes(64));
+  codec->encode(g64, {}, p64);
+  const std::span<const uint8_t> one64[1] = {p64};
+  codec->aggregate_step(one64, 64, {1, 0, 0}, state64, out64);
+  refused({state, state64}, "keeps none on the server");  // b is fp32
+
+  // The refused Inits changed nothing: a good one starts the run at step 3.
+  tc::WorkerClient c({ps.address()}, l, 0, true, 1, 1, fast_client());
+  tc::WorkerClient::InitTensors init;
+  init.server_states = {state, {}};
+  ASSERT_EQ(c.join(3, &init), 3);
+  const std::vector<float> g = gradient(n, 0, 3), b = gradient(64, 0, 3);
+  std::vector<float> scales = {codec->local_scale(g), 0.0f};
+  const std::vector<float> shared = c.exchange_scales(3, scales);
+  std::vector<std::vector<uint8_t>> payloads(2);
+  payloads[0].resize(codec->payload_bytes(n));
+  tc::EncodeContext ec3;
+  ec3.tensor_id = 0;
+  ec3.step = 3;
+  ec3.shared_scale = shared[0];
+  codec->encode(g, ec3, payloads[0]);
+  auto fp32 = tc::make_codec("fp32");
+  payloads[1].resize(fp32->payload_bytes(64));
+  fp32->encode(b, {}, payloads[1]);
+  const std::vector<std::span<const uint8_t>> views = {payloads[0], payloads[1]};
+  c.push(3, 0.0f, views);
+  std::vector<std::vector<uint8_t>> sums;
+  c.pull_sums(3, sums);
+  // The codec's own arithmetic from the state handed over.
+  std::vector<uint8_t> expect_state = state, expect_sum;
+  const std::span<const uint8_t> mine[1] = {payloads[0]};
+  codec->aggregate_step(mine, n, {0, 3, 0}, expect_state, expect_sum);
+  EXPECT_EQ(sums[0], expect_sum);
+  EXPECT_EQ(sums[0].size(), codec->payload_bytes(n)) << "the pull is as small as the push";
+  const auto fetched = c.fetch_server_states(3);
+  ASSERT_EQ(fetched.size(), 2u);
+  EXPECT_EQ(fetched[0], expect_state);
+  EXPECT_TRUE(fetched[1].empty());
+  try {
+    c.fetch_server_states(1);
+    ADD_FAILURE() << "a step the ps never summed";
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("no server states of step 1"), std::string::npos) << e.what();
+  }
+  c.finish(true);
+}
+
+TEST(PsService, AnAsyncRunRefusesServerErrorFeedback) {
+  HalfStepSgd rule;
+  PsTask ps(0, 1, &rule);
+  const tc::Layout l = tc::place_variables({{"w", 64, "server_ef(terngrad)"}}, 1);
+  tc::WorkerClient c({ps.address()}, l, 0, false, 1, 1, fast_client());
+  std::vector<float> w(64, 0.0f);
+  tc::WorkerClient::InitTensors init;
+  init.values = {w};
+  init.slots["Velocity"] = {w};
+  try {
+    c.join(0, &init);
+    ADD_FAILURE();
+  } catch (const tc::PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("only a sync run forms"), std::string::npos) << e.what();
+  }
+}

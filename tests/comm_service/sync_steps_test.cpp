@@ -291,3 +291,61 @@ TEST(SyncSteps, AClosedStepHasNothingMoreToTake) {
   EXPECT_EQ(steps.sums_of(0)->contributions, 1u);
   EXPECT_EQ(steps.sums_of(0)->shards[0], shards.expected_sum(0, {1}, 0));
 }
+
+// server_ef(): each shard's server state goes from sum to sum in step order,
+// starts from the one given (a checkpoint's), and the states after each of
+// the last keep_steps steps stay for the chief's checkpoint even once every
+// replica has pulled that step's sums.
+TEST(SyncSteps, ServerStatesFollowTheSumsAndOutliveThePulls) {
+  const Shards shards("server_ef(terngrad:share_scale=0)", {1000, 64});
+  // Where the ps resumes from: the state one earlier sum left (step 9).
+  std::vector<std::vector<uint8_t>> start(2), expect_state(2);
+  std::vector<std::vector<std::vector<uint8_t>>> expect_sum(3, std::vector<std::vector<uint8_t>>(2));
+  for (uint32_t s = 0; s < 2; ++s) {
+    std::vector<std::string> kept = {shards.payload(s, 0, 9), shards.payload(s, 1, 9)};
+    const std::vector<std::span<const uint8_t>> views = {
+        {reinterpret_cast<const uint8_t*>(kept[0].data()), kept[0].size()},
+        {reinterpret_cast<const uint8_t*>(kept[1].data()), kept[1].size()}};
+    std::vector<uint8_t> out;
+    shards.codecs[s]->aggregate_step(views, shards.elements[s], {0, 9, 0}, start[s], out);
+  }
+  td::SyncSteps steps(shards.coding(), 2, 2, 2, 10, start);
+  // The same arithmetic by hand: the codec's aggregate_step in step order.
+  expect_state = start;
+  for (int64_t step = 10; step < 13; ++step)
+    for (uint32_t s = 0; s < 2; ++s) {
+      std::vector<std::string> kept = {shards.payload(s, 0, step), shards.payload(s, 1, step)};
+      const std::vector<std::span<const uint8_t>> views = {
+          {reinterpret_cast<const uint8_t*>(kept[0].data()), kept[0].size()},
+          {reinterpret_cast<const uint8_t*>(kept[1].data()), kept[1].size()}};
+      shards.codecs[s]->aggregate_step(views, shards.elements[s], {0, static_cast<uint32_t>(step), 0}, expect_state[s],
+                                       expect_sum[step - 10][s]);
+      if (step == 11) {
+        ASSERT_NE(expect_state[s], start[s]);
+      }
+    }
+  std::vector<std::vector<std::vector<uint8_t>>> states_after(3);
+  for (int64_t step = 10; step < 13; ++step) {
+    EXPECT_EQ(steps.server_states_after(step), nullptr) << "before its sum";
+    for (uint32_t r = 0; r < 2; ++r) EXPECT_EQ(push(steps, shards, r, step, every(2)).outcome, Outcome::kAccepted);
+    const auto sums = steps.sums_of(step);
+    ASSERT_NE(sums, nullptr);
+    for (uint32_t s = 0; s < 2; ++s) EXPECT_EQ(sums->shards[s], expect_sum[step - 10][s]) << "step " << step;
+    for (uint32_t r = 0; r < 2; ++r) steps.pulled(sums, r);  // every replica pulled: the sums go
+    EXPECT_EQ(steps.sums_of(step), nullptr);
+    const auto* states = steps.server_states_after(step);
+    ASSERT_NE(states, nullptr) << "step " << step;
+    states_after[step - 10] = *states;
+  }
+  EXPECT_EQ(states_after[2], expect_state);  // the last step's states, as the codec computes them
+  EXPECT_NE(states_after[1], states_after[2]);
+  EXPECT_EQ(steps.server_states_after(10), nullptr) << "keep_steps is 2";
+  ASSERT_NE(steps.server_states_after(11), nullptr);
+  EXPECT_EQ(*steps.server_states_after(11), states_after[1]);
+  // A stateless layout keeps none.
+  const Shards plain("fp32", {100});
+  td::SyncSteps none(plain.coding(), 1, 1, 2, 0);
+  EXPECT_EQ(push(none, plain, 0, 0, every(1)).outcome, Outcome::kAccepted);
+  EXPECT_EQ(none.server_states_after(0), nullptr);
+  EXPECT_THROW(td::SyncSteps(shards.coding(), 2, 2, 2, 0, std::vector<std::vector<uint8_t>>(3)), std::invalid_argument);
+}

@@ -124,6 +124,9 @@ TEST_F(Distributed, EveryCodecFamilyTrainsTheInProcessWeightsBitForBit) {
       {"--codec='sign:vote=sign' --initial_learning_rate=0.0001", "sign-vote"},
       {"--codec='ef(topk:ratio=0.05)' --max_shard_bytes=0", "ef-topk"},
       {"--codec='randomk:ratio=0.05,rescale=1' --max_shard_bytes=0", "randomk"},
+      // The ps re-encodes each shard's sum with its own scale: whole variables
+      // make its slices the in-process server's.
+      {"--codec='ef(server_ef(terngrad))' --max_shard_bytes=0", "server-ef"},
   };
   for (const auto& [codec, tag] : runs) {
     SCOPED_TRACE(codec);
@@ -153,11 +156,17 @@ TEST_F(Distributed, TwoPsTasksWithShardedVariablesEqualOne) {
 }
 
 // With error feedback every replica's residuals are state: the worker that
-// is not the chief keeps its own beside the chief's checkpoint.
+// is not the chief keeps its own beside the chief's checkpoint. With
+// server_ef() the ps's residuals are too: the chief fetches them into its
+// checkpoint and hands them back to the ps when the run resumes.
 TEST_F(Distributed, ResumesFromTheChiefsCheckpointBitForBit) {
-  for (const std::string codec : {"--grad_bits=2", "--codec='ef(terngrad)'"}) {
+  const std::pair<std::string, std::string> runs[] = {
+      {"--grad_bits=2", ""},
+      {"--codec='ef(terngrad)'", "-ef"},
+      {"--codec='ef(server_ef(terngrad))' --max_shard_bytes=0", "-server-ef"},
+  };
+  for (const auto& [codec, tag] : runs) {
     SCOPED_TRACE(codec);
-    const std::string tag = codec == "--grad_bits=2" ? "" : "-ef";
     const std::string base = codec + " --optimizer=adam --initial_learning_rate=0.001";
     const Proc straight = in_process("straight" + tag, 2, model_flags(12, base));
     ASSERT_EQ(straight.exit_code, 0) << straight.output;

@@ -1,5 +1,6 @@
 #include "replica_run.h"
 
+#include "server_states.h"
 #include "terngrad/comm/ps_status.h"
 
 namespace terngrad::train::detail {
@@ -86,6 +87,8 @@ TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_
   result_.stale_pushes = stale;
   if (!cfg.comm_only) {  // a fixed gradient trains nothing worth evaluating or keeping
     evaluate(last);
+    // The ps still holds the last step it summed here (a run resumed at its end summed none).
+    if (steps_run_ > 0 && keeps_server_states(s_)) fetch_server_states(s_, client_, last - 1);
     s_.save(last);
     export_model(s_, last);
   }

@@ -14,6 +14,7 @@
 
 #include "overlapped_step.h"
 #include "replica_loop.h"
+#include "server_states.h"
 #include "terngrad/comm/errors.h"
 
 namespace terngrad::train::detail {
@@ -33,7 +34,10 @@ class SyncLoop final : public ReplicaLoop {
 
   int64_t join(int64_t restored) override {
     if (restored > 0) r_.step.state_from_session();
-    const int64_t global = r_.client.join(restored);
+    // The chief hands every ps the server states its checkpoint holds.
+    comm::WorkerClient::InitTensors init;
+    if (r_.chief && keeps_server_states(r_.s)) init.server_states = server_states_for_init(r_.s, r_.layout, restored);
+    const int64_t global = r_.client.join(restored, r_.chief ? &init : nullptr);
     if (global != restored)
       throw comm::PeerError(r_.name + " restored step " + std::to_string(restored) + " from " +
                             (cfg_.train_dir.empty() ? std::string("(no --train_dir)") : cfg_.train_dir) +
@@ -70,6 +74,7 @@ class SyncLoop final : public ReplicaLoop {
       if (cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
         if (r_.chief) {
           r_.step.state_into_session();
+          if (keeps_server_states(r_.s)) fetch_server_states(r_.s, r_.client, step);
           r_.s.save(done);
         } else {
           r_.s.save_codec_states(done);  // what the chief's checkpoint at this step does not hold

@@ -59,14 +59,17 @@ class WorkerClient {
 
   // Full-variable tensors to start an async run from: values[v] and, per
   // optimizer slot name, slots[name][v] (each variables[v].size floats).
+  // Sync runs: only server_states, [layout shard] the server state each ps
+  // resumes its shard from (codecs that keep one, server_ef(); empty: fresh).
   struct InitTensors {
     std::vector<std::span<const float>> values;
     std::map<std::string, std::vector<std::span<const float>>> slots;
+    std::vector<std::vector<uint8_t>> server_states;
   };
 
-  // The chief initializes every ps first (layout, global step; async: init's
-  // tensors). Then every replica registers and waits until all have joined.
-  // Returns the run's global step.
+  // The chief initializes every ps first (layout, global step; init's
+  // tensors, or a sync run's server states). Then every replica registers
+  // and waits until all have joined. Returns the run's global step.
   int64_t join(int64_t global_step, const InitTensors* init = nullptr);
 
   // Sync scale sharing: the max over replicas of each variable's local scale.
@@ -129,6 +132,12 @@ class WorkerClient {
 
   // Async, chief: every variable's values ("name") and slots ("name/slot").
   std::map<std::string, std::vector<float>> fetch_state();
+
+  // Sync, chief: [layout shard] the server state as the sum of `step` left
+  // it (codecs that keep one, server_ef(); empty for the others), for the
+  // checkpoint of that step. The ps keeps the last few steps' states; a
+  // step it no longer keeps is a PeerError.
+  std::vector<std::vector<uint8_t>> fetch_server_states(int64_t step);
 
   // This replica is done. The chief also ends the run on every ps (ok), or
   // stops it with the reason (!ok). Never throws.
