@@ -390,6 +390,10 @@ class QsgdCodec final : public GradientCodec {
     for (uint64_t j = a0 / B - s.begin / B;; ++j) {
       const uint64_t b0 = (s.begin / B + j) * B, b1 = std::min(b0 + B, N);
       if (b0 >= a1) break;
+      // The next bucket is fetched while this one's levels are computed: the
+      // norm pass is the first touch of a bucket and otherwise waits on memory.
+      if (b1 < std::min(a1, N))
+        for (uint64_t p = b1; p < std::min(b1 + B, N); p += 16) __builtin_prefetch(grad.data() + p, 0, 2);
       const double sumsq = k.sum_squares(grad.data() + b0, b1 - b0);
       if (!std::isfinite(sumsq)) return j;
       const double nd = std::sqrt(sumsq);
