@@ -5,6 +5,7 @@
 
 #include "builtin_codecs.h"
 #include "dense_header.h"
+#include "parallel_ranges.h"
 #include "terngrad/quantize/dense_sum.h"
 #include "terngrad/quantize/fp16.h"
 #include "slices.h"
@@ -29,7 +30,11 @@ class Fp16Codec final : public GradientCodec {
     check_slices("fp16", grad.size(), slices, outs, *this);
     for (size_t i = 0; i < slices.size(); ++i) {
       write_dense_header(kType, slices[i].count, outs[i]);
-      fp16::encode(grad.data() + slices[i].begin, slices[i].count, outs[i].data() + kDenseHeaderBytes);
+      // Element by element, so any cut gives the same halves: large slices
+      // convert on the OpenMP team.
+      const float* src = grad.data() + slices[i].begin;
+      uint8_t* body = outs[i].data() + kDenseHeaderBytes;
+      for_each_range(slices[i].count, 16, [&](uint64_t b, uint64_t e) { fp16::encode(src + b, e - b, body + 2 * b); });
     }
   }
 

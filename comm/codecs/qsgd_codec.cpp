@@ -19,6 +19,7 @@
 // tests/comm/qsgd_codec_test.cpp checks each level against a float64 scalar
 // reference written from FORMATS.md.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -32,6 +33,7 @@
 #endif
 
 #include "builtin_codecs.h"
+#include "parallel_ranges.h"
 #include "slices.h"
 #include "terngrad/quantize/cpu_features.h"
 #include "terngrad/quantize/format.h"
@@ -206,10 +208,27 @@ TG_QSGD_INLINE void fields_impl(const float* g, size_t len, float div, float lev
   }
 }
 
+// Byte-aligned packers for the widths a byte holds whole: fields 0..len
+// (len a multiple of 8 / width) into len * width / 8 bytes, field e at bits
+// [e*w, (e+1)*w) as the general BitWriter below (the reference) puts them.
+TG_QSGD_INLINE void pack2_impl(const uint16_t* f, size_t len, uint8_t* out) {
+  for (size_t i = 0; i < len / 4; ++i)
+    out[i] = static_cast<uint8_t>(f[4 * i] | f[4 * i + 1] << 2 | f[4 * i + 2] << 4 | f[4 * i + 3] << 6);
+}
+TG_QSGD_INLINE void pack4_impl(const uint16_t* f, size_t len, uint8_t* out) {
+  for (size_t i = 0; i < len / 2; ++i) out[i] = static_cast<uint8_t>(f[2 * i] | f[2 * i + 1] << 4);
+}
+TG_QSGD_INLINE void pack8_impl(const uint16_t* f, size_t len, uint8_t* out) {
+  for (size_t i = 0; i < len; ++i) out[i] = static_cast<uint8_t>(f[i]);
+}
+
 struct Kernels {
   double (*sum_squares)(const float*, size_t);
   void (*philox_words)(uint64_t, uint32_t, uint32_t, uint64_t, uint32_t*);
   void (*fields)(const float*, size_t, float, float, const uint32_t*, uint16_t*);
+  void (*pack2)(const uint16_t*, size_t, uint8_t*);
+  void (*pack4)(const uint16_t*, size_t, uint8_t*);
+  void (*pack8)(const uint16_t*, size_t, uint8_t*);
 };
 
 #define TG_QSGD_KERNELS(NAME, ATTR)                                                                           \
@@ -217,7 +236,11 @@ struct Kernels {
   ATTR void NAME##_fields(const float* g, size_t len, float div, float lv, const uint32_t* w, uint16_t* f) { \
     fields_impl(g, len, div, lv, w, f);                                                                       \
   }                                                                                                           \
-  constexpr Kernels k##NAME = {NAME##_sum_squares, philox_words_##NAME, NAME##_fields};
+  ATTR void NAME##_pack2(const uint16_t* f, size_t len, uint8_t* o) { pack2_impl(f, len, o); }                \
+  ATTR void NAME##_pack4(const uint16_t* f, size_t len, uint8_t* o) { pack4_impl(f, len, o); }                \
+  ATTR void NAME##_pack8(const uint16_t* f, size_t len, uint8_t* o) { pack8_impl(f, len, o); }                \
+  constexpr Kernels k##NAME = {NAME##_sum_squares, philox_words_##NAME, NAME##_fields,                        \
+                               NAME##_pack2,       NAME##_pack4,        NAME##_pack8};
 
 TG_QSGD_KERNELS(portable, )
 #if defined(__x86_64__)
@@ -333,44 +356,90 @@ class QsgdCodec final : public GradientCodec {
     tq::store_le32(h + kOffCrc, tq::crc32_ieee(h, kOffCrc));
     uint8_t* norms = out + kQsgdHeaderBytes;
     for (uint64_t j = used; j < slots; ++j) tq::store_le32(norms + 4 * j, 0);  // the unused slot: +0.0
-    BitWriter bw{norms + 4 * slots};
+    uint8_t* body = norms + 4 * slots;
+    // The slice's elements on the OpenMP team, cut at multiples of 8 (every
+    // range starts on a whole byte of the body and on a Philox block). A
+    // bucket the cut splits has its norm computed by both threads from the
+    // whole bucket (same bits) and stored by the one holding its start.
+    // A non-finite bucket stops its thread; the first one is named.
+    std::atomic<uint64_t> bad{kNoBucket};
+    for_each_range(s.count, 8, [&](uint64_t r0, uint64_t r1) {
+      const uint64_t bad_here = encode_range(k, grad, ctx, s, s.begin + r0, s.begin + r1, norms, body + r0 * bits_ / 8);
+      for (uint64_t cur = bad.load(); bad_here < cur && !bad.compare_exchange_weak(cur, bad_here);) {
+      }
+    });
+    if (const uint64_t j = bad.load(); j != kNoBucket) {
+      const uint64_t b0 = (s.begin / B + j) * B;
+      throw_non_finite(grad, b0, std::min(b0 + B, N));
+    }
+  }
+
+  static constexpr uint64_t kNoBucket = ~uint64_t{0};
+
+  // Elements [a0, a1) of slice s, their fields written from `out` on (a0 -
+  // s.begin a multiple of 8), and the norms of the buckets that start in the
+  // range. Returns the slot of the first bucket whose sum of squares is not
+  // finite (nothing after it is written), or kNoBucket.
+  uint64_t encode_range(const Kernels& k, std::span<const float> grad, const EncodeContext& ctx,
+                        const ElementRange& s, uint64_t a0, uint64_t a1, uint8_t* norms, uint8_t* out) const {
+    const uint64_t B = params_.bucket, N = grad.size();
+    BitWriter bw{out};
     const float levels = static_cast<float>(params_.levels);
     alignas(64) uint32_t words[kChunk];
     alignas(64) uint16_t fields[kChunk];
-    const uint64_t end = s.begin + s.count;
-    for (uint64_t j = 0; j < used; ++j) {
+    for (uint64_t j = a0 / B - s.begin / B;; ++j) {
       const uint64_t b0 = (s.begin / B + j) * B, b1 = std::min(b0 + B, N);
+      if (b0 >= a1) break;
+      // The next bucket is fetched while this one's levels are computed: the
+      // norm pass is the first touch of a bucket and otherwise waits on memory.
+      if (b1 < std::min(a1, N))
+        for (uint64_t p = b1; p < std::min(b1 + B, N); p += 16) __builtin_prefetch(grad.data() + p, 0, 2);
       const double sumsq = k.sum_squares(grad.data() + b0, b1 - b0);
-      if (!std::isfinite(sumsq)) throw_non_finite(grad, b0, b1);
+      if (!std::isfinite(sumsq)) return j;
       const double nd = std::sqrt(sumsq);
       // Saturates: a norm above FLT_MAX is sent as FLT_MAX (every |g| <= FLT_MAX still).
       const float norm = nd > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max()
                                                                 : static_cast<float>(nd);
-      tq::store_le32(norms + 4 * j, std::bit_cast<uint32_t>(norm));
+      if (std::max(b0, s.begin) >= a0) tq::store_le32(norms + 4 * j, std::bit_cast<uint32_t>(norm));
       const float div = norm > 0.0f ? norm : 1.0f;
-      for (uint64_t e = std::max(b0, s.begin); e < std::min(b1, end); e += kChunk) {
-        const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, std::min(b1, end) - e));
+      const uint64_t e1 = std::min(b1, a1);
+      for (uint64_t e = std::max(b0, a0); e < e1; e += kChunk) {
+        const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, e1 - e));
         k.philox_words(e / 4, ctx.step, ctx.tensor_id, ctx.seed, words);
         k.fields(grad.data() + e, len, div, levels, words, fields);
-        pack(bw, fields, len);
+        pack(k, bw, fields, len);
       }
     }
     bw.flush();
+    return kNoBucket;
   }
 
-  void pack(BitWriter& bw, const uint16_t* f, size_t len) const {
-    if (bits_ == 8 && bw.nbits == 0) {  // byte-aligned fast paths: a narrowing copy
-      for (size_t i = 0; i < len; ++i) bw.p[i] = static_cast<uint8_t>(f[i]);
-      bw.p += len;
-      return;
-    }
-    if (bits_ == 16 && bw.nbits == 0) {
-      for (size_t i = 0; i < len; ++i) {
-        bw.p[2 * i] = static_cast<uint8_t>(f[i]);
-        bw.p[2 * i + 1] = static_cast<uint8_t>(f[i] >> 8);
+  // Appends len fields. Whole bytes of 2-, 4- and 8-bit fields go through
+  // the level's packers while the stream is byte-aligned (it is at every
+  // chunk start: chunks and buckets are multiples of 4 elements); the rest,
+  // and every other width, through the general BitWriter.
+  void pack(const Kernels& k, BitWriter& bw, const uint16_t* f, size_t len) const {
+    if (bw.nbits == 0) {
+      size_t done = 0;
+      if (bits_ == 2) {
+        done = len / 4 * 4;
+        k.pack2(f, done, bw.p);
+      } else if (bits_ == 4) {
+        done = len / 2 * 2;
+        k.pack4(f, done, bw.p);
+      } else if (bits_ == 8) {
+        done = len;
+        k.pack8(f, done, bw.p);
+      } else if (bits_ == 16) {
+        for (size_t i = 0; i < len; ++i) {
+          bw.p[2 * i] = static_cast<uint8_t>(f[i]);
+          bw.p[2 * i + 1] = static_cast<uint8_t>(f[i] >> 8);
+        }
+        done = len;
       }
-      bw.p += 2 * len;
-      return;
+      bw.p += done * bits_ / 8;
+      f += done;
+      len -= done;
     }
     const uint32_t w = bits_;
     for (size_t i = 0; i < len; ++i) bw.put(f[i], w);

@@ -22,12 +22,19 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "builtin_codecs.h"
+#include "parallel_ranges.h"
 #include "slices.h"
+#include "terngrad/quantize/cpu_features.h"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::comm::detail {
@@ -166,35 +173,38 @@ Header check(std::span<const uint8_t> payload, std::initializer_list<uint8_t> ki
   return r;
 }
 
-// FORMATS.md: sum of |g| in float64, element i into lane i % 16 (absolute
-// index), lanes in index order, folded 8, 4, 2, 1; divided by n; float32.
-float mean_abs(std::span<const float> g) {
-  if (g.empty()) return 0.0f;
+inline void store_le16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline uint16_t load_le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// ---------------------------------------------------------------- kernels
+// Each pass has a portable loop (the reference) and AVX2 / AVX-512 copies
+// picked by quantize::cpu_simd_level() (TG_CPU_SIMD forces a level), as in
+// qsgd_codec.cpp. tests/comm/sign_codec_test.cpp checks every level's bytes
+// and decodes against a scalar reference written from FORMATS.md, with one
+// thread and several (tests/comm/threaded_encode_test.cpp).
+
+// FORMATS.md's scale=mean sum: |g| in float64, element i into lane i % 16
+// (absolute index), in index order. The lanes are 16 sequential folds, so
+// the sum cannot be split over threads without changing its rounding; the
+// SIMD copies keep each lane's order (one float64 lane per lane) and give
+// the same bits.
+struct AbsLanes {
   double lane[16] = {};
+};
+
+void abs_lanes_portable(const float* g, size_t n, AbsLanes& a) {
   size_t i = 0;
-  for (; i + 16 <= g.size(); i += 16)
-    for (int l = 0; l < 16; ++l) lane[l] += std::fabs(static_cast<double>(g[i + l]));
-  for (int l = 0; i + l < g.size(); ++l) lane[l] += std::fabs(static_cast<double>(g[i + l]));
-  for (int o = 8; o >= 1; o /= 2)
-    for (int l = 0; l < o; ++l) lane[l] += lane[l + o];
-  if (!std::isfinite(lane[0]))
-    for (size_t j = 0; j < g.size(); ++j)
-      if (!std::isfinite(g[j]))
-        throw std::invalid_argument("sign encode: element " + std::to_string(j) + " is " +
-                                    (std::isnan(g[j]) ? "NaN" : "infinite") + " (scale=mean needs finite values)");
-  return static_cast<float>(lane[0] / static_cast<double>(g.size()));
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) a.lane[l] += std::fabs(static_cast<double>(g[i + l]));
+  for (int l = 0; i + l < n; ++l) a.lane[l] += std::fabs(static_cast<double>(g[i + l]));
 }
 
-void check_no_nan(std::span<const float> g, uint64_t offset) {
-  uint32_t max_abs_bits = 0;  // an unsigned max reduction vectorizes; NaN is any |bits| above +Inf's
-  for (float x : g) max_abs_bits = std::max(max_abs_bits, std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu);
-  if (max_abs_bits <= 0x7F800000u) return;
-  for (size_t j = 0; j < g.size(); ++j)
-    if (std::isnan(g[j])) throw std::invalid_argument("sign encode: element " + std::to_string(offset + j) + " is NaN");
-}
-
-// Bits g < 0, 8 elements per byte, first element in the least significant bit.
-void pack_signs(const float* g, uint64_t n, uint8_t* body) {
+// Bits g < 0 of n elements, 8 per byte, first element in the least
+// significant bit; the last byte's unused bits are 0.
+void pack_signs_portable(const float* g, uint64_t n, uint8_t* body) {
   const uint64_t full = n / 8;
   for (uint64_t b = 0; b < full; ++b) {
     uint32_t v = 0;
@@ -205,6 +215,188 @@ void pack_signs(const float* g, uint64_t n, uint8_t* body) {
     uint32_t v = 0;
     for (uint64_t j = 0; j < n % 8; ++j) v |= static_cast<uint32_t>(g[8 * full + j] < 0.0f) << j;
     body[full] = static_cast<uint8_t>(v);
+  }
+}
+
+// Elements [0, n) of a body whose element 0 is bit 0 of body[0]:
+// out = (bit ? -s : s), or out += that.
+void decode_signs_portable(const uint8_t* body, uint64_t n, float s, bool accumulate, float* out) {
+  for (uint64_t e = 0; e < n; ++e) {
+    const float v = (body[e / 8] >> (e % 8)) & 1 ? -s : s;
+    if (accumulate)
+      out[e] += v;
+    else
+      out[e] = v;
+  }
+}
+
+// The largest |bits| of g (a NaN is any value above +Inf's 0x7F800000).
+uint32_t max_abs_bits_portable(const float* g, size_t n) {
+  uint32_t m = 0;  // an unsigned max reduction vectorizes
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(g[i]) & 0x7FFFFFFFu);
+  return m;
+}
+
+#if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics start from a self-initialized "undefined"
+// vector (avx512fintrin.h), which -Wuninitialized reports once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define TG_SIGN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define TG_SIGN_AVX2 __attribute__((target("avx2,fma,bmi2")))
+
+TG_SIGN_AVX512 void abs_lanes_avx512(const float* g, size_t n, AbsLanes& a) {
+  const __m512d signbit = _mm512_set1_pd(-0.0);
+  __m512d lo = _mm512_loadu_pd(a.lane), hi = _mm512_loadu_pd(a.lane + 8);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(g + i);
+    lo = _mm512_add_pd(lo, _mm512_andnot_pd(signbit, _mm512_cvtps_pd(_mm512_castps512_ps256(v))));
+    hi = _mm512_add_pd(hi, _mm512_andnot_pd(signbit, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))));
+  }
+  _mm512_storeu_pd(a.lane, lo);
+  _mm512_storeu_pd(a.lane + 8, hi);
+  abs_lanes_portable(g + i, n - i, a);  // i is a multiple of 16: the tail's lanes start at 0
+}
+
+TG_SIGN_AVX2 void abs_lanes_avx2(const float* g, size_t n, AbsLanes& a) {
+  const __m256d signbit = _mm256_set1_pd(-0.0);
+  __m256d l0 = _mm256_loadu_pd(a.lane), l1 = _mm256_loadu_pd(a.lane + 4), l2 = _mm256_loadu_pd(a.lane + 8),
+          l3 = _mm256_loadu_pd(a.lane + 12);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    l0 = _mm256_add_pd(l0, _mm256_andnot_pd(signbit, _mm256_cvtps_pd(_mm_loadu_ps(g + i))));
+    l1 = _mm256_add_pd(l1, _mm256_andnot_pd(signbit, _mm256_cvtps_pd(_mm_loadu_ps(g + i + 4))));
+    l2 = _mm256_add_pd(l2, _mm256_andnot_pd(signbit, _mm256_cvtps_pd(_mm_loadu_ps(g + i + 8))));
+    l3 = _mm256_add_pd(l3, _mm256_andnot_pd(signbit, _mm256_cvtps_pd(_mm_loadu_ps(g + i + 12))));
+  }
+  _mm256_storeu_pd(a.lane, l0);
+  _mm256_storeu_pd(a.lane + 4, l1);
+  _mm256_storeu_pd(a.lane + 8, l2);
+  _mm256_storeu_pd(a.lane + 12, l3);
+  abs_lanes_portable(g + i, n - i, a);
+}
+
+// A less-than compare gives the bits directly: 16 (AVX-512) or 8 (AVX2) per
+// vector, element order = bit order. _CMP_LT_OQ is false for NaN, -0 and +0,
+// as g < 0.0f is.
+TG_SIGN_AVX512 void pack_signs_avx512(const float* g, uint64_t n, uint8_t* body) {
+  const __m512 zero = _mm512_setzero_ps();
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const uint16_t m = static_cast<uint16_t>(_mm512_cmp_ps_mask(_mm512_loadu_ps(g + i), zero, _CMP_LT_OQ));
+    store_le16(body + i / 8, m);
+  }
+  pack_signs_portable(g + i, n - i, body + i / 8);
+}
+
+TG_SIGN_AVX2 void pack_signs_avx2(const float* g, uint64_t n, uint8_t* body) {
+  const __m256 zero = _mm256_setzero_ps();
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    body[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(g + i), zero, _CMP_LT_OQ)));
+  pack_signs_portable(g + i, n - i, body + i / 8);
+}
+
+TG_SIGN_AVX512 void decode_signs_avx512(const uint8_t* body, uint64_t n, float s, bool accumulate, float* out) {
+  const __m512 pos = _mm512_set1_ps(s), neg = _mm512_set1_ps(-s);
+  uint64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_mask_blend_ps(static_cast<__mmask16>(load_le16(body + i / 8)), pos, neg);
+    _mm512_storeu_ps(out + i, accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + i), v) : v);
+  }
+  decode_signs_portable(body + i / 8, n - i, s, accumulate, out + i);
+}
+
+TG_SIGN_AVX2 void decode_signs_avx2(const uint8_t* body, uint64_t n, float s, bool accumulate, float* out) {
+  const __m256 pos = _mm256_set1_ps(s), neg = _mm256_set1_ps(-s);
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i b = _mm256_and_si256(_mm256_set1_epi32(body[i / 8]), bit);
+    const __m256 m = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bit));
+    const __m256 v = _mm256_blendv_ps(pos, neg, m);
+    _mm256_storeu_ps(out + i, accumulate ? _mm256_add_ps(_mm256_loadu_ps(out + i), v) : v);
+  }
+  decode_signs_portable(body + i / 8, n - i, s, accumulate, out + i);
+}
+
+TG_SIGN_AVX512 uint32_t max_abs_bits_avx512(const float* g, size_t n) { return max_abs_bits_portable(g, n); }
+TG_SIGN_AVX2 uint32_t max_abs_bits_avx2(const float* g, size_t n) { return max_abs_bits_portable(g, n); }
+#pragma GCC diagnostic pop
+#endif
+
+struct Kernels {
+  void (*abs_lanes)(const float*, size_t, AbsLanes&);
+  void (*pack_signs)(const float*, uint64_t, uint8_t*);
+  void (*decode_signs)(const uint8_t*, uint64_t, float, bool, float*);
+  uint32_t (*max_abs_bits)(const float*, size_t);
+};
+
+const Kernels& kernels() {
+  static constexpr Kernels kPortable{abs_lanes_portable, pack_signs_portable, decode_signs_portable,
+                                     max_abs_bits_portable};
+#if defined(__x86_64__)
+  static constexpr Kernels kAvx512{abs_lanes_avx512, pack_signs_avx512, decode_signs_avx512, max_abs_bits_avx512};
+  static constexpr Kernels kAvx2{abs_lanes_avx2, pack_signs_avx2, decode_signs_avx2, max_abs_bits_avx2};
+  switch (tq::cpu_simd_level()) {
+    case tq::SimdLevel::kAvx512: return kAvx512;
+    case tq::SimdLevel::kAvx2: return kAvx2;
+    default: break;
+  }
+#endif
+  return kPortable;
+}
+
+// ---------------------------------------------------------------- passes
+
+// mean|g| as FORMATS.md defines it, from the folded lanes; nullopt when the
+// sum is not finite (a NaN or Inf in g: the caller names the element).
+std::optional<float> mean_abs(const Kernels& k, std::span<const float> g) {
+  if (g.empty()) return 0.0f;
+  AbsLanes a;
+  k.abs_lanes(g.data(), g.size(), a);
+  for (int o = 8; o >= 1; o /= 2)
+    for (int l = 0; l < o; ++l) a.lane[l] += a.lane[l + o];
+  if (!std::isfinite(a.lane[0])) return std::nullopt;
+  return static_cast<float>(a.lane[0] / static_cast<double>(g.size()));
+}
+
+[[noreturn]] void throw_non_finite(std::span<const float> g) {
+  for (size_t j = 0; j < g.size(); ++j)
+    if (!std::isfinite(g[j]))
+      throw std::invalid_argument("sign encode: element " + std::to_string(j) + " is " +
+                                  (std::isnan(g[j]) ? "NaN" : "infinite") + " (scale=mean needs finite values)");
+  throw std::logic_error("sign encode: non-finite mean without a non-finite element");
+}
+
+void check_no_nan(const Kernels& k, std::span<const float> g, uint64_t offset) {
+  const float* x = g.data();
+  uint32_t max_bits = 0;
+  if (!run_parallel(g.size())) {
+    max_bits = k.max_abs_bits(x, g.size());
+  } else {
+#pragma omp parallel for reduction(max : max_bits) schedule(static)
+    for (int64_t c = 0; c < 64; ++c) {
+      const uint64_t b = g.size() * static_cast<uint64_t>(c) / 64, e = g.size() * static_cast<uint64_t>(c + 1) / 64;
+      max_bits = std::max(max_bits, k.max_abs_bits(x + b, e - b));
+    }
+  }
+  if (max_bits <= 0x7F800000u) return;
+  for (size_t j = 0; j < g.size(); ++j)
+    if (std::isnan(g[j])) throw std::invalid_argument("sign encode: element " + std::to_string(offset + j) + " is NaN");
+}
+
+// Packs the signs of every slice on `workers` threads, this one being worker
+// w: each slice cut at multiples of 8 elements (whole bytes), so the bytes do
+// not depend on the cut.
+void pack_share(const Kernels& k, std::span<const float> grad, std::span<const ElementRange> slices,
+                std::span<const std::span<uint8_t>> outs, uint64_t workers, uint64_t w) {
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const uint64_t n = slices[i].count, per = ((n + workers - 1) / workers + 7) / 8 * 8;
+    const uint64_t b = std::min(n, w * per), e = std::min(n, b + per);
+    if (b < e) k.pack_signs(grad.data() + slices[i].begin + b, e - b, outs[i].data() + kHdr + b / 8);
   }
 }
 
@@ -221,15 +413,34 @@ class SignCodec final : public GradientCodec {
                      std::span<const std::span<uint8_t>> outs) override {
     (void)ctx;  // deterministic
     check_slices("sign", grad.size(), slices, outs, *this);
+    const Kernels& k = kernels();
     float scale = 0.0f;
-    if (mean_)
-      scale = mean_abs(grad);
-    else
-      for (const ElementRange& r : slices) check_no_nan(grad.subspan(r.begin, r.count), r.begin);
-    for (size_t i = 0; i < slices.size(); ++i) {
-      write_header(outs[i].data(), mean_ ? kScaledSigns : kSigns, slices[i].count, scale, 0);
-      pack_signs(grad.data() + slices[i].begin, slices[i].count, outs[i].data() + kHdr);
+    if (!mean_) {
+      for (const ElementRange& r : slices) check_no_nan(k, grad.subspan(r.begin, r.count), r.begin);
+      pack_all(k, grad, slices, outs);
+    } else if (!run_parallel(grad.size())) {
+      const std::optional<float> m = mean_abs(k, grad);
+      if (!m) throw_non_finite(grad);
+      scale = *m;
+      for (size_t i = 0; i < slices.size(); ++i)
+        k.pack_signs(grad.data() + slices[i].begin, slices[i].count, outs[i].data() + kHdr);
+    } else {
+      // The mean is one sequential fold (see AbsLanes): one thread folds
+      // while the others pack the signs, which do not depend on it.
+      std::optional<float> m;
+#pragma omp parallel
+      {
+        const uint64_t threads = static_cast<uint64_t>(omp_get_num_threads());
+        const uint64_t t = static_cast<uint64_t>(omp_get_thread_num());
+        if (t == 0) m = mean_abs(k, grad);
+        if (threads == 1) pack_share(k, grad, slices, outs, 1, 0);
+        else if (t > 0) pack_share(k, grad, slices, outs, threads - 1, t - 1);
+      }
+      if (!m) throw_non_finite(grad);
+      scale = *m;
     }
+    for (size_t i = 0; i < slices.size(); ++i)
+      write_header(outs[i].data(), mean_ ? kScaledSigns : kSigns, slices[i].count, scale, 0);
   }
 
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override { decode_impl(payload, out, false); }
@@ -309,12 +520,17 @@ class SignCodec final : public GradientCodec {
     const Header h = check(payload, {own_kind()}, out.size(),
                            std::string("sign ") + (accumulate ? "decode_accumulate: " : "decode: "));
     const float s = mean_ ? h.scale : 1.0f;
-    for (uint64_t e = 0; e < h.n; ++e) {
-      const float v = (h.body[e / 8] >> (e % 8)) & 1 ? -s : s;
-      if (accumulate)
-        out[e] += v;
-      else
-        out[e] = v;
+    const Kernels& k = kernels();
+    float* o = out.data();
+    for_each_range(h.n, 16, [&](uint64_t b, uint64_t e) { k.decode_signs(h.body + b / 8, e - b, s, accumulate, o + b); });
+  }
+
+  static void pack_all(const Kernels& k, std::span<const float> grad, std::span<const ElementRange> slices,
+                       std::span<const std::span<uint8_t>> outs) {
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const float* g = grad.data() + slices[i].begin;
+      uint8_t* body = outs[i].data() + kHdr;
+      for_each_range(slices[i].count, 8, [&](uint64_t b, uint64_t e) { k.pack_signs(g + b, e - b, body + b / 8); });
     }
   }
 

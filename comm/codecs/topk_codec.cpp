@@ -35,6 +35,7 @@
 #endif
 
 #include "builtin_codecs.h"
+#include "parallel_ranges.h"
 #include "slices.h"
 #include "sparse_internal.h"
 #include "terngrad/quantize/cpu_features.h"
@@ -117,35 +118,109 @@ __attribute__((target("avx2,bmi"))) size_t collect_block_avx2(const float* x, si
   maxbits = mxs;
   return m + collect_block_scalar(x + i, n - i, base + static_cast<uint32_t>(i), t, out + m, maxbits);
 }
+
+// GCC 12's AVX-512 intrinsics start from a self-initialized "undefined"
+// vector (avx512fintrin.h), which -W(maybe-)uninitialized reports once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// AVX-512: the AVX2 pass at twice the width, 64 elements per iteration. On
+// the Xeon of bench/RESULTS.md one thread reads L3 at 12-13 GB/s with 32-byte
+// loads and 16-17 GB/s with 64-byte ones, which is most of why the AVX2 pass
+// ran at 1.5-2x the (two-thread, 64-byte-load) read floor even when nothing
+// passed; the rest was running on one thread (collect() now uses the team).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi"))) size_t collect_block_avx512(
+    const float* x, size_t n, uint32_t base, uint32_t t, uint64_t* out, uint32_t& maxbits) {
+  const __m512i absmask = _mm512_set1_epi32(static_cast<int>(kAbsMask));
+  const __m512i tv = _mm512_set1_epi32(static_cast<int>(t));
+  __m512i mx = _mm512_setzero_si512();
+  size_t m = 0, i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(x + i), absmask);
+    const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(x + i + 16), absmask);
+    const __m512i a2 = _mm512_and_si512(_mm512_loadu_si512(x + i + 32), absmask);
+    const __m512i a3 = _mm512_and_si512(_mm512_loadu_si512(x + i + 48), absmask);
+    mx = _mm512_max_epu32(mx, _mm512_max_epu32(_mm512_max_epu32(a0, a1), _mm512_max_epu32(a2, a3)));
+    const __mmask16 c0 = _mm512_cmpge_epu32_mask(a0, tv), c1 = _mm512_cmpge_epu32_mask(a1, tv);
+    const __mmask16 c2 = _mm512_cmpge_epu32_mask(a2, tv), c3 = _mm512_cmpge_epu32_mask(a3, tv);
+    if ((c0 | c1 | c2 | c3) == 0) continue;
+    uint64_t bits = static_cast<uint64_t>(c0) | static_cast<uint64_t>(c1) << 16 | static_cast<uint64_t>(c2) << 32 |
+                    static_cast<uint64_t>(c3) << 48;
+    while (bits != 0) {
+      const uint32_t j = static_cast<uint32_t>(_tzcnt_u64(bits));
+      bits &= bits - 1;
+      out[m++] = make_key(abs_bits(x[i + j]), base + i + j);
+    }
+  }
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, mx);
+  uint32_t mxs = maxbits;
+  for (uint32_t v : lanes) mxs = std::max(mxs, v);
+  maxbits = mxs;
+  return m + collect_block_scalar(x + i, n - i, base + static_cast<uint32_t>(i), t, out + m, maxbits);
+}
+#pragma GCC diagnostic pop
 #endif
 
-bool simd_pass_available() {
+using CollectBlock = size_t (*)(const float*, size_t, uint32_t, uint32_t, uint64_t*, uint32_t&);
+
+// The candidate pass of the SIMD level in use (the scalar one if !simd).
+CollectBlock collect_kernel(bool simd) {
 #ifdef TG_TOPK_X86
-  const quantize::SimdLevel l = quantize::cpu_simd_level();
-  return l == quantize::SimdLevel::kAvx2 || l == quantize::SimdLevel::kAvx512;
-#else
-  return false;
+  if (simd) {
+    switch (quantize::cpu_simd_level()) {
+      case quantize::SimdLevel::kAvx512: return collect_block_avx512;
+      case quantize::SimdLevel::kAvx2: return collect_block_avx2;
+      default: break;
+    }
+  }
 #endif
+  (void)simd;
+  return collect_block_scalar;
 }
 
 constexpr size_t kBlock = 16384;
 
-// Appends the candidates of x (|bits| >= t) to buf; returns the largest |bits|.
-uint32_t collect(std::span<const float> x, uint32_t t, KeyBuffer& buf, bool simd) {
-  const bool vec = simd && simd_pass_available();
+// Appends the candidates of x[b, e) to buf; returns the largest |bits|.
+uint32_t collect_range(std::span<const float> x, size_t b0, size_t e0, uint32_t t, KeyBuffer& buf, CollectBlock k) {
   uint32_t maxbits = 0;
-  for (size_t b = 0; b < x.size(); b += kBlock) {
-    const size_t n = std::min(kBlock, x.size() - b);
+  for (size_t b = b0; b < e0; b += kBlock) {
+    const size_t n = std::min(kBlock, e0 - b);
     buf.ensure(buf.size + n);
-    uint64_t* out = buf.p.get() + buf.size;
-#ifdef TG_TOPK_X86
-    if (vec) {
-      buf.size += collect_block_avx2(x.data() + b, n, static_cast<uint32_t>(b), t, out, maxbits);
-      continue;
-    }
-#endif
-    (void)vec;
-    buf.size += collect_block_scalar(x.data() + b, n, static_cast<uint32_t>(b), t, out, maxbits);
+    buf.size += k(x.data() + b, n, static_cast<uint32_t>(b), t, buf.p.get() + buf.size, maxbits);
+  }
+  return maxbits;
+}
+
+// Appends the candidates of x (|bits| >= t) to buf, in index order; returns
+// the largest |bits|. Large slices are cut over the OpenMP team, each thread
+// collecting its range into its own buffer, joined in range order: the same
+// keys in the same order as one thread's pass.
+uint32_t collect(std::span<const float> x, uint32_t t, KeyBuffer& buf, bool simd) {
+  const CollectBlock k = collect_kernel(simd);
+  if (!run_parallel(x.size())) return collect_range(x, 0, x.size(), t, buf, k);
+  thread_local std::vector<KeyBuffer> parts_of_caller;
+  // The caller's buffers, by pointer: inside the region a thread_local name
+  // would be each team thread's own (empty) instance.
+  KeyBuffer* const parts = (parts_of_caller.resize(static_cast<size_t>(omp_get_max_threads())), parts_of_caller.data());
+  std::vector<uint32_t> maxes(parts_of_caller.size(), 0);
+  int used = 0;
+#pragma omp parallel
+  {
+    const size_t threads = static_cast<size_t>(omp_get_num_threads()), me = static_cast<size_t>(omp_get_thread_num());
+    if (me == 0) used = static_cast<int>(threads);
+    const size_t per = ((x.size() + threads - 1) / threads + 63) / 64 * 64;
+    const size_t b = std::min(x.size(), me * per), e = std::min(x.size(), b + per);
+    parts[me].size = 0;
+    maxes[me] = collect_range(x, b, e, t, parts[me], k);
+  }
+  uint32_t maxbits = 0;
+  for (int i = 0; i < used; ++i) {
+    KeyBuffer& p = parts[static_cast<size_t>(i)];
+    buf.ensure(buf.size + p.size);
+    if (p.size) std::memcpy(buf.p.get() + buf.size, p.p.get(), p.size * sizeof(uint64_t));
+    buf.size += p.size;
+    maxbits = std::max(maxbits, maxes[static_cast<size_t>(i)]);
   }
   return maxbits;
 }
