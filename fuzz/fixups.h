@@ -10,12 +10,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "terngrad/quantize/bucketed.h"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::fuzz {
 
-// The 40-byte TGRD header's CRC (codec 1 and 2 payloads), when there is a header.
+// The TGRD header's CRC, when there is a header: bytes 36-39 of the 40-byte
+// header (codec 1 and 2 payloads), bytes 44-47 of the 48-byte one (codec 3,
+// bucketed, told by its codec id byte).
 inline void fix_tgrd_crc(std::vector<uint8_t>& p) {
+  if (p.size() >= quantize::kBucketedHeaderBytes && p[quantize::kHeaderCodecOffset] == quantize::kCodecTernaryBucketed) {
+    quantize::store_le32(p.data() + quantize::kBucketedCrcOffset,
+                         quantize::crc32_ieee(p.data(), quantize::kBucketedCrcOffset));
+    return;
+  }
   if (p.size() < quantize::kHeaderBytes) return;
   quantize::store_le32(p.data() + quantize::kHeaderCrcOffset,
                        quantize::crc32_ieee(p.data(), quantize::kHeaderCrcOffset));

@@ -3,8 +3,8 @@
 // itself), then decode_aggregate() of its result, which must accept it; and
 // decode_aggregate() of a third, fuzzed aggregate, as a worker receives it.
 //
-// Input: mode byte (bits 0-1: codec fp32 / fp16 / terngrad; bit 2: recompute
-// the TGRD header CRCs), u16 element count n, then three pieces
+// Input: mode byte (bits 0-1 and 3-7: the codec, codec_choice.h's codec_index;
+// bit 2: recompute the TGRD header CRCs), u16 element count n, then three pieces
 // (fuzz_input.h): payload 1, payload 2, an aggregate.
 #include <span>
 #include <vector>
@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fix_tgrd_crc(b);
     fix_tgrd_crc(agg);
   }
-  const terngrad::comm::GradientCodec& codec = codec_for_mode(mode & 0x03);
+  const terngrad::comm::GradientCodec& codec = codec_for_mode(codec_index(mode));
 
   const std::span<const uint8_t> payloads[] = {a, b};
   std::vector<uint8_t> sum;

@@ -3,8 +3,8 @@
 // then accept too (a validator weaker than its decoder is a bug the ps would
 // trip over after keeping the payload).
 //
-// Input: mode byte (bits 0-1: codec fp32 / fp16 / terngrad; bit 2: recompute
-// the TGRD header CRC), u16 element count n, payload.
+// Input: mode byte (bits 0-1 and 3-7: the codec, codec_choice.h's codec_index;
+// bit 2: recompute the TGRD header CRC), u16 element count n, payload.
 #include <vector>
 
 #include "codec_choice.h"
@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t n = take_u16(in);
   std::vector<uint8_t> payload(in.begin(), in.end());
   if (mode & 0x04) fix_tgrd_crc(payload);
-  const terngrad::comm::GradientCodec& codec = codec_for_mode(mode & 0x03);
+  const terngrad::comm::GradientCodec& codec = codec_for_mode(codec_index(mode));
   if (!accepts([&] { codec.validate(payload, n); })) return 0;
   std::vector<float> out(n, 1.0f);
   must_accept("decode", [&] { codec.decode(payload, out); });

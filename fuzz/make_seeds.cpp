@@ -90,8 +90,10 @@ Buf be32(uint32_t v) {
 }
 
 void codec_seeds() {
-  const char* specs[] = {"fp32", "fp16", "terngrad:clip=2.5"};
-  for (uint8_t c = 0; c < 3; ++c) {
+  // The mode byte of each: codec_choice.h's codec_index (18 = index 10, bucketed terngrad).
+  const char* specs[] = {"fp32", "fp16", "terngrad:clip=2.5", "terngrad:clip=2.5,bucket=8"};
+  const uint8_t modes[] = {0, 1, 2, 18};
+  for (uint8_t c = 0; c < 4; ++c) {
     auto codec = tc::make_codec(specs[c]);
     for (size_t n : {0, 1, 5, 8, 13}) {
       const auto g1 = gradient(n, 0.3f), g2 = gradient(n, -0.2f);
@@ -104,12 +106,13 @@ void codec_seeds() {
       codec->encode(g1, ctx, p1);
       ctx.seed = 2;
       codec->encode(g2, ctx, p2);
-      const std::string name = std::string(c == 0 ? "fp32" : c == 1 ? "fp16" : "terngrad") + "-n" + std::to_string(n);
-      put("codec_payload", name, cat({{c}, u16(static_cast<uint16_t>(n)), p1}));
+      const char* names[] = {"fp32", "fp16", "terngrad", "terngrad-bucket8"};
+      const std::string name = std::string(names[c]) + "-n" + std::to_string(n);
+      put("codec_payload", name, cat({{modes[c]}, u16(static_cast<uint16_t>(n)), p1}));
       const std::span<const uint8_t> both[] = {p1, p2};
       Buf sum;
       codec->aggregate(both, n, sum);
-      put("aggregate", name, cat({{c}, u16(static_cast<uint16_t>(n)), join_pieces({p1, p2, sum})}));
+      put("aggregate", name, cat({{modes[c]}, u16(static_cast<uint16_t>(n)), join_pieces({p1, p2, sum})}));
     }
   }
 }

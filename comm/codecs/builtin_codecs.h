@@ -15,6 +15,8 @@ namespace terngrad::comm::detail {
 std::unique_ptr<GradientCodec> make_fp32_codec();
 std::unique_ptr<GradientCodec> make_fp16_codec();
 std::unique_ptr<GradientCodec> make_terngrad_codec(const TernGradParams& params);
+// bucket != 0 (make_terngrad_codec calls it).
+std::unique_ptr<GradientCodec> make_terngrad_bucketed_codec(const TernGradParams& params);
 std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params);
 std::unique_ptr<GradientCodec> make_sign_codec(const SignParams& params);
 std::unique_ptr<GradientCodec> make_topk_codec(const TopKParams& params);

@@ -1,5 +1,7 @@
 // "terngrad:clip=C,share_scale=S": TernGrad's stochastic ternarization
-// through terngrad::quantize (payload format: quantize/FORMAT.md).
+// through terngrad::quantize (payload format: quantize/FORMAT.md), one scale
+// per variable. "terngrad:...,bucket=B" (one scale per bucket) is
+// terngrad_bucketed_codec.cpp; make_terngrad_codec() picks the class.
 //
 //   clip         c in s = min(max|g|, c * sigma); 0 disables clipping. Default 2.5.
 //   share_scale  1: take part in scale sharing (every worker encodes with the
@@ -43,12 +45,7 @@ namespace {
 class TernGradCodec final : public GradientCodec {
  public:
   explicit TernGradCodec(const TernGradParams& params)
-      : params_(params), clip_(params.clip), share_scale_(params.share_scale) {
-    // The bucketed payload format is not written yet (issue 16): the spec
-    // parses, the codec refuses it by name rather than ignore it.
-    if (params.bucket != 0)
-      throw std::invalid_argument("codec \"" + to_spec(config()) + "\": bucket= is not supported yet (one scale per variable only)");
-  }
+      : params_(params), clip_(params.clip), share_scale_(params.share_scale) {}
 
   std::string spec() const override { return to_spec(config()); }
   CodecConfig config() const override { return {params_, std::nullopt}; }
@@ -158,6 +155,8 @@ class TernGradCodec final : public GradientCodec {
 }  // namespace
 
 std::unique_ptr<GradientCodec> make_terngrad_codec(const TernGradParams& params) {
+  // bucket=B is a different payload (one scale per bucket): its own class.
+  if (params.bucket != 0) return make_terngrad_bucketed_codec(params);
   return std::make_unique<TernGradCodec>(params);
 }
 

@@ -55,6 +55,16 @@ void encode_bytes_avx512(const float* x, uint64_t n, uint64_t k_begin, uint64_t 
 void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,
                            float scale, bool accumulate, float* out);
 
+// Body bytes per parallel block of the decode side's passes.
+inline constexpr uint64_t kDecodeBlockBytes = 16384;
+
+// The first body byte of an n-element body holding the reserved code 0b11,
+// or, failing that, the last byte if its padding bits are nonzero; kNoBadByte
+// if the body is clean. Word-at-a-time, on all threads for large bodies.
+// Shared by the codec-1 decoder and the bucketed one (bucketed_cpu.cpp).
+inline constexpr uint64_t kNoBadByte = ~uint64_t{0};
+uint64_t first_bad_byte(const uint8_t* body, uint64_t n);
+
 // The ps's fused sum (ternary_sum.h, sum_payloads): for the groups of 8
 // elements [g0, g1), adds the codes of `count` validated-length bodies (each
 // byte 2g, 2g+1 present for every group) as count + R fields and packs them,

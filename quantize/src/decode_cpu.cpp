@@ -27,38 +27,14 @@ void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, ui
   }
 }
 
-}  // namespace detail
-
-namespace {
-
-constexpr uint64_t kBlockBytes = 16384;  // body bytes per parallel block
-
-PayloadHeader parse_header(std::span<const uint8_t> payload) {
-  const HeaderFault fault = check_header(payload.data(), payload.size());
-  if (fault != HeaderFault::kNone) {
-    std::string what = std::string("malformed payload (") + std::to_string(payload.size()) +
-                       " bytes): " + header_fault_name(fault);
-    if (fault == HeaderFault::kLengthMismatch) {
-      const uint64_t count = header_count(payload.data());
-      what += "; header says " + std::to_string(count) + " elements";
-      if (count <= (uint64_t{1} << 62)) what += " = " + std::to_string(max_encoded_bytes(count)) + " bytes";
-    }
-    throw CodecError(Errc::kMalformedPayload, what);
-  }
-  return read_header_fields(payload.data());
-}
-
-// Word-at-a-time scan for the reserved code 0b11; the padding of the last
-// byte must be zero. Returns the index of the first bad byte, or kNoBadByte.
-constexpr uint64_t kNoBadByte = ~uint64_t{0};
-
+// Word-at-a-time scan (cpu_kernels.h); blocks of kDecodeBlockBytes.
 uint64_t first_bad_byte(const uint8_t* body, uint64_t n) {
   const uint64_t nbytes = body_bytes(n);
-  const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
+  const uint64_t blocks = (nbytes + kDecodeBlockBytes - 1) / kDecodeBlockBytes;
   // Blocks record their first bad byte; the smallest wins (blocks are few).
   std::atomic<uint64_t> first{kNoBadByte};
   detail::for_each_block(n, blocks, [&](uint64_t b) {
-    const uint64_t k0 = b * kBlockBytes, k1 = std::min(nbytes, k0 + kBlockBytes);
+    const uint64_t k0 = b * kDecodeBlockBytes, k1 = std::min(nbytes, k0 + kDecodeBlockBytes);
     uint64_t k = k0, bad = 0;
     for (; k + 8 <= k1; k += 8) {
       uint64_t w;
@@ -79,6 +55,29 @@ uint64_t first_bad_byte(const uint8_t* body, uint64_t n) {
   if (first.load() == kNoBadByte && nbytes > 0 && (body[nbytes - 1] & padding_mask(n)) != 0)
     return nbytes - 1;
   return first.load();
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr uint64_t kBlockBytes = detail::kDecodeBlockBytes;
+using detail::first_bad_byte;
+using detail::kNoBadByte;
+
+PayloadHeader parse_header(std::span<const uint8_t> payload) {
+  const HeaderFault fault = check_header(payload.data(), payload.size());
+  if (fault != HeaderFault::kNone) {
+    std::string what = std::string("malformed payload (") + std::to_string(payload.size()) +
+                       " bytes): " + header_fault_name(fault);
+    if (fault == HeaderFault::kLengthMismatch) {
+      const uint64_t count = header_count(payload.data());
+      what += "; header says " + std::to_string(count) + " elements";
+      if (count <= (uint64_t{1} << 62)) what += " = " + std::to_string(max_encoded_bytes(count)) + " bytes";
+    }
+    throw CodecError(Errc::kMalformedPayload, what);
+  }
+  return read_header_fields(payload.data());
 }
 
 std::span<const uint8_t> checked_body(std::span<const uint8_t> payload, const PayloadHeader& h) {

@@ -127,7 +127,9 @@ TEST_P(EveryCodec, AggregateRefusesMalformedPayloads) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodec,
                          ::testing::Values("fp32", "fp16", "terngrad:clip=2.5,share_scale=1",
-                                           "terngrad:clip=2.5,share_scale=0", "terngrad:clip=0,share_scale=1"),
+                                           "terngrad:clip=2.5,share_scale=0", "terngrad:clip=0,share_scale=1",
+                                           "terngrad:clip=2.5,share_scale=0,bucket=512",
+                                           "terngrad:clip=0,share_scale=0,bucket=4"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)

@@ -15,6 +15,7 @@ inline constexpr uint32_t kMagicLe32 = 0x44524754u;
 inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr uint8_t kCodecTernary2Bit = 1;
 inline constexpr uint8_t kCodecTernarySum = 2;  // ternary_sum.h
+inline constexpr uint8_t kCodecTernaryBucketed = 3;  // bucketed.h: one scale per bucket
 inline constexpr size_t kHeaderBytes = 40;
 
 // Where each header field starts (FORMAT.md's table) and how it is stored.
