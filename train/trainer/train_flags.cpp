@@ -114,7 +114,7 @@ const std::vector<Flag>& flags() {
       {"quantize_logits", "ternarize the logits layer too", TG_BOOL(quantize_logits)},
       {"codec", "explicit codec spec, overrides grad_bits: fp32, fp16, terngrad[:clip=C,share_scale=S,bucket=B], "
                "qsgd[:levels=S,bucket=B], sign[:scale=none|mean,vote=counts|sign], topk[:ratio=R,values=fp32|fp16], "
-               "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M] (comm/codec_config.h)",
+               "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M], server_ef(<codec>) (comm/codec_config.h)",
        TG_STR(codec)},
       {"train_dir", "checkpoints, metrics.jsonl, model.safetensors", TG_STR(train_dir)},
       {"seed", "seed of init, data order, augmentation, dropout and the codec",
