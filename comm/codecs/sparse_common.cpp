@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "parallel_ranges.h"
 #include "sparse_internal.h"
 #include "terngrad/quantize/philox.h"
 
@@ -146,16 +147,24 @@ void randomk_positions(uint32_t step, uint32_t tensor_id, uint64_t begin, uint64
         static_cast<uint32_t>(count >> 32)}},
       {{tensor_id, step}});
   const quantize::Philox4x32Key key{{h.v[0], h.v[1]}};
+  // The draws first: draw d is the 64-bit word d % 2 of Philox block d / 2.
+  // They depend on d alone, so they are computed apart from (and in
+  // parallel to) the sequential algorithm below, which only consumes them.
+  std::vector<uint64_t> draws(k + 1);
+  // A block costs about as much as a few elements of a codec's pass: the
+  // team's threshold is counted in those.
+  for_each_range((k + 1) / 2 * 8, 8, [&](uint64_t lo, uint64_t hi) {
+    for (uint64_t b = lo / 8; b < hi / 8; ++b) {
+      const quantize::Philox4x32Counter words =
+          philox4x32_10({{static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), h.v[2], h.v[3]}}, key);
+      draws[2 * b] = (static_cast<uint64_t>(words.v[1]) << 32) | words.v[0];
+      draws[2 * b + 1] = (static_cast<uint64_t>(words.v[3]) << 32) | words.v[2];
+    }
+  });
   // Floyd's algorithm: draw d (0 <= d < k) adds j = count - k + d or a uniform t in [0, j].
   std::vector<uint64_t> bitmap((count + 63) / 64, 0);
-  quantize::Philox4x32Counter words{};
   for (uint64_t d = 0; d < k; ++d) {
-    if (d % 2 == 0) {
-      const uint64_t b = d / 2;
-      words = philox4x32_10({{static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), h.v[2], h.v[3]}}, key);
-    }
-    const uint32_t lo = words.v[2 * (d % 2)], hi = words.v[2 * (d % 2) + 1];
-    const uint64_t r = (static_cast<uint64_t>(hi) << 32) | lo;
+    const uint64_t r = draws[d];
     const uint64_t j = count - k + d;
     const uint64_t t = static_cast<uint64_t>((static_cast<unsigned __int128>(r) * (j + 1)) >> 64);
     const uint64_t chosen = (bitmap[t / 64] >> (t % 64)) & 1 ? j : t;

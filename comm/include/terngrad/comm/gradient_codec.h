@@ -91,6 +91,9 @@ class GradientCodec {
   // random draws are the whole variable's, so the slices of any sharding
   // decode to the whole variable's decoding. Slices start at multiples of
   // kSliceAlignment and lie inside grad (std::invalid_argument otherwise).
+  // A gradient holding NaN or infinity throws naming an element; the payload
+  // bytes are then unspecified (threaded encoders may have written parts of
+  // them), so a caller sends nothing from a throwing encode.
   virtual void encode_slices(std::span<const float> grad, const EncodeContext& ctx,
                              std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs) = 0;
 
