@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "builtin_codecs.h"
+#include "forwarding_codec.h"
 #include "slices.h"
 #include "terngrad/quantize/format.h"
 
@@ -42,10 +43,10 @@ constexpr size_t kStateHeaderBytes = 20;
 // Below this many elements the OpenMP team costs more than the pass.
 constexpr size_t kParallelElements = size_t{1} << 17;
 
-class ErrorFeedbackCodec final : public GradientCodec {
+class ErrorFeedbackCodec final : public ForwardingCodec {
  public:
   ErrorFeedbackCodec(std::unique_ptr<GradientCodec> inner, const ErrorFeedbackParams& params)
-      : inner_(std::move(inner)), params_(params), spec_(to_spec(config())) {}
+      : ForwardingCodec(std::move(inner)), params_(params), spec_(to_spec(config())) {}
 
   // Printed once: encode_slices() names the codec in its checks every step.
   std::string spec() const override { return spec_; }
@@ -54,9 +55,6 @@ class ErrorFeedbackCodec final : public GradientCodec {
     c.error_feedback = params_;
     return c;
   }
-  size_t payload_bytes(uint64_t n) const override { return inner_->payload_bytes(n); }
-  bool sums_without_decoding() const override { return inner_->sums_without_decoding(); }
-  bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
 
   float local_scale(std::span<const float> grad) override {
     prepare(grad);
@@ -103,26 +101,6 @@ class ErrorFeedbackCodec final : public GradientCodec {
     }
   }
 
-  void decode(std::span<const uint8_t> payload, std::span<float> out) const override { inner_->decode(payload, out); }
-  void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
-    inner_->decode_accumulate(payload, out);
-  }
-  void validate(std::span<const uint8_t> payload, uint64_t n) const override { inner_->validate(payload, n); }
-  void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
-                 std::vector<uint8_t>& out) const override {
-    inner_->aggregate(payloads, n, out);
-  }
-  bool aggregate_keeps_state() const override { return inner_->aggregate_keeps_state(); }
-  void aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const AggregateContext& ctx,
-                      std::vector<uint8_t>& state, std::vector<uint8_t>& out) const override {
-    inner_->aggregate_step(payloads, n, ctx, state, out);
-  }
-  void validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const override {
-    inner_->validate_aggregate_state(state, n);
-  }
-  void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
-    inner_->decode_aggregate(aggregate, out);
-  }
 
   std::vector<uint8_t> save_state() const override {
     if (residual_.empty()) return {};  // nothing encoded yet: nothing to carry
@@ -222,7 +200,6 @@ class ErrorFeedbackCodec final : public GradientCodec {
     }
   }
 
-  std::unique_ptr<GradientCodec> inner_;
   ErrorFeedbackParams params_;
   std::string spec_;
   std::vector<float> residual_, momentum_;  // the state

@@ -2,7 +2,8 @@
 // error feedback of its own (terngrad/comm/codec_config.h,
 // ServerErrorFeedbackParams).
 //
-// Workers encode, validate and decode exactly as <codec> alone does. The
+// Workers encode, validate and decode exactly as <codec> alone does (the
+// calls pass through, forwarding_codec.h; so does the workers' own state). The
 // server, per slice and step (aggregate_step):
 //   S   = the workers' sum, as <codec>'s own aggregate gives it
 //   p   = S + e                                    (e: the slice's residual, 0 at first)
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "builtin_codecs.h"
+#include "forwarding_codec.h"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::comm::detail {
@@ -45,10 +47,10 @@ constexpr uint64_t kServerSeed = 0x5e7e5e7ef00dull;
 
 uint64_t server_seed(uint64_t begin) { return kServerSeed ^ (begin * 0x9E3779B97F4A7C15ull); }
 
-class ServerErrorFeedbackCodec final : public GradientCodec {
+class ServerErrorFeedbackCodec final : public ForwardingCodec {
  public:
   explicit ServerErrorFeedbackCodec(std::unique_ptr<GradientCodec> inner)
-      : inner_(std::move(inner)), encoder_(make_codec(inner_->config())), spec_(to_spec(config())) {}
+      : ForwardingCodec(std::move(inner)), encoder_(make_codec(inner_->config())), spec_(to_spec(config())) {}
 
   std::string spec() const override { return spec_; }
   CodecConfig config() const override {
@@ -56,20 +58,8 @@ class ServerErrorFeedbackCodec final : public GradientCodec {
     c.server_error_feedback = ServerErrorFeedbackParams{};
     return c;
   }
-  size_t payload_bytes(uint64_t n) const override { return inner_->payload_bytes(n); }
   // The server decodes, adds its residual and re-encodes.
   bool sums_without_decoding() const override { return false; }
-  bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
-  float local_scale(std::span<const float> grad) override { return inner_->local_scale(grad); }
-  void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
-                     std::span<const std::span<uint8_t>> outs) override {
-    inner_->encode_slices(grad, ctx, slices, outs);
-  }
-  void decode(std::span<const uint8_t> payload, std::span<float> out) const override { inner_->decode(payload, out); }
-  void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
-    inner_->decode_accumulate(payload, out);
-  }
-  void validate(std::span<const uint8_t> payload, uint64_t n) const override { inner_->validate(payload, n); }
 
   // Without a server state there is nothing to re-encode against: a caller
   // that does not keep state (aggregate_keeps_state()) gets told, not a
@@ -144,10 +134,6 @@ class ServerErrorFeedbackCodec final : public GradientCodec {
     inner_->decode(aggregate, out);
   }
 
-  // The workers' side keeps whatever the inner codec keeps.
-  std::vector<uint8_t> save_state() const override { return inner_->save_state(); }
-  void load_state(std::span<const uint8_t> state) override { inner_->load_state(state); }
-
  private:
   static float load_float(const uint8_t* p) {
     const uint32_t bits = quantize::load_le32(p);
@@ -161,7 +147,6 @@ class ServerErrorFeedbackCodec final : public GradientCodec {
     quantize::store_le32(p, bits);
   }
 
-  std::unique_ptr<GradientCodec> inner_;    // the workers' codec
   std::unique_ptr<GradientCodec> encoder_;  // the server's own instance (codecs cache between calls)
   std::string spec_;
   mutable std::mutex mutex_;

@@ -1,0 +1,52 @@
+// Private: a codec that wraps another and, unless it overrides a call,
+// passes it through: what ef() and server_ef() change is then all that
+// their files hold.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "terngrad/comm/gradient_codec.h"
+
+namespace terngrad::comm::detail {
+
+class ForwardingCodec : public GradientCodec {
+ public:
+  explicit ForwardingCodec(std::unique_ptr<GradientCodec> inner) : inner_(std::move(inner)) {}
+
+  size_t payload_bytes(uint64_t n) const override { return inner_->payload_bytes(n); }
+  bool sums_without_decoding() const override { return inner_->sums_without_decoding(); }
+  bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
+  float local_scale(std::span<const float> grad) override { return inner_->local_scale(grad); }
+  void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                     std::span<const std::span<uint8_t>> outs) override {
+    inner_->encode_slices(grad, ctx, slices, outs);
+  }
+  void decode(std::span<const uint8_t> payload, std::span<float> out) const override { inner_->decode(payload, out); }
+  void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
+    inner_->decode_accumulate(payload, out);
+  }
+  void validate(std::span<const uint8_t> payload, uint64_t n) const override { inner_->validate(payload, n); }
+  void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
+                 std::vector<uint8_t>& out) const override {
+    inner_->aggregate(payloads, n, out);
+  }
+  bool aggregate_keeps_state() const override { return inner_->aggregate_keeps_state(); }
+  void aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const AggregateContext& ctx,
+                      std::vector<uint8_t>& state, std::vector<uint8_t>& out) const override {
+    inner_->aggregate_step(payloads, n, ctx, state, out);
+  }
+  void validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const override {
+    inner_->validate_aggregate_state(state, n);
+  }
+  void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
+    inner_->decode_aggregate(aggregate, out);
+  }
+  std::vector<uint8_t> save_state() const override { return inner_->save_state(); }
+  void load_state(std::span<const uint8_t> state) override { inner_->load_state(state); }
+
+ protected:
+  std::unique_ptr<GradientCodec> inner_;
+};
+
+}  // namespace terngrad::comm::detail
