@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Results report over training run directories: a table and plots.
 
-    python3 experiments/tg_report.py RUN_DIR_OR_PARENT... --out OUT_DIR [--title T]
+    python3 experiments/tg_report.py RUN_DIR_OR_PARENT... --out OUT_DIR [--title T] [--experiment NAME]
 
 A run directory is any directory holding result.json (searched recursively
 under each argument); metrics.jsonl / eval.jsonl next to it give the curves,
@@ -10,7 +10,9 @@ worker count, seed and dataset. Without run.json these come from result.json:
 codec "fp32" when grad_bits is 32, else "terngrad"; workers = num_nodes.
 
 Runs are grouped by (experiment base, dataset, workers, codec, steps); the
-seeds of a group are averaged. Writes OUT_DIR/results.md, results.csv and PNG
+seeds of a group are averaged. --experiment NAME makes every run's experiment
+NAME: a grid of configs that differ only in their codec (paper_configs/codecs/)
+is one comparison, each codec against the fp32 runs. Writes OUT_DIR/results.md, results.csv and PNG
 plots. Every output is written to a temporary file and renamed into place, and
 nothing is written until every input has been read, so a failure leaves the
 previous report intact.
@@ -85,7 +87,7 @@ def experiment_base(experiment, codec, workers):
 
 
 class Run:
-    def __init__(self, run_dir):
+    def __init__(self, run_dir, experiment_name=None):
         self.dir = run_dir
         result_path = os.path.join(run_dir, "result.json")
         result = read_json_object(result_path)
@@ -103,6 +105,7 @@ class Run:
         self.top5 = field(result, result_path, "top5", required=False)
         self.ema_top1 = field(result, result_path, "ema_top1", required=False)
         self.bytes_sent = field(result, result_path, "bytes_sent_per_worker_step", required=False)
+        self.bytes_recv = field(result, result_path, "bytes_recv_per_worker_step", required=False)
         self.fp32_bytes = field(result, result_path, "fp32_bytes_per_worker_step", required=False)
         self.wall_seconds = field(result, result_path, "wall_seconds", required=False)
         self.examples_per_sec = field(result, result_path, "examples_per_sec", required=False)
@@ -123,7 +126,10 @@ class Run:
         seed = meta.get("seed", result.get("seed"))
         self.seed = int(number(seed, f"{run_dir}: seed")) if seed is not None else None
         experiment = meta.get("experiment")
-        self.base = experiment_base(str(experiment), self.codec, self.workers) if experiment else self.net
+        if experiment_name:
+            self.base = experiment_name
+        else:
+            self.base = experiment_base(str(experiment), self.codec, self.workers) if experiment else self.net
         # Emulated links (tg-experiment --link_rates): runs at different rates
         # are different experiments, never seeds of one, and terngrad pairs
         # with the fp32 baseline at the same rate.
@@ -274,6 +280,7 @@ def table_rows(groups):
             "delta_top1_vs_fp32_points": delta,
             "delta_top1_std_points": pct(g.std("top1")) if delta is not None else None,
             "bytes_sent_per_worker_step": g.mean("bytes_sent"),
+            "bytes_recv_per_worker_step": g.mean("bytes_recv"),
             "compression_ratio": g.compression(),
             "wall_seconds_mean": g.mean("wall_seconds"),
             "examples_per_sec_mean": g.mean("examples_per_sec"),
@@ -381,6 +388,35 @@ def summary_figure(plt, groups, title):
     return png
 
 
+def bytes_figure(plt, groups, title):
+    """Final top-1 against bytes per worker per step, both directions (log
+    scale), one marker per group, error bars = sample std; None when no group
+    knows both byte counts."""
+    points = [g for g in groups if g.mean("bytes_sent") is not None and g.mean("bytes_recv") is not None]
+    if not points:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5.2))
+    markers = "osD^v<>pP*Xh"
+    codecs = sorted({g.codec for g in points}, key=codec_order)
+    for i, codec in enumerate(codecs):
+        gs = sorted((g for g in points if g.codec == codec), key=lambda g: g.workers)
+        ax.errorbar([g.mean("bytes_sent") + g.mean("bytes_recv") for g in gs], [100 * g.mean("top1") for g in gs],
+                    yerr=[100 * (g.std("top1") or 0.0) for g in gs], marker=markers[i % len(markers)],
+                    linestyle="none", capsize=3, label=codec)
+        for g in gs:
+            ax.annotate(f"w{g.workers}", (g.mean("bytes_sent") + g.mean("bytes_recv"), 100 * g.mean("top1")),
+                        fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set(xlabel="bytes per worker per step, sent + received (log)", ylabel="final test top-1 (%)")
+    ax.set_title(textwrap.fill(title + ": final top-1 vs bytes", 70), fontsize=10)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    png = render_png(fig)
+    plt.close(fig)
+    return png
+
+
 # ---------------------------------------------------------------- outputs
 
 
@@ -388,7 +424,7 @@ CSV_COLUMNS = ["experiment", "dataset", "workers", "codec", "steps", "num_seeds"
                "top1_mean_pct", "top1_std_pct", "top5_mean_pct", "top5_std_pct",
                "ema_top1_mean_pct", "ema_top1_std_pct", "paper_top1_pct",
                "delta_top1_vs_fp32_points", "delta_top1_std_points",
-               "bytes_sent_per_worker_step", "compression_ratio", "wall_seconds_mean", "examples_per_sec_mean"]
+               "bytes_sent_per_worker_step", "bytes_recv_per_worker_step", "compression_ratio", "wall_seconds_mean", "examples_per_sec_mean"]
 
 
 def csv_text(rows):
@@ -423,7 +459,7 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
-def markdown_text(title, rows, run_dirs, curve_pngs, summary_png):
+def markdown_text(title, rows, run_dirs, curve_pngs, summary_png, bytes_png):
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines = [f"# {title}", "",
              f"Generated {now} on host `{platform.node()}` ({cpu_model()}) by experiments/tg_report.py "
@@ -435,8 +471,8 @@ def markdown_text(title, rows, run_dirs, curve_pngs, summary_png):
               "workers and steps, in points, ± the group's own std. Compression = fp32 bytes / bytes sent "
               "per worker per step.", "",
               "| experiment | dataset | workers | codec | steps | seeds | top-1 | top-5 | EMA top-1 | paper top-1 "
-              "| Δ top-1 vs fp32 | bytes sent/worker/step | compression | wall s | examples/s |",
-              "|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| Δ top-1 vs fp32 | bytes sent/worker/step | bytes received/worker/step | compression | wall s | examples/s |",
+              "|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         delta = ("—" if r["codec"] == "fp32" else "n/a (no fp32 group)") if r["delta_top1_vs_fp32_points"] is None \
             else f"{r['delta_top1_vs_fp32_points']:+.2f} ± {fmt(r['delta_top1_std_points'])}"
@@ -450,11 +486,15 @@ def markdown_text(title, rows, run_dirs, curve_pngs, summary_png):
             fmt(r["paper_top1_pct"]),
             delta,
             "n/a" if r["bytes_sent_per_worker_step"] is None else f"{r['bytes_sent_per_worker_step']:,.0f}",
+            "n/a" if r["bytes_recv_per_worker_step"] is None else f"{r['bytes_recv_per_worker_step']:,.0f}",
             "n/a" if r["compression_ratio"] is None else f"{r['compression_ratio']:.2f}x",
             fmt(r["wall_seconds_mean"], 1), fmt(r["examples_per_sec_mean"], 0),
         ]) + " |")
-    lines += ["", "## Final top-1 vs workers", "", f"![final top-1 vs workers]({summary_png})", "",
-              "## Curves", ""]
+    lines += ["", "## Final top-1 vs workers", "", f"![final top-1 vs workers]({summary_png})", ""]
+    if bytes_png:
+        lines += ["## Final top-1 vs bytes per worker per step (sent + received)", "",
+                  f"![final top-1 vs bytes]({bytes_png})", ""]
+    lines += ["## Curves", ""]
     for caption, name in curve_pngs:
         lines += [f"### {caption}", "", f"![{caption}]({name})", ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -477,6 +517,8 @@ def main(argv=None):
     parser.add_argument("paths", nargs="+", metavar="RUN_DIR_OR_PARENT")
     parser.add_argument("--out", required=True, metavar="OUT_DIR")
     parser.add_argument("--title", default="TernGrad results")
+    parser.add_argument("--experiment", default=None, metavar="NAME",
+                        help="every run is of this one experiment (a codec grid: each codec against its fp32 runs)")
     args = parser.parse_args(argv)
 
     try:
@@ -490,7 +532,7 @@ def main(argv=None):
 
     try:
         run_dirs = find_run_dirs(args.paths)
-        runs = [Run(d) for d in run_dirs]
+        runs = [Run(d, args.experiment) for d in run_dirs]
     except ReportError as e:
         print(f"tg_report: {e}", file=sys.stderr)
         return 1
@@ -509,7 +551,11 @@ def main(argv=None):
         pngs[name] = curve_figure(plt, gs, caption)
         curve_pngs.append((caption, name))
     pngs["summary_top1_vs_workers.png"] = summary_figure(plt, groups, args.title)
-    markdown = markdown_text(args.title, rows, run_dirs, curve_pngs, "summary_top1_vs_workers.png")
+    bytes_png = bytes_figure(plt, groups, args.title)
+    if bytes_png is not None:
+        pngs["summary_top1_vs_bytes.png"] = bytes_png
+    markdown = markdown_text(args.title, rows, run_dirs, curve_pngs, "summary_top1_vs_workers.png",
+                             "summary_top1_vs_bytes.png" if bytes_png is not None else None)
 
     os.makedirs(args.out, exist_ok=True)
     for name, data in pngs.items():

@@ -121,6 +121,7 @@ def main():
                 "top5_mean_pct": 100 * mean(top5), "top5_std_pct": 100 * sample_std(top5),
                 "ema_top1_mean_pct": 100 * mean(ema), "ema_top1_std_pct": 100 * sample_std(ema),
                 "bytes_sent_per_worker_step": SENT[codec],
+                "bytes_recv_per_worker_step": 3 * SENT[codec],
                 "compression_ratio": FP32_BYTES / SENT[codec],
                 "wall_seconds_mean": mean([v[3] for v in seeds.values()]),
                 "examples_per_sec_mean": mean([v[4] for v in seeds.values()]),
@@ -143,7 +144,8 @@ def main():
 
         pngs = sorted(n for n in os.listdir(out) if n.endswith(".png"))
         expected_pngs = ["curves_synthetic-lenet_fabricated_s100_w2.png",
-                         "curves_synthetic-lenet_fabricated_s100_w4.png", "summary_top1_vs_workers.png"]
+                         "curves_synthetic-lenet_fabricated_s100_w4.png", "summary_top1_vs_bytes.png",
+                         "summary_top1_vs_workers.png"]
         check(pngs == expected_pngs, f"PNGs {pngs}, expected {expected_pngs}")
         for name in pngs:
             with open(os.path.join(out, name), "rb") as f:
@@ -183,6 +185,25 @@ def main():
                   f"link-rate groups: {[(r['experiment'], r['codec'], r['num_seeds']) for r in link_rows]}")
             check(all(r["delta_top1_vs_fp32_points"] != "" for r in link_rows if r["codec"] == "terngrad"),
                   "terngrad at a link rate has no fp32 baseline at that rate")
+
+        # A codec grid names each config apart ("...-terngrad-extra"): --experiment
+        # makes them one comparison, every codec against the fp32 runs.
+        for codec in ("fp32", "terngrad"):
+            for seed in (1, 2):
+                meta_path = os.path.join(runs_root, f"synthetic-{codec}-w2", f"seed{seed}", "run.json")
+                with open(meta_path) as f:
+                    meta = json.load(f)
+                meta["experiment"] += "-extra" if codec == "terngrad" else ""
+                with open(meta_path, "w") as f:
+                    json.dump(meta, f)
+        p = run_report([runs_root, "--out", os.path.join(tmp, "grid_report"), "--experiment", "grid"])
+        check(p.returncode == 0, f"--experiment: {p.returncode} {p.stderr!r}")
+        if p.returncode == 0:
+            with open(os.path.join(tmp, "grid_report", "results.csv")) as f:
+                grid_rows = list(csv.DictReader(f))
+            check({r["experiment"] for r in grid_rows} == {"grid"}, "--experiment did not name every group")
+            check(all(r["delta_top1_vs_fp32_points"] != "" for r in grid_rows if r["codec"] == "terngrad"),
+                  "--experiment: terngrad has no fp32 baseline")
 
         # Errors: nothing found; a malformed result.json named, outputs untouched.
         empty = os.path.join(tmp, "empty")
