@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -19,6 +20,34 @@
 #include "terngrad/train/safetensors.h"
 
 namespace terngrad::train {
+
+namespace {
+
+// body(i) for i in [0, n) on the OpenMP team. An exception cannot leave an
+// OpenMP region (the process would terminate, as a diverged run's NaN
+// gradient once made it): the first one is kept and rethrown once the team is
+// done, naming the step and the stage.
+template <class Body>
+void parallel_for(int64_t n, int64_t step, const char* stage, Body&& body) {
+  std::exception_ptr first;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      body(i);
+    } catch (...) {
+#pragma omp critical(tg_trainer_first_error)
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (!first) return;
+  try {
+    std::rethrow_exception(first);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("step " + std::to_string(step) + ", " + stage + ": " + e.what());
+  }
+}
+
+}  // namespace
 
 namespace detail {
 
@@ -102,20 +131,17 @@ TrainResult run_training(const TrainConfig& cfg_in) {
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
     // 1. Every worker: batch, gradient (+ weight decay), local scales.
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int w = 0; w < N; ++w) losses[w] = s.compute_gradient(w, step);
+    parallel_for(N, step, "gradient", [&](int64_t w) { losses[w] = s.compute_gradient(static_cast<size_t>(w), step); });
     // 2. Scale sharing: the max over workers (what an all-reduce(max) gives).
     for (size_t v = 0; v < V; ++v) {
       shared[v] = 0.0f;
       for (int w = 0; w < N; ++w) shared[v] = std::max(shared[v], s.local_scales(w)[v]);
     }
     // 3. Every worker encodes what it would push.
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int w = 0; w < N; ++w) s.encode(w, step, shared, slices, outs[w]);
+    parallel_for(N, step, "encode", [&](int64_t w) { s.encode(static_cast<size_t>(w), step, shared, slices, outs[w]); });
     // 4. The server's sum per variable, in worker order, and what every worker pulls.
-    double recv = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : recv)
-    for (size_t v = 0; v < V; ++v) {
+    parallel_for(static_cast<int64_t>(V), step, "server sum", [&](int64_t vi) {
+      const size_t v = static_cast<size_t>(vi);
       std::vector<std::span<const uint8_t>> views;
       for (int w = 0; w < N; ++w) views.emplace_back(payloads[w][v]);
       const comm::GradientCodec& c = s.codec(0, v);
@@ -123,8 +149,9 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       const comm::AggregateContext ctx{static_cast<uint32_t>(v), static_cast<uint32_t>(step), 0};
       c.aggregate_step(views, n, ctx, server_states[v] ? *server_states[v] : no_state[v], aggregates[v]);
       c.decode_aggregate(aggregates[v], sum[v].data);
-      recv += static_cast<double>(aggregates[v].size());
-    }
+    });
+    double recv = 0;
+    for (size_t v = 0; v < V; ++v) recv += static_cast<double>(aggregates[v].size());
     recv_total += recv;
     // 5. The same averaged update on every worker's (identical) copy.
     s.apply(step, sum, N);

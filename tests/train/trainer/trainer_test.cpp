@@ -114,6 +114,25 @@ TEST(Trainer, DeterministicAndResumesBitExactly) {
   }
 }
 
+// A run that diverges meets a NaN inside the workers' parallel loop: it must
+// end with an error naming the step, not terminate the process.
+TEST(Trainer, ADivergedRunIsAClearErrorNotACrash) {
+  for (const char* codec : {"terngrad", "server_ef(terngrad)"}) {
+    SCOPED_TRACE(codec);
+    tt::TrainConfig c = small_run();
+    c.codec = codec;
+    c.max_steps = 40;
+    c.initial_learning_rate = 1e8;
+    try {
+      tt::run_training(c);
+      ADD_FAILURE() << "diverged without an error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("step "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Trainer, MissingDatasetIsAClearError) {
   tt::TrainConfig c = small_run();
   c.dataset = "mnist";
