@@ -30,6 +30,7 @@
 
 #include "builtin_codecs.h"
 #include "forwarding_codec.h"
+#include "state_blob.h"
 #include "slices.h"
 #include "terngrad/quantize/format.h"
 
@@ -37,9 +38,9 @@ namespace terngrad::comm::detail {
 
 namespace {
 
-constexpr uint32_t kStateMagic = 0x46454754u;  // "TGEF" read as little-endian u32
-constexpr uint32_t kStateVersion = 1;
-constexpr size_t kStateHeaderBytes = 20;
+// "TGEF" read as little-endian u32; the header also holds has_momentum.
+constexpr StateFrame kState{0x46454754u, 1, 20, "an error-feedback state"};
+constexpr size_t kStateHeaderBytes = kState.header_bytes;
 // Below this many elements the OpenMP team costs more than the pass.
 constexpr size_t kParallelElements = size_t{1} << 17;
 
@@ -107,10 +108,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     const bool has_momentum = params_.momentum != 0.0f;
     const size_t n = residual_.size();
     std::vector<uint8_t> blob(kStateHeaderBytes + n * 4 * (has_momentum ? 2 : 1), 0);
-    quantize::store_le32(blob.data(), kStateMagic);
-    quantize::store_le32(blob.data() + 4, kStateVersion);
-    quantize::store_le32(blob.data() + 8, static_cast<uint32_t>(n));
-    quantize::store_le32(blob.data() + 12, static_cast<uint32_t>(static_cast<uint64_t>(n) >> 32));
+    write_state_header(kState, n, blob.data());
     blob[16] = has_momentum ? 1 : 0;
     store_floats(residual_, blob.data() + kStateHeaderBytes);
     if (has_momentum) store_floats(momentum_, blob.data() + kStateHeaderBytes + n * 4);
@@ -125,16 +123,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       return;
     }
     const std::string what = spec() + " state";
-    if (state.size() < kStateHeaderBytes)
-      throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes, shorter than its " +
-                                  std::to_string(kStateHeaderBytes) + "-byte header");
-    if (quantize::load_le32(state.data()) != kStateMagic)
-      throw std::invalid_argument(what + ": bad magic (not an error-feedback state)");
-    if (const uint32_t v = quantize::load_le32(state.data() + 4); v != kStateVersion)
-      throw std::invalid_argument(what + ": version " + std::to_string(v) + ", this build reads version " +
-                                  std::to_string(kStateVersion));
-    const uint64_t n = quantize::load_le32(state.data() + 8) |
-                       static_cast<uint64_t>(quantize::load_le32(state.data() + 12)) << 32;
+    const uint64_t n = read_state_header(kState, state, what);
     const uint8_t has_momentum = state[16];
     const bool want_momentum = params_.momentum != 0.0f;
     if (has_momentum > 1 || (has_momentum == 1) != want_momentum)
@@ -187,17 +176,10 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   std::span<float> residual_span() { return residual_; }
 
   static void store_floats(const std::vector<float>& v, uint8_t* out) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &v[i], 4);
-      quantize::store_le32(out + 4 * i, bits);
-    }
+    for (size_t i = 0; i < v.size(); ++i) store_float_le(out + 4 * i, v[i]);
   }
   static void load_floats(const uint8_t* in, std::vector<float>& v) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      const uint32_t bits = quantize::load_le32(in + 4 * i);
-      std::memcpy(&v[i], &bits, 4);
-    }
+    for (size_t i = 0; i < v.size(); ++i) v[i] = load_float_le(in + 4 * i);
   }
 
   ErrorFeedbackParams params_;

@@ -32,15 +32,16 @@
 
 #include "builtin_codecs.h"
 #include "forwarding_codec.h"
+#include "state_blob.h"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::comm::detail {
 
 namespace {
 
-constexpr uint32_t kStateMagic = 0x45534754u;  // "TGSE" read as little-endian u32
-constexpr uint32_t kStateVersion = 1;
-constexpr size_t kStateHeaderBytes = 16;
+// "TGSE" read as little-endian u32.
+constexpr StateFrame kState{0x45534754u, 1, 16, "a server error-feedback state"};
+constexpr size_t kStateHeaderBytes = kState.header_bytes;
 // The server's randomness: distinct from any worker's seed stream by this
 // constant, and per slice by its first element (splitmix64's multiplier).
 constexpr uint64_t kServerSeed = 0x5e7e5e7ef00dull;
@@ -76,14 +77,18 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
 
   void aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const AggregateContext& ctx,
                       std::vector<uint8_t>& state, std::vector<uint8_t>& out) const override {
-    validate_aggregate_state(state, n);
+    check_state_frame(state, n);  // its values are checked as they are read below
     std::lock_guard<std::mutex> lock(mutex_);  // one slice's server; the scratch is shared
     inner_->aggregate(payloads, n, summed_);   // validates every payload
     corrected_.resize(n);
     inner_->decode_aggregate(summed_, corrected_);
     if (!state.empty()) {
       const uint8_t* e = state.data() + kStateHeaderBytes;
-      for (uint64_t i = 0; i < n; ++i) corrected_[i] += load_float(e + 4 * i);
+      for (uint64_t i = 0; i < n; ++i) {
+        const float ei = load_float_le(e + 4 * i);
+        if (!std::isfinite(ei)) throw non_finite_residual(i);  // nothing has changed yet
+        corrected_[i] += ei;
+      }
     }
     EncodeContext ec;
     ec.tensor_id = ctx.tensor_id;
@@ -96,37 +101,16 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
     encoder_->decode(sent_, decoded_);
     // Commit: nothing below throws.
     state.resize(kStateHeaderBytes + 4 * n);
-    quantize::store_le32(state.data(), kStateMagic);
-    quantize::store_le32(state.data() + 4, kStateVersion);
-    quantize::store_le32(state.data() + 8, static_cast<uint32_t>(n));
-    quantize::store_le32(state.data() + 12, static_cast<uint32_t>(n >> 32));
+    write_state_header(kState, n, state.data());
     uint8_t* e = state.data() + kStateHeaderBytes;
-    for (uint64_t i = 0; i < n; ++i) store_float(e + 4 * i, corrected_[i] - decoded_[i]);
+    for (uint64_t i = 0; i < n; ++i) store_float_le(e + 4 * i, corrected_[i] - decoded_[i]);
     out.assign(sent_.begin(), sent_.end());
   }
 
   void validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const override {
-    if (state.empty()) return;
-    const std::string what = spec_ + " server state";
-    if (state.size() < kStateHeaderBytes)
-      throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes, shorter than its " +
-                                  std::to_string(kStateHeaderBytes) + "-byte header");
-    if (quantize::load_le32(state.data()) != kStateMagic)
-      throw std::invalid_argument(what + ": bad magic (not a server error-feedback state)");
-    if (const uint32_t v = quantize::load_le32(state.data() + 4); v != kStateVersion)
-      throw std::invalid_argument(what + ": version " + std::to_string(v) + ", this build reads version " +
-                                  std::to_string(kStateVersion));
-    const uint64_t held = quantize::load_le32(state.data() + 8) |
-                          static_cast<uint64_t>(quantize::load_le32(state.data() + 12)) << 32;
-    if (held != n)
-      throw std::invalid_argument(what + ": a residual of " + std::to_string(held) + " elements for a slice of " +
-                                  std::to_string(n) + " (a state from another slice?)");
-    if ((state.size() - kStateHeaderBytes) / 4 != n || (state.size() - kStateHeaderBytes) % 4 != 0)
-      throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes do not hold " +
-                                  std::to_string(n) + " floats after the header");
-    for (uint64_t i = 0; i < n; ++i)
-      if (!std::isfinite(load_float(state.data() + kStateHeaderBytes + 4 * i)))
-        throw std::invalid_argument(what + ": residual element " + std::to_string(i) + " is not finite");
+    check_state_frame(state, n);
+    for (uint64_t i = 0; i < n && !state.empty(); ++i)
+      if (!std::isfinite(load_float_le(state.data() + kStateHeaderBytes + 4 * i))) throw non_finite_residual(i);
   }
 
   // What the server sent back: one payload of the codec.
@@ -135,16 +119,20 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   }
 
  private:
-  static float load_float(const uint8_t* p) {
-    const uint32_t bits = quantize::load_le32(p);
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+  // The header and length of a state for n elements (empty: fresh).
+  void check_state_frame(std::span<const uint8_t> state, uint64_t n) const {
+    if (state.empty()) return;
+    const std::string what = spec_ + " server state";
+    const uint64_t held = read_state_header(kState, state, what);
+    if (held != n)
+      throw std::invalid_argument(what + ": a residual of " + std::to_string(held) + " elements for a slice of " +
+                                  std::to_string(n) + " (a state from another slice?)");
+    if ((state.size() - kStateHeaderBytes) / 4 != n || (state.size() - kStateHeaderBytes) % 4 != 0)
+      throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes do not hold " +
+                                  std::to_string(n) + " floats after the header");
   }
-  static void store_float(uint8_t* p, float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    quantize::store_le32(p, bits);
+  std::invalid_argument non_finite_residual(uint64_t i) const {
+    return std::invalid_argument(spec_ + " server state: residual element " + std::to_string(i) + " is not finite");
   }
 
   std::unique_ptr<GradientCodec> encoder_;  // the server's own instance (codecs cache between calls)

@@ -945,6 +945,31 @@ int64_t WorkerClient::pull_values(std::span<const std::span<float>> values) {
   return m.async_steps[0];
 }
 
+// One Checkpoint call to ps p (retried as every call is): restart() before
+// each attempt, then take(chunk) for every chunk until one returns an error,
+// which fails the call as DATA_LOSS once the stream is drained.
+template <class Restart, class Take>
+void read_checkpoint(WorkerClient::Impl& m, int p, int64_t step, Restart restart, Take take) {
+  m.call(p, "Checkpoint", [&] {
+    grpc::ClientContext ctx;
+    const auto armed = m.arm(ctx);
+    rpc::CheckpointRequest req;
+    req.set_replica(static_cast<uint32_t>(m.replica));
+    req.set_step(step);
+    auto r = m.stubs[p]->Checkpoint(&ctx, req);
+    restart();
+    rpc::TensorChunk t;
+    std::string err;
+    while (r->Read(&t)) {
+      m.message_received += t.ByteSizeLong();
+      if (err.empty()) err = take(t);
+    }
+    grpc::Status s = r->Finish();
+    if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+    return s;
+  });
+}
+
 std::map<std::string, std::vector<float>> WorkerClient::fetch_state() {
   Impl& m = *impl_;
   const Layout& l = m.layout;
@@ -953,24 +978,9 @@ std::map<std::string, std::vector<float>> WorkerClient::fetch_state() {
   for_each_ps(l.num_ps, [&](int p) {
     const auto& mine = l.shards_on[p];
     std::map<std::pair<uint32_t, std::string>, detail::Reassembly> parts;
-    m.call(p, "Checkpoint", [&] {
-      grpc::ClientContext ctx;
-      const auto armed = m.arm(ctx);
-      rpc::CheckpointRequest req;
-      req.set_replica(static_cast<uint32_t>(m.replica));
-      auto r = m.stubs[p]->Checkpoint(&ctx, req);
-      parts.clear();
-      rpc::TensorChunk t;
-      std::string err;
-      while (r->Read(&t)) {
-        m.message_received += t.ByteSizeLong();
-        if (t.shard() >= mine.size()) err = "state for unknown shard " + std::to_string(t.shard());
-        if (!err.empty()) continue;
-        err = parts[{t.shard(), t.slot()}].add(t.offset(), t.total_bytes(), t.data(), 4 * l.shards[mine[t.shard()]].count);
-      }
-      grpc::Status s = r->Finish();
-      if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
-      return s;
+    read_checkpoint(m, p, 0, [&] { parts.clear(); }, [&](const rpc::TensorChunk& t) -> std::string {
+      if (t.shard() >= mine.size()) return "state for unknown shard " + std::to_string(t.shard());
+      return parts[{t.shard(), t.slot()}].add(t.offset(), t.total_bytes(), t.data(), 4 * l.shards[mine[t.shard()]].count);
     });
     std::lock_guard<std::mutex> lock(out_mu);
     for (auto& [key, part] : parts) {
@@ -995,27 +1005,11 @@ std::vector<std::vector<uint8_t>> WorkerClient::fetch_server_states(int64_t step
   for_each_ps(l.num_ps, [&](int p) {
     const auto& mine = l.shards_on[p];
     std::map<uint32_t, detail::Reassembly> parts;
-    m.call(p, "Checkpoint", [&] {
-      grpc::ClientContext ctx;
-      const auto armed = m.arm(ctx);
-      rpc::CheckpointRequest req;
-      req.set_replica(static_cast<uint32_t>(m.replica));
-      req.set_step(step);
-      auto r = m.stubs[p]->Checkpoint(&ctx, req);
-      parts.clear();
-      rpc::TensorChunk t;
-      std::string err;
-      while (r->Read(&t)) {
-        m.message_received += t.ByteSizeLong();
-        if (err.empty() && t.shard() >= mine.size()) err = "server state for unknown shard " + std::to_string(t.shard());
-        if (err.empty() && t.slot() != detail::kServerStateSlot) err = "unexpected slot \"" + t.slot().substr(0, 64) + "\"";
-        if (!err.empty()) continue;
-        err = parts[t.shard()].add(t.offset(), t.total_bytes(), t.data(),
-                                   detail::max_server_state_bytes(l.shards[mine[t.shard()]].count));
-      }
-      grpc::Status s = r->Finish();
-      if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
-      return s;
+    read_checkpoint(m, p, step, [&] { parts.clear(); }, [&](const rpc::TensorChunk& t) -> std::string {
+      if (t.shard() >= mine.size()) return "server state for unknown shard " + std::to_string(t.shard());
+      if (t.slot() != detail::kServerStateSlot) return "unexpected slot \"" + t.slot().substr(0, 64) + "\"";
+      return parts[t.shard()].add(t.offset(), t.total_bytes(), t.data(),
+                                  detail::max_server_state_bytes(l.shards[mine[t.shard()]].count));
     });
     std::lock_guard<std::mutex> lock(out_mu);
     for (auto& [local, part] : parts) {
