@@ -9,6 +9,7 @@
 #include "terngrad/quantize/format.h"
 #include "terngrad/quantize/ternary_sum.h"
 #include "terngrad/train/safetensors.h"
+#include "terngrad/train/checkpoint.h"
 #include "terngrad/train/trainer.h"
 
 namespace tt = terngrad::train;
@@ -131,6 +132,42 @@ TEST(Trainer, ADivergedRunIsAClearErrorNotACrash) {
       EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos) << e.what();
     }
   }
+}
+
+// A checkpoint's server states are checked against the model and codec on
+// restore: a foreign or damaged entry is an error naming the file and entry.
+TEST(Trainer, ForeignServerStatesInACheckpointAreRefusedByName) {
+  tt::TrainConfig c = small_run();
+  c.codec = "server_ef(terngrad)";
+  c.max_steps = 3;
+  const fs::path dir = fresh_dir("server-states");
+  c.train_dir = dir.string();
+  tt::run_training(c);
+  const tt::Checkpoint ck = *tt::load_latest_checkpoint(c.train_dir);
+  std::string present;
+  for (const auto& [name, blob] : ck.blobs)
+    if (name.starts_with("server_state/")) present = name;
+  ASSERT_FALSE(present.empty()) << "the checkpoint holds no server state";
+  const std::pair<std::string, std::string> bad[] = {
+      {"server_state/99@0+5", "is for no slice of this model"},
+      {"server_state/0@x+5", "malformed server state name"},
+      {present, "bad magic"},
+  };
+  for (const auto& [name, expect] : bad) {
+    SCOPED_TRACE(name);
+    tt::BlobMap blobs = ck.blobs;
+    blobs[name] = name == present ? std::vector<uint8_t>(blobs[present].size(), 0) : blobs[present];
+    tt::save_checkpoint(c.train_dir, 3, ck.tensors, blobs, 3);
+    c.max_steps = 4;
+    try {
+      tt::run_training(c);
+      ADD_FAILURE() << "resumed from a checkpoint with " << name;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ckpt-3"), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Trainer, MissingDatasetIsAClearError) {
