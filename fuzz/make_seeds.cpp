@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
       for (bool async : {false, true})
         put("ps_requests", std::string("run") + (secret ? "_secret" : "_open") + (async ? "_async" : "_sync"),
             terngrad::testing::make_seed_script(secret, async));
+    put("ps_requests", "run_secret_sync_server_ef", terngrad::testing::make_seed_script(true, false, true));
     fs::remove_all(scratch);
   } catch (const std::exception& e) {
     std::cerr << "tg-fuzz-seeds: " << e.what() << "\n";

@@ -10,6 +10,7 @@
 
 #include "terngrad.h"
 #include "terngrad/comm/gradient_codec.h"
+#include "terngrad/quantize/codec.h"
 
 namespace terngrad::capi {
 
@@ -83,6 +84,7 @@ struct tg_codec {
   // From the canonical spec, for the device path of "terngrad".
   float clip = 0.0f;
   bool share_scale = false;
+  terngrad::quantize::Rounding rounding = terngrad::quantize::Rounding::kStochastic;
   std::unique_ptr<terngrad::capi::DeviceState, terngrad::capi::DeviceStateDeleter> device;
 };
 

@@ -32,6 +32,8 @@ void describe(tg_codec& h) {
     h.kind = CodecKind::kTernGrad;
     h.clip = t->clip;
     h.share_scale = t->share_scale;
+    h.rounding = t->round == terngrad::comm::TernaryRounding::kNearest ? terngrad::quantize::Rounding::kNearest
+                                                                       : terngrad::quantize::Rounding::kStochastic;
   }
 }
 

@@ -25,10 +25,15 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 CodecParams parse_terngrad(const CodecSpec& spec) {
-  const SpecReader r(spec, {"clip", "share_scale", "bucket"});
+  const SpecReader r(spec, {"clip", "share_scale", "bucket", "round"});
   TernGradParams p;
   p.clip = r.number("clip", p.clip, 0.0f);
   p.bucket = r.integer("bucket", 0, 4, 1u << 30, 4, /*allow_zero=*/true);
+  p.round = r.choice("round", 0, {"stochastic", "nearest"}) == 0 ? TernaryRounding::kStochastic
+                                                                   : TernaryRounding::kNearest;
+  if (p.bucket != 0 && p.round == TernaryRounding::kNearest)
+    throw std::invalid_argument("codec \"terngrad\": round=nearest is implemented for one scale per variable, not with "
+                                "bucket=" + std::to_string(p.bucket));
   // One scale per bucket cannot be max-reduced as one number: bucketed
   // TernGrad encodes with its own scales (and sums in float32).
   const bool share_given = spec.params.count("share_scale") != 0;
@@ -108,6 +113,8 @@ std::string params_spec(const CodecParams& params) {
           [](const TernGradParams& p) {
             std::string s = "terngrad:clip=" + format_float(p.clip) + ",share_scale=" + (p.share_scale ? "1" : "0");
             if (p.bucket != 0) s += ",bucket=" + std::to_string(p.bucket);
+            // Printed only when not the default, so the specs of existing runs stay as they were.
+            if (p.round == TernaryRounding::kNearest) s += ",round=nearest";
             return s;
           },
           [](const QsgdParams& p) {

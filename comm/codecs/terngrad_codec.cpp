@@ -4,6 +4,8 @@
 // terngrad_bucketed_codec.cpp; make_terngrad_codec() picks the class.
 //
 //   clip         c in s = min(max|g|, c * sigma); 0 disables clipping. Default 2.5.
+//   round        stochastic (the paper, unbiased) or nearest (deterministic,
+//                contractive: for error feedback). Default stochastic.
 //   share_scale  1: take part in scale sharing (every worker encodes with the
 //                max of all workers' scales, so payloads sum exactly); 0: each
 //                worker uses its own scale. Default 1.
@@ -42,6 +44,10 @@ namespace terngrad::comm::detail {
 
 namespace {
 
+quantize::Rounding rounding_of(TernaryRounding r) {
+  return r == TernaryRounding::kNearest ? quantize::Rounding::kNearest : quantize::Rounding::kStochastic;
+}
+
 class TernGradCodec final : public GradientCodec {
  public:
   explicit TernGradCodec(const TernGradParams& params)
@@ -71,6 +77,7 @@ class TernGradCodec final : public GradientCodec {
     p.seed = ctx.seed;
     p.step = ctx.step;
     p.tensor_id = ctx.tensor_id;
+    p.rounding = rounding_of(params_.round);
     // A codec configured with share_scale=0 ignores a shared scale, as the
     // codecs that do not want one (fp32, fp16) do.
     if (share_scale_) p.shared_scale = ctx.shared_scale;

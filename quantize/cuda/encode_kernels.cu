@@ -25,7 +25,7 @@ constexpr int kPackBlock = 256;
 template <bool kVec>
 __global__ void __launch_bounds__(kPackBlock)
     pack_kernel(const float* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
-                const Workspace::Device* dev, RngStream rng) {
+                const Workspace::Device* dev, RngStream rng, bool nearest) {
   // Stats found NaN/Inf or the shared scale was refused (or an earlier,
   // unchecked operation failed): the header was not written, neither is the body.
   if (error_pending(dev)) return;
@@ -54,17 +54,17 @@ __global__ void __launch_bounds__(kPackBlock)
       v2 = i + 2 < n ? x[i + 2] : 0.0f;
       v3 = i + 3 < n ? x[i + 3] : 0.0f;
     }
-    body[k] = encode_byte(v0, v1, v2, v3, q, rng, k);
+    body[k] = nearest ? encode_byte_nearest(v0, v1, v2, v3, q) : encode_byte(v0, v1, v2, v3, q, rng, k);
   }
 }
 
 template <bool kVec>
 void launch_pack(const float* d_x, uint64_t n, uint8_t* body, const Workspace::Device* dev,
-                 const RngStream& rng, cudaStream_t stream) {
+                 const RngStream& rng, bool nearest, cudaStream_t stream) {
   static const int resident =
       resident_blocks(reinterpret_cast<const void*>(&pack_kernel<kVec>), kPackBlock);
   const unsigned grid = grid_for(body_bytes(n), kPackBlock, resident);
-  pack_kernel<kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng);
+  pack_kernel<kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng, nearest);
   TG_CHECK_LAUNCH("pack_kernel");
 }
 
@@ -126,6 +126,7 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   fp.seed = params.seed;
   fp.step = params.step;
   fp.tensor_id = params.tensor_id;
+  fp.nearest = params.rounding == Rounding::kNearest;
   fp.header_out = d_out;
   fp.header_count = n;
 
@@ -135,9 +136,9 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
   uint8_t* body = d_out + kHeaderBytes;
   if (reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0)
-    detail::launch_pack<true>(d_x, n, body, ws.device(), rng, stream);
+    detail::launch_pack<true>(d_x, n, body, ws.device(), rng, fp.nearest, stream);
   else
-    detail::launch_pack<false>(d_x, n, body, ws.device(), rng, stream);
+    detail::launch_pack<false>(d_x, n, body, ws.device(), rng, fp.nearest, stream);
 }
 
 // Host checks of the device-scale arguments, before anything is enqueued.

@@ -212,8 +212,9 @@ __global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
     scale = shared;
   }
   dev->view.scale = scale;
-  write_header_bits(a.fp.header_out, shared_ok ? kFlagSharedScale : uint8_t{0}, a.fp.header_count,
-                    float_bits(scale), a.fp.tensor_id, a.fp.seed, a.fp.step);
+  const uint8_t flags = (shared_ok ? kFlagSharedScale : uint8_t{0}) | (a.fp.nearest ? kFlagNearest : uint8_t{0});
+  write_header_bits(a.fp.header_out, flags, a.fp.header_count, float_bits(scale), a.fp.tensor_id,
+                    a.fp.nearest ? uint64_t{0} : a.fp.seed, a.fp.step);
 }
 
 }  // namespace

@@ -19,6 +19,21 @@ void encode_bytes_portable(const float* x, uint64_t n, uint64_t k_begin, uint64_
   }
 }
 
+// Nearest rounding draws nothing: one plain loop, which the compiler
+// vectorizes; the encode is then a pure function of x and the scale.
+void encode_bytes_nearest(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
+                          uint8_t* body) {
+  const uint64_t full = std::min(k_end, n / 4);  // bytes whose four elements all exist
+  uint64_t k = k_begin;
+  for (; k < full; ++k)
+    body[k] = encode_byte_nearest(x[4 * k], x[4 * k + 1], x[4 * k + 2], x[4 * k + 3], q);
+  for (; k < k_end; ++k) {
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // absent elements encode as zero padding
+    for (uint64_t j = 0; j < 4 && 4 * k + j < n; ++j) v[j] = x[4 * k + j];
+    body[k] = encode_byte_nearest(v[0], v[1], v[2], v[3], q);
+  }
+}
+
 }  // namespace detail
 
 namespace {
@@ -55,8 +70,9 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
                    std::span<uint8_t> out) {
   const uint64_t n = x.size();
   const float scale = resolve_scale(stats, params);
-  const uint8_t flags = params.shared_scale ? kFlagSharedScale : 0;
-  write_header_bits(out.data(), flags, n, float_bits(scale), params.tensor_id, params.seed,
+  const bool nearest = params.rounding == Rounding::kNearest;
+  const uint8_t flags = (params.shared_scale ? kFlagSharedScale : 0) | (nearest ? kFlagNearest : 0);
+  write_header_bits(out.data(), flags, n, float_bits(scale), params.tensor_id, nearest ? 0 : params.seed,
                     params.step);
 
   const TernaryQuantizer q = make_quantizer(scale);
@@ -70,7 +86,10 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
   const float* data = x.data();
   detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t k0 = b * kBlockBytes;
-    kernel(data, n, k0, std::min(nbytes, k0 + kBlockBytes), q, rng, body);
+    if (nearest)
+      detail::encode_bytes_nearest(data, n, k0, std::min(nbytes, k0 + kBlockBytes), q, body);
+    else
+      kernel(data, n, k0, std::min(nbytes, k0 + kBlockBytes), q, rng, body);
   });
   return max_encoded_bytes(n);
 }

@@ -278,6 +278,12 @@ int cmd_encode(const ParsedArgs& a) {
   params.tensor_id = static_cast<uint32_t>(uint_option(a, "--tensor-id", UINT32_MAX).value_or(0));
   if (const std::string* s = a.value("--shared-scale"))
     params.shared_scale = parse_nonneg_float("--shared-scale", *s);
+  if (const std::string* r = a.value("--round")) {
+    if (*r == "nearest")
+      params.rounding = q::Rounding::kNearest;
+    else if (*r != "stochastic")
+      throw UsageError("--round: expected stochastic or nearest, got '" + *r + "'");
+  }
   tensor_format(a, in);  // reject a bad --format before reading anything
 
   const Tensor t = read_input(a, in);
@@ -368,8 +374,9 @@ int cmd_inspect(const ParsedArgs& a) {
   std::printf("magic:        %c%c%c%c\n", b[0], b[1], b[2], b[3]);
   std::printf("version:      %u\n", static_cast<unsigned>(h.version));
   std::printf("codec:        %u (ternary, 2 bits per element)\n", static_cast<unsigned>(h.codec));
-  std::printf("flags:        0x%02x (%s)\n", static_cast<unsigned>(h.flags),
-              h.shared_scale() ? "shared-scale" : "none");
+  std::string flags = h.shared_scale() ? "shared-scale" : "";
+  if (h.nearest()) flags += flags.empty() ? "nearest-rounding" : ", nearest-rounding";
+  std::printf("flags:        0x%02x (%s)\n", static_cast<unsigned>(h.flags), flags.empty() ? "none" : flags.c_str());
   std::printf("header bytes: %u\n", static_cast<unsigned>(b[q::kHeaderSizeOffset]));
   std::printf("count:        %" PRIu64 "\n", h.count);
   std::printf("scale:        %.9g (bits 0x%08" PRIx32 ")\n", static_cast<double>(h.scale),
@@ -489,12 +496,16 @@ const std::vector<Command>& commands() {
        "  --step T          training step, part of the random stream (default 0)\n"
        "  --tensor-id I     tensor id, part of the random stream (default 0)\n"
        "  --shared-scale X  use scale X (>= the tensor's own scale) shared by all workers\n"
+       "  --round stochastic|nearest\n"
+       "                    how codes are chosen: drawn (TernGrad, unbiased; default) or\n"
+       "                    deterministic nearest rounding (for error feedback)\n"
        "  --format npy|raw  input format (default: by extension, .npy or raw)\n",
        {{"--clip", true},
         {"--seed", true},
         {"--step", true},
         {"--tensor-id", true},
         {"--shared-scale", true},
+        {"--round", true},
         {"--format", true}},
        cmd_encode},
       {"decode", "tg-codec decode IN.tgrd OUT [--shape D1,D2,...] [--accumulate]",

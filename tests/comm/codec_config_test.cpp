@@ -54,7 +54,8 @@ TEST(CodecConfig, ErrorFeedbackWrapsAnyCodec) {
 
 TEST(CodecConfig, CanonicalSpecsRoundTrip) {
   for (const char* spec :
-       {"fp32", "fp16", "terngrad", "terngrad:bucket=512", "terngrad:clip=0,share_scale=0,bucket=4", "qsgd",
+       {"fp32", "fp16", "terngrad", "terngrad:bucket=512", "terngrad:clip=0,share_scale=0,bucket=4", "terngrad:round=nearest",
+        "ef(terngrad:share_scale=0,round=nearest)", "qsgd",
         "qsgd:levels=1,bucket=4", "sign", "sign:scale=mean", "sign:vote=sign", "topk", "topk:ratio=1,values=fp16",
         "randomk:ratio=0.25,rescale=1", "ef(sign:scale=mean)", "ef(qsgd:levels=3):momentum=0.5"}) {
     SCOPED_TRACE(spec);
@@ -65,6 +66,10 @@ TEST(CodecConfig, CanonicalSpecsRoundTrip) {
   }
   EXPECT_EQ(tc::to_spec(tc::parse_codec_config("terngrad:bucket=512")), "terngrad:clip=2.5,share_scale=0,bucket=512");
   EXPECT_EQ(tc::to_spec(tc::parse_codec_config("sign")), "sign:scale=none,vote=counts");
+  // The default rounding is not printed: the specs of earlier runs stay as they were.
+  EXPECT_EQ(tc::to_spec(tc::parse_codec_config("terngrad:round=stochastic")), "terngrad:clip=2.5,share_scale=1");
+  EXPECT_EQ(tc::to_spec(tc::parse_codec_config("terngrad:round=nearest")),
+            "terngrad:clip=2.5,share_scale=1,round=nearest");
   EXPECT_EQ(tc::codec_name(tc::parse_codec_config("ef(qsgd)").params), "qsgd");
 }
 
@@ -104,6 +109,8 @@ TEST(CodecConfig, ErrorsNameWhatIsWrong) {
            {"topk:ratio=1.5", {"ratio", "1.5"}},
            {"topk:values=int8", {"values", "int8", "fp32 or fp16"}},
            {"terngrad:bucket=512,share_scale=1", {"bucket=512", "share_scale"}},
+           {"terngrad:round=up", {"round", "up", "stochastic or nearest"}},
+           {"terngrad:bucket=512,round=nearest", {"round=nearest", "bucket=512"}},
            {"ef(terngrad", {"closing"}},
            {"ef()", {"needs a codec"}},
            {"ef(ef(fp32))", {"ef(ef"}},

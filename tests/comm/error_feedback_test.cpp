@@ -49,7 +49,7 @@ tc::EncodeContext ctx_at(uint32_t step) {
 // For every inner codec: the payload is the inner codec's encoding of g + e,
 // and e' = (g + e) - decode(payload), over several steps.
 TEST(ErrorFeedback, EncodesGradientPlusResidualAndKeepsWhatWasNotSent) {
-  for (const char* inner : {"terngrad:share_scale=0", "fp16", "terngrad", "terngrad:bucket=512", "qsgd:levels=7,bucket=64", "sign:scale=mean",
+  for (const char* inner : {"terngrad:share_scale=0", "fp16", "terngrad", "terngrad:bucket=512", "terngrad:round=nearest", "qsgd:levels=7,bucket=64", "sign:scale=mean",
                             "sign", "topk:ratio=0.05", "randomk:ratio=0.1"}) {
     for (float momentum : {0.0f, 0.9f}) {
       SCOPED_TRACE(std::string(inner) + " momentum " + std::to_string(momentum));

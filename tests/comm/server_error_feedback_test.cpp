@@ -15,7 +15,7 @@ using codec_test::same_bits;
 
 namespace {
 
-const char* const kInner[] = {"terngrad",        "terngrad:share_scale=0", "fp16",
+const char* const kInner[] = {"terngrad", "terngrad:share_scale=0", "terngrad:round=nearest", "fp16",
                               "qsgd:levels=7,bucket=64", "sign:scale=mean",  "topk:ratio=0.05",
                               "randomk:ratio=0.1"};
 

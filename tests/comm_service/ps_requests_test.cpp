@@ -22,13 +22,20 @@ TEST(PsRequests, TheSeedScriptsRunAWholeStep) {
     EXPECT_EQ(async.calls, 12u);
     EXPECT_EQ(async.refused, 0u);
     EXPECT_TRUE(async.ps_alive) << async.detail;
+    // server_ef(): the Init's server state is taken and the Checkpoint of
+    // step 0 returns the states after its sum, so nothing is refused.
+    const tt::ScriptOutcome ef = tt::run_ps_request_script(tt::make_seed_script(secret, false, true));
+    EXPECT_EQ(ef.calls, 12u);
+    EXPECT_EQ(ef.refused, 0u);
+    EXPECT_TRUE(ef.ps_alive) << ef.detail;
   }
 }
 
 TEST(PsRequests, MutatedScriptsNeverCrashHangOrSilenceThePs) {
   std::mt19937 gen(20261124);
   const std::vector<std::vector<uint8_t>> seeds = {tt::make_seed_script(true, false), tt::make_seed_script(true, true),
-                                                   tt::make_seed_script(false, false), tt::make_seed_script(false, true)};
+                                                   tt::make_seed_script(false, false), tt::make_seed_script(false, true),
+                                                   tt::make_seed_script(true, false, true)};
   size_t calls = 0, refused = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 400; ++i) {

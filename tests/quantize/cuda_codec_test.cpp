@@ -230,6 +230,27 @@ TEST_F(CudaCodec, EncodeMatchesCpuBytesAndStats) {
   }
 }
 
+// Nearest rounding (round=nearest) shares ternary_math.h's nearest_code with
+// the CPU path: the same bytes, flags and zero seed field, plain or shared.
+TEST_F(CudaCodec, NearestRoundingMatchesCpuBytes) {
+  tc::Workspace ws((size_t{1} << 20) + 3);
+  for (size_t n : kSizes) {
+    const auto x = gradient(n, 3000 + n);
+    for (bool shared : {false, true}) {
+      SCOPED_TRACE("n = " + std::to_string(n) + (shared ? ", shared scale" : ""));
+      tq::EncodeParams p;
+      p.rounding = tq::Rounding::kNearest;
+      p.seed = 99;
+      p.step = 3;
+      p.tensor_id = 2;
+      if (shared) p.shared_scale = 2.0f * tq::local_scale(tq::compute_stats(x), p.clip_factor) + 1e-6f;
+      const auto cpu = cpu_encode(x, p);
+      EXPECT_TRUE(same_bits(cpu, gpu_encode(x, p, ws)));
+      EXPECT_TRUE(tq::inspect(cpu).nearest());
+    }
+  }
+}
+
 TEST_F(CudaCodec, EncodeUnalignedInput) {
   tc::Workspace ws(100003);
   tq::EncodeParams p;

@@ -7,6 +7,7 @@ set(TG_QUANTIZE_TEST_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/format_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/stats_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/encode_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/nearest_encode_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decode_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/statistical_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/slice_encode_test.cpp

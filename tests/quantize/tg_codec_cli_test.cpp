@@ -246,6 +246,15 @@ TEST_F(TgCodecCli, EncodeOutputEqualsLibraryEncode) {
     std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(*p.shared_scale));
     cases.push_back({std::string("--seed 9 --shared-scale ") + buf, p});
   }
+  {
+    q::EncodeParams p;
+    p.seed = 5;
+    p.rounding = q::Rounding::kNearest;
+    cases.push_back({"--seed 5 --round nearest", p});
+    q::EncodeParams s = p;
+    s.rounding = q::Rounding::kStochastic;
+    cases.push_back({"--seed 5 --round=stochastic", s});
+  }
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].args);
     const std::string out = "g" + std::to_string(i) + ".tgrd";
@@ -432,6 +441,16 @@ TEST_F(TgCodecCli, InspectPrintsEveryHeaderField) {
   ASSERT_EQ(plain.exit_code, 0) << describe(plain);
   EXPECT_EQ(field(plain.out, "flags"), "0x00 (none)");
   EXPECT_EQ(plain.out.find("[0] "), std::string::npos);
+
+  // Nearest rounding is named, with the shared scale when both are set.
+  q::EncodeParams nearest;
+  nearest.rounding = q::Rounding::kNearest;
+  nearest.shared_scale = 1.0f;
+  write_bytes(path("nearest.tgrd"), library_encode(v, nearest));
+  const RunResult near = run("inspect " + q_path("nearest.tgrd"));
+  ASSERT_EQ(near.exit_code, 0) << describe(near);
+  EXPECT_EQ(field(near.out, "flags"), "0x03 (shared-scale, nearest-rounding)");
+  EXPECT_EQ(field(near.out, "seed"), "0");
 }
 
 TEST_F(TgCodecCli, StatsMatchesLibrary) {
@@ -647,6 +666,7 @@ TEST_F(TgCodecCli, BadOptionsAreUsageErrors) {
       {enc + " --shared-scale -0.5", {"--shared-scale", "'-0.5'"}},
       {enc + " --shared-scale inf", {"--shared-scale", "'inf'"}},
       {enc + " --format xyz", {"--format", "'xyz'"}},
+      {enc + " --round up", {"--round", "'up'", "nearest"}},
       {enc + " --bogus 1", {"--bogus"}},
       {enc + " -x", {"'-x'"}},
       {enc + " extra", {"extra"}},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 
 #include "parameter_server.grpc.pb.h"
 #include "ps_in_process.h"
@@ -232,11 +233,13 @@ ScriptOutcome run_ps_request_script(std::span<const uint8_t> script) {
   return outcome;
 }
 
-std::vector<uint8_t> make_seed_script(bool secret, bool async) {
+std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef) {
+  if (async && server_ef) throw std::invalid_argument("make_seed_script: server_ef() needs a sync run");
   Writer w;
   w.byte(static_cast<uint8_t>((secret ? 1 : 0) | (async ? 2 : 0) | 4));
   const uint8_t chief = 1, worker = 2, observer = 3, A = 1, B = 2;
-  auto codec = tc::make_codec("fp32");
+  const char* spec = server_ef ? "server_ef(fp16)" : "fp32";
+  auto codec = tc::make_codec(spec);
   const uint64_t n = 8;
   {
     w.call(kInit, chief, A);
@@ -246,7 +249,7 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async) {
     rpc::Variable* v = h->add_variables();
     v->set_name("w");
     v->set_size(n);
-    v->set_codec("fp32");
+    v->set_codec(spec);
     rpc::Shard* sh = h->add_shards();
     sh->set_variable(0);
     sh->set_count(n);
@@ -264,6 +267,25 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async) {
         t.mutable_tensor()->set_data(std::string(4 * n, '\0'));
         chunks.push_back(t);
       }
+    }
+    if (server_ef) {  // a residual as a resumed run brings it: the codec's own state after one sum
+      std::vector<std::string> payloads(2, std::string(codec->payload_bytes(n), '\0'));
+      std::vector<std::span<const uint8_t>> views;
+      for (uint32_t r = 0; r < 2; ++r) {
+        const std::vector<float> g(n, 0.3f + 0.1f * r);
+        std::vector<tc::ElementRange> slices = {{0, n}};
+        std::vector<std::span<uint8_t>> outs = {{reinterpret_cast<uint8_t*>(payloads[r].data()), payloads[r].size()}};
+        codec->encode_slices(g, tc::EncodeContext{}, slices, outs);
+        views.emplace_back(reinterpret_cast<const uint8_t*>(payloads[r].data()), payloads[r].size());
+      }
+      std::vector<uint8_t> state, sum;
+      codec->aggregate_step(views, n, tc::AggregateContext{}, state, sum);
+      rpc::InitChunk t;
+      t.mutable_tensor()->set_shard(0);
+      t.mutable_tensor()->set_slot("server_state");
+      t.mutable_tensor()->set_total_bytes(state.size());
+      t.mutable_tensor()->set_data(std::string(state.begin(), state.end()));
+      chunks.push_back(t);
     }
     w.byte(static_cast<uint8_t>(chunks.size()));
     for (const auto& c : chunks) w.piece(c);
@@ -317,7 +339,7 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async) {
     w.call(kStatus, observer, 0);
     w.piece(rpc::StatusRequest{});
     w.call(kCheckpoint, chief, A);
-    rpc::CheckpointRequest ck;
+    rpc::CheckpointRequest ck;  // step 0: the step just summed
     w.piece(ck);
     w.call(kShutdown, chief, A);
     rpc::ShutdownRequest down;

@@ -38,9 +38,11 @@ struct ScriptOutcome {
 // sanitizer report or hang is the ps's bug.
 ScriptOutcome run_ps_request_script(std::span<const uint8_t> script);
 
-// A well-formed 2-replica sync run with a secret: Init, both Registers,
-// scales, both pushes, pulls (one streamed), heartbeats, Status,
-// Checkpoint and Shutdown.
-std::vector<uint8_t> make_seed_script(bool secret, bool async);
+// A well-formed 2-replica run: Init, both Registers, scales, both pushes,
+// pulls (one streamed), heartbeats, Status, Checkpoint and Shutdown.
+// server_ef (sync only): the variable travels as server_ef(fp16), the Init
+// carries a server state (a resumed run's) and the Checkpoint asks for the
+// states after step 0, so the scripts reach the server-state paths too.
+std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef = false);
 
 }  // namespace terngrad::testing

@@ -53,6 +53,8 @@ VariableCodec VariableCodec::from(const comm::CodecConfig& config) {
     c.ternary = true;
     c.clip = t->clip;
     c.share_scale = t->share_scale;
+    c.rounding = t->round == comm::TernaryRounding::kNearest ? quantize::Rounding::kNearest
+                                                             : quantize::Rounding::kStochastic;
     return c;
   }
   throw std::invalid_argument("codec \"" + comm::to_spec(config) +
@@ -72,6 +74,7 @@ void encode_variable_async(const VariableCodec& c, const float* d_grad, uint64_t
   p.seed = seed;
   p.step = step;
   p.tensor_id = tensor_id;
+  p.rounding = c.rounding;
   if (c.share_scale)
     tqc::encode_shared_async(d_grad, n, p, d_worker_scales, num_workers, d_out, quantize::max_encoded_bytes(n), ws,
                              stream);

@@ -83,6 +83,7 @@ void DeviceReplica::encode_slice(size_t v, int64_t step, float shared_scale, uin
   p.step = static_cast<uint32_t>(step);
   p.tensor_id = static_cast<uint32_t>(v);
   p.element_offset = begin;
+  p.rounding = c.rounding;
   // As the CPU codec: the shared scale (already max(shared, own)) only for
   // codecs that share one.
   if (c.share_scale) p.shared_scale = shared_scale;

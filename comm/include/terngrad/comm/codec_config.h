@@ -39,12 +39,17 @@ struct Fp16Params {
   bool operator==(const Fp16Params&) const = default;
 };
 
-// "terngrad:clip=C,share_scale=S[,bucket=B]": stochastic ternarization
-// (Wen et al. 2017), 2 bits per element.
+// "terngrad:clip=C,share_scale=S[,bucket=B][,round=stochastic|nearest]":
+// stochastic ternarization (Wen et al. 2017), 2 bits per element.
+// round=nearest replaces the random draw by deterministic rounding (+-s iff
+// |g| > s/2): biased but contractive, the form error feedback needs
+// (ef(terngrad:round=nearest); quantize/ternary_math.h says why).
+enum class TernaryRounding { kStochastic, kNearest };
 struct TernGradParams {
   float clip = 2.5f;        // c in s = min(max|g|, c * sigma); 0 disables clipping
   bool share_scale = true;  // workers encode with the max of their scales, so payloads sum as counts
   uint32_t bucket = 0;      // elements per scale (a multiple of 4); 0: one scale per variable (the paper)
+  TernaryRounding round = TernaryRounding::kStochastic;
   bool operator==(const TernGradParams&) const = default;
 };
 

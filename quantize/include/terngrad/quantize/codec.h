@@ -19,6 +19,12 @@
 
 namespace terngrad::quantize {
 
+// How an element becomes a ternary code.
+enum class Rounding {
+  kStochastic,  // TernGrad: +-s with probability |g|/s, unbiased (the paper)
+  kNearest,     // deterministic: +-s iff |g| > s/2 (ternary_math.h); biased, contractive: for ef()
+};
+
 struct EncodeParams {
   // c in s = min(max|g|, c * sigma); 0 disables clipping (s = max|g|).
   float clip_factor = 2.5f;
@@ -36,6 +42,9 @@ struct EncodeParams {
   // those bytes of the whole tensor's payload: same scale, same random draws.
   // A multiple of 4, so a slice starts on a body byte.
   uint64_t element_offset = 0;
+  // kNearest draws no random numbers: the header's flags carry kFlagNearest
+  // and its seed field is 0 (seed is ignored).
+  Rounding rounding = Rounding::kStochastic;
 };
 
 // One pass: mean, population standard deviation, max|g|.

@@ -45,7 +45,10 @@ static_assert(kSumReservedOffset + kSumReservedBytes == kHeaderStepOffset,
 
 // Header flag bits; every other bit is reserved and must be zero.
 inline constexpr uint8_t kFlagSharedScale = 0x01;
-inline constexpr uint8_t kKnownFlags = kFlagSharedScale;
+// The codes were chosen by deterministic nearest rounding (EncodeParams::
+// rounding), not drawn: no random stream was used and the seed field is 0.
+inline constexpr uint8_t kFlagNearest = 0x02;
+inline constexpr uint8_t kKnownFlags = kFlagSharedScale | kFlagNearest;
 
 // 2-bit codes. Element i lives in body byte i/4 at bits 2*(i%4) .. 2*(i%4)+1.
 inline constexpr uint8_t kCodeZero = 0b00;
@@ -70,6 +73,7 @@ struct PayloadHeader {
   uint32_t step = 0;
 
   bool shared_scale() const { return (flags & kFlagSharedScale) != 0; }
+  bool nearest() const { return (flags & kFlagNearest) != 0; }
 };
 
 // Little-endian field stores and loads: the format is little-endian on every host.

@@ -124,6 +124,25 @@ TG_HOST_DEVICE uint32_t ternary_code(float x, const TernaryQuantizer& q, uint32_
   return (float_bits(x) >> 31) ? 2u : 1u;
 }
 
+// Deterministic nearest rounding (EncodeParams::Rounding::kNearest): the
+// stochastic rule above with the random word fixed at the midpoint, u = 2^23,
+// so an element is kept iff p * 2^24 > 2^23 (p > 1/2, ties to zero) or it is
+// at or beyond the scale. The rounding error of a kept element is at most
+// s/2 and of a dropped one at most |x|, so |error| <= |x| elementwise: the
+// compressor is contractive, which error feedback needs (the stochastic rule's
+// expected squared error, |x|(s - |x|), can exceed x^2 many times over, and
+// under ef() the residual then grows without bound).
+inline constexpr uint32_t kNearestWord = 0x80000000u;  // r >> 8 == 2^23
+
+TG_HOST_DEVICE uint32_t nearest_code(float x, const TernaryQuantizer& q) { return ternary_code(x, q, kNearestWord); }
+
+// Packs elements x[0..4) of one body byte by nearest rounding; absent
+// elements pass 0.0f (zero padding).
+TG_HOST_DEVICE uint8_t encode_byte_nearest(float x0, float x1, float x2, float x3, const TernaryQuantizer& q) {
+  return static_cast<uint8_t>(nearest_code(x0, q) | (nearest_code(x1, q) << 2) | (nearest_code(x2, q) << 4) |
+                              (nearest_code(x3, q) << 6));
+}
+
 // Philox key and the part of the counter fixed for one tensor.
 // block_offset: a payload holding a slice of a larger tensor that starts at
 // element 4 * block_offset draws the counters of those elements' positions in

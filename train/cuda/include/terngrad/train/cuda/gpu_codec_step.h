@@ -25,6 +25,7 @@ struct VariableCodec {
   bool ternary = false;     // false: fp32
   float clip = 2.5f;        // terngrad clip factor
   bool share_scale = true;  // terngrad scale sharing
+  quantize::Rounding rounding = quantize::Rounding::kStochastic;  // terngrad round=
   // From a codec's typed parameters (comm/codec_config.h): fp32 and
   // per-variable terngrad have a GPU path; anything else (fp16, bucketed
   // terngrad, ef(), qsgd, ...) throws std::invalid_argument naming it.
