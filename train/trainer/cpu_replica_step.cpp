@@ -15,6 +15,7 @@ class CpuReplicaStep final : public ReplicaStep {
 
   float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready) override {
     const TrainConfig& cfg = s_.cfg();
+    step_ = step;
     if (!cfg.comm_only) return s_.compute_gradient(0, step, ready);
     // --comm_only: the emulated compute, then the whole fixed gradient at once.
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
@@ -29,8 +30,8 @@ class CpuReplicaStep final : public ReplicaStep {
   }
 
   void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) override {
-    s_.codec(0, shard.variable)
-        .decode_aggregate(sum, std::span<float>(sum_[shard.variable].data).subspan(shard.begin, shard.count));
+    s_.decode_sum(step_, shard.variable, shard.count, sum,
+                  std::span<float>(sum_[shard.variable].data).subspan(shard.begin, shard.count));
   }
 
   void apply(int64_t step, int replicas) override { s_.apply(step, sum_, replicas); }
@@ -44,7 +45,8 @@ class CpuReplicaStep final : public ReplicaStep {
 
  private:
   TrainingSession& s_;
-  GradSet sum_;  // the decoded sums of the step's update
+  GradSet sum_;     // the decoded sums of the step's update
+  int64_t step_ = 0;  // the step being computed (its sums' decode context)
 };
 
 }  // namespace

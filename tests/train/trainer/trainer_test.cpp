@@ -86,7 +86,8 @@ std::map<std::string, tt::Tensor> final_weights(const fs::path& dir) {
 // that lost them (a known failure of other libraries) would differ.
 TEST(Trainer, DeterministicAndResumesBitExactly) {
   for (const char* codec :
-       {"", "ef(terngrad)", "ef(terngrad:share_scale=0):momentum=0.5", "server_ef(terngrad)", "ef(server_ef(qsgd:levels=7,bucket=64))"}) {
+       {"", "ef(terngrad)", "ef(terngrad:share_scale=0):momentum=0.5", "server_ef(terngrad)", "ef(server_ef(qsgd:levels=7,bucket=64))",
+        "powersgd:rank=2", "ef(powersgd:rank=4)"}) {
     SCOPED_TRACE(codec);
     tt::TrainConfig c = small_run();
     c.grad_bits = 2;
