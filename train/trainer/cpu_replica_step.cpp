@@ -24,6 +24,10 @@ class CpuReplicaStep final : public ReplicaStep {
 
   const std::vector<float>& local_scales() const override { return s_.local_scales(0); }
 
+  void presum_variable(int64_t step, size_t v, uint32_t round, std::span<float> out) override {
+    s_.presum_variable(0, step, v, round, out);
+  }
+
   void encode_variable(int64_t step, size_t v, const std::vector<float>& shared,
                        std::span<const comm::ElementRange> slices, std::span<const std::span<uint8_t>> outs) override {
     s_.encode_variable(0, step, v, shared, slices, outs);

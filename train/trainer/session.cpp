@@ -246,6 +246,8 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
     const auto c = comm::make_codec(plan_[v]);
     presum_rounds_.push_back(c->presum_rounds());
     presum_sums_[v].resize(c->presum_rounds());
+    for (uint32_t round = 0; round < c->presum_rounds(); ++round)
+      presum_sums_[v][round].resize(c->presum_floats(round, static_cast<uint64_t>(params().params[v].value.size())));
   }
 }
 
@@ -256,7 +258,7 @@ uint32_t TrainingSession::max_presum_rounds() const {
 }
 
 uint64_t TrainingSession::presum_floats(size_t v, uint32_t round) const {
-  return comm::make_codec(plan_[v])->presum_floats(round, static_cast<uint64_t>(model_->params().params[v].value.size()));
+  return presum_sums_[v].at(round).size();  // sized by the codec at construction
 }
 
 void TrainingSession::presum_variable(size_t local, int64_t step, size_t v, uint32_t round, std::span<float> out) {
