@@ -183,4 +183,23 @@ TEST(Trainer, MissingDatasetIsAClearError) {
   }
 }
 
+// PowerSGD's matrix shape is each variable's own: a run-wide rows= is
+// refused by name; the plan's per-variable specs show in the traffic (the
+// pre-round's floats count both ways).
+TEST(Trainer, PowerSgdTakesItsShapesFromTheVariables) {
+  tt::TrainConfig c = small_run();
+  c.codec = "ef(powersgd:rank=2,rows=8)";
+  c.max_steps = 1;
+  try {
+    tt::run_training(c);
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rows=8 is set per variable from its shape"), std::string::npos) << e.what();
+  }
+  c.codec = "powersgd:rank=2";
+  const tt::TrainResult r = tt::run_training(c);
+  EXPECT_GT(r.bytes_sent_per_worker_step, 0);
+  EXPECT_LT(r.bytes_sent_per_worker_step, r.fp32_bytes_per_worker_step / 10);
+}
+
 }  // namespace
