@@ -33,11 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> payloads[] = {a, b};
   std::vector<uint8_t> sum;
   std::vector<float> out(n);
+  const RoundSums sums(codec, n);  // multi-round codecs decode with the step's round sums
   if (accepts([&] { codec.aggregate(payloads, n, sum); }))
-    must_accept("decode_aggregate", [&] { codec.decode_aggregate(sum, out); });
+    must_accept("decode_aggregate", [&] { codec.decode_aggregate_with(sum, sums.ctx, out); });
   // One payload alone is the other path aggregate() takes.
   if (accepts([&] { codec.aggregate(std::span(payloads, 1), n, sum); }))
-    must_accept("decode_aggregate", [&] { codec.decode_aggregate(sum, out); });
-  accepts([&] { codec.decode_aggregate(agg, out); });
+    must_accept("decode_aggregate", [&] { codec.decode_aggregate_with(sum, sums.ctx, out); });
+  accepts([&] { codec.decode_aggregate_with(agg, sums.ctx, out); });
   return 0;
 }

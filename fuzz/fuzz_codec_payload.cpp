@@ -1,5 +1,6 @@
 // A worker's payload as the ps receives it: the registry codec's validate()
-// and, only when it accepted, decode() and decode_accumulate(), which must
+// and, only when it accepted, decode_with() and decode_accumulate_with() (with
+// round sums for multi-round codecs), which must
 // then accept too (a validator weaker than its decoder is a bug the ps would
 // trip over after keeping the payload).
 //
@@ -22,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const terngrad::comm::GradientCodec& codec = codec_for_mode(codec_index(mode));
   if (!accepts([&] { codec.validate(payload, n); })) return 0;
   std::vector<float> out(n, 1.0f);
-  must_accept("decode", [&] { codec.decode(payload, out); });
-  must_accept("decode_accumulate", [&] { codec.decode_accumulate(payload, out); });
+  const RoundSums sums(codec, n);  // multi-round codecs decode with the step's round sums
+  must_accept("decode", [&] { codec.decode_with(payload, sums.ctx, out); });
+  must_accept("decode_accumulate", [&] { codec.decode_accumulate_with(payload, sums.ctx, out); });
   return 0;
 }

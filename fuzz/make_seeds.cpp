@@ -115,6 +115,28 @@ void codec_seeds() {
       put("aggregate", name, cat({{modes[c]}, u16(static_cast<uint16_t>(n)), join_pieces({p1, p2, sum})}));
     }
   }
+  // PowerSGD (index 11, mode 19): a pre-round summed, then the payloads.
+  auto psgd = tc::make_codec("powersgd:rank=2,rows=4");
+  for (size_t n : {8, 16}) {
+    const auto g1 = gradient(n, 0.3f), g2 = gradient(n, -0.2f);
+    tc::EncodeContext ctx;
+    ctx.tensor_id = 3;
+    ctx.step = 7;
+    std::vector<float> p(psgd->presum_floats(0, n)), q(p.size());
+    psgd->presum(0, g1, ctx, p);
+    psgd->presum(0, g2, ctx, q);
+    for (size_t i = 0; i < p.size(); ++i) p[i] += q[i];
+    ctx.presums = {p};
+    Buf p1(psgd->payload_bytes(n)), p2(psgd->payload_bytes(n));
+    psgd->encode(g1, ctx, p1);
+    psgd->encode(g2, ctx, p2);
+    const std::string name = "powersgd-n" + std::to_string(n);
+    put("codec_payload", name, cat({{19}, u16(static_cast<uint16_t>(n)), p1}));
+    const std::span<const uint8_t> both[] = {p1, p2};
+    Buf sum;
+    psgd->aggregate(both, n, sum);
+    put("aggregate", name, cat({{19}, u16(static_cast<uint16_t>(n)), join_pieces({p1, p2, sum})}));
+  }
 }
 
 void quantize_seeds() {

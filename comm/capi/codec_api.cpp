@@ -2,6 +2,7 @@
 // codec registry (make_codec), and encode / decode on host pointers.
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,13 @@ tg_status tg_codec_create(const char* spec, tg_codec_t** out_codec) {
     require(out_codec, "out_codec");
     auto h = std::make_unique<tg_codec>();
     h->codec = terngrad::comm::make_codec(spec);
+    // The C API (and the Python package and DDP hook over it) encodes and
+    // decodes one worker's tensor in single calls; a codec whose workers sum
+    // pre-rounds between gradient and payload (PowerSGD) cannot run there.
+    if (h->codec->presum_rounds() > 0)
+      throw std::invalid_argument("codec \"" + h->codec->spec() + "\" sums " + std::to_string(h->codec->presum_rounds()) +
+                                  " pre-round(s) over the workers before it encodes (a multi-round codec); the C API's "
+                                  "single-call encode/decode cannot run it: use the trainer (tg-train, tg-cluster)");
     describe(*h);
     *out_codec = h.release();
   });

@@ -31,6 +31,7 @@ Layout place_variables(std::vector<VariableSpec> variables, int num_ps, const Pl
     uint64_t k = std::min(max_shards, std::max<uint64_t>(1, bytes / options.min_shard_bytes));
     if (options.max_shard_bytes > 0) k = std::max(k, (bytes + options.max_shard_bytes - 1) / options.max_shard_bytes);
     k = std::min(k, std::max<uint64_t>(1, n / kShardAlignment));
+    if (l.variables[v].whole) k = 1;
     const uint64_t units = (n + kShardAlignment - 1) / kShardAlignment;
     for (uint64_t i = 0; i < k; ++i) {
       // Split the alignment units as evenly as possible; the last shard ends at n.

@@ -21,6 +21,7 @@ std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params);
 std::unique_ptr<GradientCodec> make_sign_codec(const SignParams& params);
 std::unique_ptr<GradientCodec> make_topk_codec(const TopKParams& params);
 std::unique_ptr<GradientCodec> make_randomk_codec(const RandomKParams& params);
+std::unique_ptr<GradientCodec> make_powersgd_codec(const PowerSgdParams& params);
 // server_ef(<inner>): inner encodes on the workers; the server re-encodes
 // the sum with a codec of inner's config.
 std::unique_ptr<GradientCodec> make_server_error_feedback_codec(std::unique_ptr<GradientCodec> inner);

@@ -81,6 +81,14 @@ CodecParams parse_randomk(const CodecSpec& spec) {
   return p;
 }
 
+CodecParams parse_powersgd(const CodecSpec& spec) {
+  const SpecReader r(spec, {"rank", "rows"});
+  PowerSgdParams p;
+  p.rank = r.integer("rank", p.rank, 1, 1024);
+  p.rows = r.integer("rows", 0, 1, 0xFFFFFFFFu, 1, /*allow_zero=*/true);
+  return p;
+}
+
 CodecParams parse_keyless(const CodecSpec& spec, CodecParams p) {
   const SpecReader r(spec, {});  // rejects any key
   return p;
@@ -95,6 +103,7 @@ CodecParams parse_params(std::string_view text) {
   if (spec.name == "sign") return parse_sign(spec);
   if (spec.name == "topk") return parse_topk(spec);
   if (spec.name == "randomk") return parse_randomk(spec);
+  if (spec.name == "powersgd") return parse_powersgd(spec);
   if (spec.name == "ef")
     throw std::invalid_argument("codec spec \"" + std::string(text) + "\": error feedback is written ef(<codec>)");
   if (!detail::is_registered_custom_codec(spec.name))
@@ -130,6 +139,11 @@ std::string params_spec(const CodecParams& params) {
           [](const RandomKParams& p) {
             return "randomk:ratio=" + format_float(p.ratio) + ",values=" + values_name(p.values) +
                    ",rescale=" + (p.rescale ? "1" : "0");
+          },
+          [](const PowerSgdParams& p) {
+            std::string s = "powersgd:rank=" + std::to_string(p.rank);
+            if (p.rows != 0) s += ",rows=" + std::to_string(p.rows);
+            return s;
           },
           [](const CustomParams& p) {
             std::string s = p.spec.name;
@@ -167,6 +181,12 @@ void parse_server_part(std::string_view spec, const std::string& ctx, CodecConfi
   if (inner.starts_with("ef("))
     throw std::invalid_argument(ctx + ": ef() goes outside server_ef(): ef(server_ef(...)) (the workers' residual is theirs)");
   config.params = parse_params(inner);
+  // A PowerSGD sum decodes only with the step's summed P, which the ps does
+  // not hold, and its re-encoding would need a pre-round of its own.
+  if (std::holds_alternative<PowerSgdParams>(config.params))
+    throw std::invalid_argument(ctx + ": server_ef(powersgd) is not supported: the ps cannot decode or re-encode a "
+                                "PowerSGD sum (it needs the step's summed P, a pre-round the ps does not take part in); "
+                                "its pull is already as small as its push: use powersgd or ef(powersgd)");
   // The server encodes the sum: a codec that sends only signs would turn
   // every sum into +-1 and its residual would grow without bound.
   if (const auto* sign = std::get_if<SignParams>(&config.params); sign && sign->scale == SignScale::kNone)

@@ -12,8 +12,14 @@
 // The residual (and u) are the codec's state: save_state() / load_state()
 // carry them through checkpoints bit for bit, so a resumed run encodes what
 // the uninterrupted one would have. State blob, little-endian:
-//   "TGEF" | u32 version = 1 | u64 n | u8 has_momentum | 3 bytes 0 |
-//   n float32 residual | (n float32 momentum, if has_momentum)
+//   "TGEF" | u32 version = 1 | u64 n | u8 has_momentum | u8 has_inner | 2 bytes 0 |
+//   n float32 residual | (n float32 momentum, if has_momentum) |
+//   (the inner codec's own state blob, to the end, if has_inner: PowerSGD's
+//   warm-start Q)
+//
+// Multi-round codecs (PowerSGD): presum() prepares p as local_scale() does
+// and hands the inner codec p; the residual is p minus the inner codec's
+// decoding of its own payload with the step's round sums (P^ Q_w^T).
 //
 // Aggregation, validation and decoding are the inner codec's: the server
 // never sees a residual.
@@ -22,6 +28,7 @@
 // thread-safe. local_scale() (scale-sharing codecs) prepares p and the very
 // next encode_slices() of the same span uses it, as terngrad's stats cache
 // does (terngrad_codec.cpp): the gradient must not change in between.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -63,6 +70,14 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     return inner_->local_scale(corrected_);
   }
 
+  void presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out) override {
+    // Round 0 starts the step: p is prepared afresh (prepare() is idempotent
+    // within a step, so after local_scale() this costs a pass, not bits).
+    if (round == 0 || !prepared_ || prepared_->data != grad.data() || prepared_->size != grad.size()) prepare(grad);
+    prepared_ = Prepared{grad.data(), grad.size()};
+    inner_->presum(round, corrected_, ctx, out);
+  }
+
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
                      std::span<const std::span<uint8_t>> outs) override {
     const std::optional<Prepared> prepared = std::exchange(prepared_, std::nullopt);
@@ -71,6 +86,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     const std::span<const float> p(corrected_);
     inner_->encode_slices(p, ctx, slices, outs);  // throws before any state changes
     const size_t n = grad.size();
+    const DecodeContext dctx{ctx.tensor_id, ctx.step, ctx.presums};
 
     if (params_.momentum == 0.0f) {
       // e' = p - d in two passes rather than four: d - p is accumulated onto
@@ -83,8 +99,8 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
       for (size_t i = 0; i < n; ++i) e[i] = -pp[i];
       for (size_t i = 0; i < slices.size(); ++i)
-        inner_->decode_accumulate(outs[i].first(inner_->payload_bytes(slices[i].count)),
-                                  residual_span().subspan(slices[i].begin, slices[i].count));
+        inner_->decode_accumulate_with(outs[i].first(inner_->payload_bytes(slices[i].count)), dctx,
+                                       residual_span().subspan(slices[i].begin, slices[i].count));
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
       for (size_t i = 0; i < n; ++i) e[i] = 0.0f - e[i];  // not -e[i]: d == p must give +0, as p - d does
       return;
@@ -93,7 +109,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     sent_.assign(n, 0.0f);
     for (size_t i = 0; i < slices.size(); ++i) {
       const std::span<float> part = std::span<float>(sent_).subspan(slices[i].begin, slices[i].count);
-      inner_->decode(outs[i].first(inner_->payload_bytes(slices[i].count)), part);
+      inner_->decode_with(outs[i].first(inner_->payload_bytes(slices[i].count)), dctx, part);
     }
     momentum_.swap(momentum_next_);
     for (size_t i = 0; i < n; ++i) {
@@ -104,38 +120,50 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 
 
   std::vector<uint8_t> save_state() const override {
-    if (residual_.empty()) return {};  // nothing encoded yet: nothing to carry
-    const bool has_momentum = params_.momentum != 0.0f;
+    const std::vector<uint8_t> inner = inner_->save_state();
+    if (residual_.empty() && inner.empty()) return {};  // nothing encoded yet: nothing to carry
+    const bool has_momentum = params_.momentum != 0.0f && !residual_.empty();
     const size_t n = residual_.size();
-    std::vector<uint8_t> blob(kStateHeaderBytes + n * 4 * (has_momentum ? 2 : 1), 0);
+    const size_t arrays_end = kStateHeaderBytes + n * 4 * (has_momentum ? 2 : 1);
+    std::vector<uint8_t> blob(arrays_end + inner.size(), 0);
     write_state_header(kState, n, blob.data());
     blob[16] = has_momentum ? 1 : 0;
+    blob[17] = inner.empty() ? 0 : 1;
     store_floats(residual_, blob.data() + kStateHeaderBytes);
     if (has_momentum) store_floats(momentum_, blob.data() + kStateHeaderBytes + n * 4);
+    std::copy(inner.begin(), inner.end(), blob.begin() + static_cast<std::ptrdiff_t>(arrays_end));
     return blob;
   }
 
   // Checks the whole blob before anything changes.
   void load_state(std::span<const uint8_t> state) override {
     if (state.empty()) {
+      inner_->load_state({});
       residual_.clear();
       momentum_.clear();
       return;
     }
     const std::string what = spec() + " state";
     const uint64_t n = read_state_header(kState, state, what);
-    const uint8_t has_momentum = state[16];
-    const bool want_momentum = params_.momentum != 0.0f;
+    const uint8_t has_momentum = state[16], has_inner = state[17];
+    // A state saved before the first encode (n = 0) holds no momentum buffer.
+    const bool want_momentum = params_.momentum != 0.0f && n != 0;
     if (has_momentum > 1 || (has_momentum == 1) != want_momentum)
       throw std::invalid_argument(what + ": " + (has_momentum ? "holds" : "lacks") +
                                   " a momentum buffer, the codec " + (want_momentum ? "needs" : "has") + " one");
+    if (has_inner > 1 || state[18] != 0 || state[19] != 0)
+      throw std::invalid_argument(what + ": header bytes 17..19 must be a 0/1 inner-state flag and two zeros");
     const uint64_t arrays = want_momentum ? 2 : 1;
-    if (n > (state.size() - kStateHeaderBytes) / 4 || (state.size() - kStateHeaderBytes) != n * 4 * arrays)
+    const uint64_t body = state.size() - kStateHeaderBytes;
+    if (n > body / 4 / arrays || (has_inner ? body <= n * 4 * arrays : body != n * 4 * arrays))
       throw std::invalid_argument(what + ": " + std::to_string(state.size()) + " bytes do not hold " +
-                                  std::to_string(arrays) + " array(s) of " + std::to_string(n) + " floats");
+                                  std::to_string(arrays) + " array(s) of " + std::to_string(n) + " floats" +
+                                  (has_inner ? " and the inner codec's state" : ""));
     std::vector<float> residual(n), momentum(want_momentum ? n : 0);
     load_floats(state.data() + kStateHeaderBytes, residual);
     if (want_momentum) load_floats(state.data() + kStateHeaderBytes + n * 4, momentum);
+    // The inner codec checks its part before anything of ours changes.
+    inner_->load_state(has_inner ? state.subspan(kStateHeaderBytes + n * 4 * arrays) : std::span<const uint8_t>{});
     residual_ = std::move(residual);
     momentum_ = std::move(momentum);
   }

@@ -18,6 +18,12 @@ class ForwardingCodec : public GradientCodec {
   bool sums_without_decoding() const override { return inner_->sums_without_decoding(); }
   bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
   float local_scale(std::span<const float> grad) override { return inner_->local_scale(grad); }
+  uint32_t presum_rounds() const override { return inner_->presum_rounds(); }
+  uint64_t presum_floats(uint32_t round, uint64_t n) const override { return inner_->presum_floats(round, n); }
+  void presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out) override {
+    inner_->presum(round, grad, ctx, out);
+  }
+  bool slices_whole_variable_only() const override { return inner_->slices_whole_variable_only(); }
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
                      std::span<const std::span<uint8_t>> outs) override {
     inner_->encode_slices(grad, ctx, slices, outs);
@@ -25,6 +31,13 @@ class ForwardingCodec : public GradientCodec {
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override { inner_->decode(payload, out); }
   void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const override {
     inner_->decode_accumulate(payload, out);
+  }
+  void decode_with(std::span<const uint8_t> payload, const DecodeContext& ctx, std::span<float> out) const override {
+    inner_->decode_with(payload, ctx, out);
+  }
+  void decode_accumulate_with(std::span<const uint8_t> payload, const DecodeContext& ctx,
+                              std::span<float> out) const override {
+    inner_->decode_accumulate_with(payload, ctx, out);
   }
   void validate(std::span<const uint8_t> payload, uint64_t n) const override { inner_->validate(payload, n); }
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
@@ -41,6 +54,14 @@ class ForwardingCodec : public GradientCodec {
   }
   void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
     inner_->decode_aggregate(aggregate, out);
+  }
+  void decode_aggregate_with(std::span<const uint8_t> aggregate, const DecodeContext& ctx,
+                             std::span<float> out) const override {
+    inner_->decode_aggregate_with(aggregate, ctx, out);
+  }
+  bool observes_aggregate() const override { return inner_->observes_aggregate(); }
+  void observe_aggregate(std::span<const uint8_t> aggregate, uint64_t n, const DecodeContext& ctx) override {
+    inner_->observe_aggregate(aggregate, n, ctx);
   }
   std::vector<uint8_t> save_state() const override { return inner_->save_state(); }
   void load_state(std::span<const uint8_t> state) override { inner_->load_state(state); }

@@ -49,6 +49,43 @@ void GradientCodec::decode_aggregate(std::span<const uint8_t> aggregate, std::sp
   detail::read_fp32_payload(aggregate, out);
 }
 
+uint64_t GradientCodec::presum_floats(uint32_t round, uint64_t n) const {
+  (void)n;
+  throw std::invalid_argument(spec() + ": presum round " + std::to_string(round) + " of a codec with " +
+                              std::to_string(presum_rounds()) + " pre-rounds");
+}
+
+void GradientCodec::presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out) {
+  (void)grad;
+  (void)ctx;
+  (void)out;
+  throw std::invalid_argument(spec() + ": presum round " + std::to_string(round) + " of a codec with " +
+                              std::to_string(presum_rounds()) + " pre-rounds");
+}
+
+void GradientCodec::decode_with(std::span<const uint8_t> payload, const DecodeContext& ctx, std::span<float> out) const {
+  (void)ctx;
+  decode(payload, out);
+}
+
+void GradientCodec::decode_accumulate_with(std::span<const uint8_t> payload, const DecodeContext& ctx,
+                                           std::span<float> out) const {
+  (void)ctx;
+  decode_accumulate(payload, out);
+}
+
+void GradientCodec::decode_aggregate_with(std::span<const uint8_t> aggregate, const DecodeContext& ctx,
+                                          std::span<float> out) const {
+  (void)ctx;
+  decode_aggregate(aggregate, out);
+}
+
+void GradientCodec::observe_aggregate(std::span<const uint8_t> aggregate, uint64_t n, const DecodeContext& ctx) {
+  (void)aggregate;
+  (void)n;
+  (void)ctx;
+}
+
 namespace detail {
 
 void check_slices(const std::string& codec, uint64_t n, std::span<const ElementRange> slices,

@@ -130,7 +130,7 @@ CodecSpec parse_codec_spec(std::string_view spec) {
 namespace detail {
 
 const std::vector<std::string>& builtin_codec_names() {
-  static const std::vector<std::string> names = {"fp16", "fp32", "qsgd", "randomk", "sign", "terngrad", "topk"};
+  static const std::vector<std::string> names = {"fp16", "fp32", "powersgd", "qsgd", "randomk", "sign", "terngrad", "topk"};
   return names;
 }
 
@@ -180,6 +180,7 @@ std::unique_ptr<GradientCodec> make_codec(const CodecConfig& config_in) {
           [](const SignParams& p) { return detail::make_sign_codec(p); },
           [](const TopKParams& p) { return detail::make_topk_codec(p); },
           [](const RandomKParams& p) { return detail::make_randomk_codec(p); },
+          [](const PowerSgdParams& p) { return detail::make_powersgd_codec(p); },
           [](const CustomParams& p) {
             CodecFactory factory;
             {

@@ -117,6 +117,10 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const override {
     inner_->decode(aggregate, out);
   }
+  void decode_aggregate_with(std::span<const uint8_t> aggregate, const DecodeContext& ctx,
+                             std::span<float> out) const override {
+    inner_->decode_with(aggregate, ctx, out);
+  }
 
  private:
   // The header and length of a state for n elements (empty: fresh).

@@ -27,6 +27,7 @@
 #include "parameter_server.grpc.pb.h"
 #include "ps_in_process.h"
 #include "refusal_log.h"
+#include "presum_exchange.h"
 #include "scale_exchange.h"
 #include "server_state.h"
 #include "sync_steps.h"
@@ -122,6 +123,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   std::optional<detail::SyncSteps> steps;       // sync runs
   std::optional<detail::AsyncUpdates> updates;  // async runs
   std::optional<detail::ScaleExchange> scales;  // scale sharing (used on ps 0)
+  std::optional<detail::PresumExchange> presums;  // multi-round codecs' pre-rounds (used on ps 0)
   uint64_t bytes_in = 0, bytes_out = 0;
   // Async: the values as of one global step, shared by every pull at that
   // step (a copy per pull cost the values once per concurrent puller:
@@ -324,11 +326,32 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       } catch (const std::exception& e) {
         return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + v.name() + ": " + e.what());
       }
+      if (sh.codec->slices_whole_variable_only() && (s.begin() != 0 || s.count() != v.size()))
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(i) + " is part of " + v.name() +
+                                                              ", whose codec " + v.codec() +
+                                                              " sends the whole variable only (place it in one shard)");
       // An async ps applies every push as it comes: there is no sum to re-encode.
       if (!h.sync() && sh.codec->aggregate_keeps_state())
         return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: " + v.name() + ": codec " + v.codec() +
                                                               " re-encodes the servers' sums, which only a sync run forms");
       fresh.push_back(std::move(sh));
+    }
+    // Every variable's pre-rounds (multi-round codecs), for ExchangePresums:
+    // from the codec specs, each checked against the variable's size.
+    std::vector<std::vector<uint64_t>> presum_floats(h.variables_size());
+    for (int v = 0; v < h.variables_size(); ++v) {
+      const rpc::Variable& var = h.variables(v);
+      try {
+        const std::unique_ptr<GradientCodec> c = make_codec(var.codec());
+        if (c->presum_rounds() > 0 && !h.sync())
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: " + var.name() + ": codec " + var.codec() +
+                                                                " sums pre-rounds over the replicas of a step, which only a "
+                                                                "sync run has");
+        for (uint32_t round = 0; round < c->presum_rounds(); ++round)
+          presum_floats[v].push_back(c->presum_floats(round, var.size()));
+      } catch (const std::exception& e) {
+        return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + var.name() + ": " + e.what());
+      }
     }
     // Async: values and slots follow, each a complete shard-sized tensor.
     // Sync: the server states of a resumed run (slot "server_state").
@@ -421,6 +444,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       updates = std::move(fresh_updates);
     }
     scales.emplace(variables.size(), total, needed, keep);
+    presums.emplace(std::move(presum_floats), total, needed, keep);
     replicas.assign(total, Replica{});
     phase = Phase::kRunning;
     log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
@@ -523,6 +547,56 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       for (float x : scales->maxima(step, vars)) reply->add_max_scales(x);
     } else {
       for (uint32_t r : scales->missing(step, vars)) reply->add_missing(r);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ExchangePresums(ServerContext* ctx, const rpc::PresumRequest* req, rpc::PresumReply* reply) override {
+    return serve(ctx, "ExchangePresums", [&](const Caller& c) { return exchange_presums(c, ctx, req, reply); });
+  }
+
+  // As exchange_scales: the whole request is checked (caller, replica,
+  // variables, sizes, finite values) before anything is recorded.
+  grpc::Status exchange_presums(const Caller& caller, ServerContext* ctx, const rpc::PresumRequest* req,
+                                rpc::PresumReply* reply) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (ended()) return ended_status();
+    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangePresums before Init");
+    if (grpc::Status s = authorize_locked(caller, req->replica(), "ExchangePresums", true); !s.ok()) return s;
+    if (!sync) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangePresums: an async run has no pre-rounds");
+    const uint32_t round = req->round();
+    const std::span<const uint32_t> named(req->variables().data(), req->variables().size());
+    const std::span<const float> values(req->values().data(), req->values().size());
+    std::vector<uint32_t> vars;
+    if (std::string bad = presums->select(round, named, values, &vars); !bad.empty())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, bad);
+    const int64_t step = req->step();
+    // Only steps a replica may be at: the kept steps around the global step
+    // (a late backup replica asks for one summed already). A step far ahead
+    // would displace the kept ones.
+    const int64_t global = global_step_locked();
+    if (step < global - opt.keep_steps || step >= global + opt.keep_steps)
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangePresums: step " + std::to_string(step) +
+                                                               " is outside the run's window [" +
+                                                               std::to_string(global - opt.keep_steps) + ", " +
+                                                               std::to_string(global + opt.keep_steps) + ")");
+    heard(req->replica());
+    auto too_old = [&] {
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangePresums: step " + std::to_string(step) + " is too old");
+    };
+    switch (presums->record(req->replica(), step, round, vars, values)) {
+      case detail::PresumExchange::Recorded::kTooOld: return too_old();
+      case detail::PresumExchange::Recorded::kNew: cv.notify_all(); break;
+      case detail::PresumExchange::Recorded::kRepeated: break;
+    }
+    long_poll(lock, ctx, [&] { return !presums->kept(step) || presums->complete(step, round, vars); });
+    if (ended()) return ended_status();
+    if (!presums->kept(step)) return too_old();
+    reply->set_ready(presums->complete(step, round, vars));
+    if (reply->ready()) {
+      for (float x : presums->sums(step, round, vars)) reply->add_sums(x);
+    } else {
+      for (uint32_t r : presums->missing(step, round, vars)) reply->add_missing(r);
     }
     return grpc::Status::OK;
   }

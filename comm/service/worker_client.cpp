@@ -677,6 +677,34 @@ std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const f
   }
 }
 
+std::vector<float> WorkerClient::exchange_presums(int64_t step, uint32_t round, std::span<const uint32_t> variables,
+                                                  std::span<const float> values) {
+  Impl& m = *impl_;
+  for (;;) {
+    rpc::PresumReply reply;
+    m.call(0, "ExchangePresums", [&] {
+      grpc::ClientContext ctx;
+      const auto armed = m.arm(ctx);
+      rpc::PresumRequest req;
+      req.set_replica(static_cast<uint32_t>(m.replica));
+      req.set_step(step);
+      req.set_round(round);
+      for (uint32_t v : variables) req.add_variables(v);
+      req.mutable_values()->Add(values.begin(), values.end());
+      m.message_sent += req.ByteSizeLong();
+      reply.Clear();
+      return m.stubs[0]->ExchangePresums(&ctx, req, &reply);
+    });
+    m.message_received += reply.ByteSizeLong();
+    if (reply.ready()) {
+      if (static_cast<size_t>(reply.sums_size()) != values.size())
+        throw PeerError("ExchangePresums: ps 0 answered " + std::to_string(reply.sums_size()) + " sums for " +
+                        std::to_string(values.size()) + " values");
+      return {reply.sums().begin(), reply.sums().end()};
+    }
+  }
+}
+
 WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
                                              std::span<const std::span<const uint8_t>> shard_payloads) {
   Impl& m = *impl_;

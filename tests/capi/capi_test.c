@@ -48,6 +48,9 @@ static void test_create(void) {
   CHECK(c == (tg_codec_t*)0x1); /* untouched on failure */
   CHECK_ERROR(tg_codec_create("terngrad:clip=-1", &c), TG_ERR_INVALID_ARGUMENT, "clip");
   CHECK_ERROR(tg_codec_create("terngrad:clips=2", &c), TG_ERR_INVALID_ARGUMENT, "clips");
+  /* Multi-round codecs need the workers' pre-round sums: refused by name. */
+  CHECK_ERROR(tg_codec_create("powersgd:rank=2,rows=4", &c), TG_ERR_INVALID_ARGUMENT, "multi-round codec");
+  CHECK_ERROR(tg_codec_create("ef(powersgd:rank=2,rows=4)", &c), TG_ERR_INVALID_ARGUMENT, "single-call encode/decode");
   CHECK_ERROR(tg_codec_create(NULL, &c), TG_ERR_INVALID_ARGUMENT, "tg_codec_create: spec is NULL");
   CHECK_ERROR(tg_codec_create("fp32", NULL), TG_ERR_INVALID_ARGUMENT, "out_codec is NULL");
 

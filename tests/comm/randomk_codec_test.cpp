@@ -103,7 +103,7 @@ TEST(RandomKCodec, RoundTripValues) {
     const RandomKParams prm = std::get<RandomKParams>(c->config().params);
     for (size_t n : {size_t{1}, size_t{3}, size_t{8}, size_t{1001}}) {
       const std::vector<float> g = normal_floats(n, n);
-      EncodeContext ctx{2, 3, 99, std::nullopt};
+      EncodeContext ctx{2, 3, 99, std::nullopt, {}};
       const std::vector<uint8_t> p = encode(*c, g, ctx);
       const uint64_t k = sparse_k(n, prm.ratio);
       EXPECT_EQ(p.size(), 48 + k * (prm.values == SparseValues::kFloat32 ? 4 : 2));
@@ -139,7 +139,7 @@ TEST(RandomKCodec, UnbiasedWithRescale) {
   std::vector<double> sum(n, 0.0), sumsq(n, 0.0);
   std::vector<float> d(n);
   for (int s = 0; s < steps; ++s) {
-    EncodeContext ctx{0, static_cast<uint32_t>(s), 1, std::nullopt};
+    EncodeContext ctx{0, static_cast<uint32_t>(s), 1, std::nullopt, {}};
     c->decode(encode(*c, g, ctx), d);
     for (size_t i = 0; i < n; ++i) {
       sum[i] += d[i];
@@ -165,7 +165,7 @@ TEST(RandomKCodec, AggregateSumsValuesExactly) {
       const std::vector<float> g = normal_floats(n, 50 + w);
       ps.emplace_back(c->payload_bytes(slice.count));
       const std::span<uint8_t> outs[1] = {ps.back()};
-      c->encode_slices(g, EncodeContext{7, 11, static_cast<uint64_t>(w) + 1, std::nullopt}, {&slice, 1}, outs);
+      c->encode_slices(g, EncodeContext{7, 11, static_cast<uint64_t>(w) + 1, std::nullopt, {}}, {&slice, 1}, outs);
     }
     // Reference: decode each into float, sum in payload order in float32.
     std::vector<float> want(slice.count, 0.0f), d(slice.count);
@@ -189,7 +189,7 @@ TEST(RandomKCodec, AggregateSumsValuesExactly) {
     // Payloads of another step do not sum.
     std::vector<uint8_t> other(c->payload_bytes(slice.count));
     const std::span<uint8_t> outs[1] = {other};
-    c->encode_slices(normal_floats(n, 1), EncodeContext{7, 12, 1, std::nullopt}, {&slice, 1}, outs);
+    c->encode_slices(normal_floats(n, 1), EncodeContext{7, 12, 1, std::nullopt, {}}, {&slice, 1}, outs);
     const std::span<const uint8_t> mixed[2] = {ps[0], other};
     EXPECT_THROW(c->aggregate(mixed, slice.count, agg2), std::runtime_error);
   }
@@ -222,7 +222,7 @@ TEST(RandomKCodec, RejectsMalformedPayloads) {
     const bool f16 = std::string(spec).find("fp16") != std::string::npos;
     const size_t n = 400;
     const std::vector<float> g = normal_floats(n, 4);
-    const std::vector<uint8_t> good = encode(*c, g, EncodeContext{1, 2, 3, std::nullopt});
+    const std::vector<uint8_t> good = encode(*c, g, EncodeContext{1, 2, 3, std::nullopt, {}});
     auto mutate = [&](size_t off, uint8_t x, bool fix_crc) {
       std::vector<uint8_t> b = good;
       b[off] ^= x;

@@ -169,6 +169,15 @@ struct RawCaller {
     rpc::ScalesReply reply;
     return stub->ExchangeScales(&ctx, req, &reply);
   }
+  grpc::Status presums(uint32_t replica) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::PresumRequest req;
+    req.set_replica(replica);
+    req.add_values(1.0f);
+    rpc::PresumReply reply;
+    return stub->ExchangePresums(&ctx, req, &reply);
+  }
   grpc::Status heartbeat(uint32_t replica, rpc::HeartbeatReply* reply = nullptr, bool done = false) {
     grpc::ClientContext ctx;
     prepare(ctx);
@@ -226,6 +235,7 @@ std::vector<std::pair<std::string, grpc::Status>> every_call(RawCaller& who, uin
   out.emplace_back("Init", who.init(replica, 2));
   out.emplace_back("Register", who.register_as(replica));
   out.emplace_back("ExchangeScales", who.scales(replica));
+  out.emplace_back("ExchangePresums", who.presums(replica));
   out.emplace_back("Push", who.push(replica, 0, fp32_payload(1000.0f)));
   out.emplace_back("Pull", who.pull(replica, 0));
   out.emplace_back("Heartbeat", who.heartbeat(replica, nullptr, true));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <future>
 #include <random>
@@ -801,4 +802,87 @@ TEST(PsService, AnAsyncRunRefusesServerErrorFeedback) {
   } catch (const tc::PeerError& e) {
     EXPECT_NE(std::string(e.what()).find("only a sync run forms"), std::string::npos) << e.what();
   }
+}
+
+// Multi-round codecs: ExchangePresums sums the replicas' pre-round vectors in
+// replica order; a report of the wrong size, a NaN, a round the codec lacks
+// or a step outside the kept window is refused by name; Init refuses a
+// whole-only variable that is split, and an async run of such a codec.
+TEST(PsService, PresumsAreSummedInReplicaOrderAndBadReportsAreRefused) {
+  const std::string codec = "powersgd:rank=2,rows=8";  // 64 elements: P is 8 x 2
+  const tc::Layout l = tc::place_variables({{"w", 64, codec, true}, {"b", 64, "fp32"}}, 1);
+  PsTask ps(0, 2);
+  std::vector<std::vector<float>> got(2);
+  std::latch both(2);
+  std::vector<std::thread> threads;
+  auto values_of = [](int r) {
+    std::vector<float> v(16);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * static_cast<float>(i) + 10.0f * static_cast<float>(r);
+    return v;
+  };
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      tc::WorkerClient c({ps.address()}, l, r, true, 2, 2, fast_client());
+      c.join(0);
+      got[r] = c.exchange_presums(0, 0, std::vector<uint32_t>{0}, values_of(r));
+      both.arrive_and_wait();
+      c.finish(true);
+    });
+  for (auto& t : threads) t.join();
+  std::vector<float> want(16, 0.0f);
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < want.size(); ++i) want[i] += values_of(r)[i];
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], want);
+
+  auto refusal = [&](int64_t step, uint32_t round, std::vector<uint32_t> vars, std::vector<float> values) {
+    PsTask bad(0, 1);
+    tc::WorkerClient c({bad.address()}, l, 0, true, 1, 1, fast_client());
+    c.join(0);
+    try {
+      c.exchange_presums(step, round, vars, values);
+    } catch (const tc::PeerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(0, 0, {0}, std::vector<float>(15)).find("15 values for round 0 of 1 variables, which take 16"),
+            std::string::npos);
+  std::vector<float> nan(16, 0.0f);
+  nan[3] = std::nanf("");
+  EXPECT_NE(refusal(0, 0, {0}, nan).find("value 3 is NaN or Inf"), std::string::npos);
+  EXPECT_NE(refusal(0, 0, {1}, {}).find("variable 1 has 0 pre-rounds"), std::string::npos);
+  EXPECT_NE(refusal(0, 1, {0}, std::vector<float>(16)).find("not a round 1"), std::string::npos);
+  EXPECT_NE(refusal(1000, 0, {0}, std::vector<float>(16)).find("outside the run's window"), std::string::npos);
+  EXPECT_EQ(refusal(0, 0, {0}, std::vector<float>(16)), "accepted");  // a sum of one
+}
+
+TEST(PsService, InitRefusesASplitWholeOnlyVariableAndAnAsyncMultiRoundRun) {
+  auto init_error = [](const tc::Layout& l, bool sync) {
+    HalfStepSgd rule;
+    PsTask ps(0, 1, sync ? nullptr : &rule);
+    tc::WorkerClient c({ps.address()}, l, 0, sync, 1, 1, fast_client());
+    tc::WorkerClient::InitTensors init;
+    std::vector<float> w(l.variables[0].size, 0.0f);
+    if (!sync) {
+      init.values = {w};
+      init.slots["Velocity"] = {w};
+    }
+    try {
+      c.join(0, &init);
+    } catch (const tc::PeerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  tc::PlacementOptions split;
+  split.min_shard_bytes = 64;
+  split.max_shards = 2;
+  const std::string codec = "powersgd:rank=2,rows=16";
+  const tc::Layout sharded = tc::place_variables({{"w", 256, codec, false}}, 1, split);
+  ASSERT_EQ(sharded.shards.size(), 2u);
+  EXPECT_NE(init_error(sharded, true).find("sends the whole variable only"), std::string::npos);
+  const tc::Layout whole = tc::place_variables({{"w", 256, codec, true}}, 1, split);
+  EXPECT_EQ(whole.shards.size(), 1u);
+  EXPECT_NE(init_error(whole, false).find("only a sync run has"), std::string::npos);
 }

@@ -127,6 +127,9 @@ TEST_F(Distributed, EveryCodecFamilyTrainsTheInProcessWeightsBitForBit) {
       // The ps re-encodes each shard's sum with its own scale: whole variables
       // make its slices the in-process server's.
       {"--codec='ef(server_ef(terngrad))' --max_shard_bytes=0", "server-ef"},
+      // A multi-round codec: P summed by ExchangePresums, Q by Push/Pull;
+      // placement keeps each PowerSGD variable whole even when sharding.
+      {"--codec='ef(powersgd:rank=2)' --min_shard_bytes=65536", "ef-powersgd"},
   };
   for (const auto& [codec, tag] : runs) {
     SCOPED_TRACE(codec);
@@ -164,6 +167,7 @@ TEST_F(Distributed, ResumesFromTheChiefsCheckpointBitForBit) {
       {"--grad_bits=2", ""},
       {"--codec='ef(terngrad)'", "-ef"},
       {"--codec='ef(server_ef(terngrad))' --max_shard_bytes=0", "-server-ef"},
+      {"--codec='ef(powersgd:rank=2)'", "-ef-powersgd"},
   };
   for (const auto& [codec, tag] : runs) {
     SCOPED_TRACE(codec);

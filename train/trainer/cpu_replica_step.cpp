@@ -15,6 +15,7 @@ class CpuReplicaStep final : public ReplicaStep {
 
   float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready) override {
     const TrainConfig& cfg = s_.cfg();
+    step_ = step;
     if (!cfg.comm_only) return s_.compute_gradient(0, step, ready);
     // --comm_only: the emulated compute, then the whole fixed gradient at once.
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
@@ -23,14 +24,18 @@ class CpuReplicaStep final : public ReplicaStep {
 
   const std::vector<float>& local_scales() const override { return s_.local_scales(0); }
 
+  void presum_variable(int64_t step, size_t v, uint32_t round, std::span<float> out) override {
+    s_.presum_variable(0, step, v, round, out);
+  }
+
   void encode_variable(int64_t step, size_t v, const std::vector<float>& shared,
                        std::span<const comm::ElementRange> slices, std::span<const std::span<uint8_t>> outs) override {
     s_.encode_variable(0, step, v, shared, slices, outs);
   }
 
   void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) override {
-    s_.codec(0, shard.variable)
-        .decode_aggregate(sum, std::span<float>(sum_[shard.variable].data).subspan(shard.begin, shard.count));
+    s_.decode_sum(step_, shard.variable, shard.count, sum,
+                  std::span<float>(sum_[shard.variable].data).subspan(shard.begin, shard.count));
   }
 
   void apply(int64_t step, int replicas) override { s_.apply(step, sum_, replicas); }
@@ -44,7 +49,8 @@ class CpuReplicaStep final : public ReplicaStep {
 
  private:
   TrainingSession& s_;
-  GradSet sum_;  // the decoded sums of the step's update
+  GradSet sum_;     // the decoded sums of the step's update
+  int64_t step_ = 0;  // the step being computed (its sums' decode context)
 };
 
 }  // namespace

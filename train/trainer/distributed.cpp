@@ -50,7 +50,8 @@ int replicas_to_aggregate(const TrainConfig& cfg, int n) {
 
 comm::Layout make_layout(TrainingSession& s, const TrainConfig& cfg, int num_ps) {
   std::vector<comm::VariableSpec> vars;
-  for (const auto& v : s.variables()) vars.push_back({v.name, v.size, v.codec});
+  for (const auto& v : s.variables())
+    vars.push_back({v.name, v.size, v.codec, comm::make_codec(v.codec)->slices_whole_variable_only()});
   comm::PlacementOptions o;
   o.min_shard_bytes = static_cast<uint64_t>(cfg.min_shard_bytes);
   o.max_shard_bytes = static_cast<uint64_t>(cfg.max_shard_bytes);
@@ -126,6 +127,9 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   TrainConfig session_cfg = cfg;
   if (!chief) session_cfg.moving_average_decay = 0;  // only the chief evaluates and checkpoints
   TrainingSession s(session_cfg, n, {replica});
+  if (!cfg.sync_replicas && s.max_presum_rounds() > 0)
+    throw std::invalid_argument("--codec=" + cfg.codec + " sums pre-rounds over the replicas of each step (a "
+                                "multi-round codec), which only a sync run has: use --sync_replicas=true");
   const comm::Layout layout = make_layout(s, cfg, static_cast<int>(c.ps.size()));
   comm::ClientOptions co;
   co.rpc_timeout_s = cfg.rpc_timeout_secs;

@@ -31,6 +31,15 @@ class GpuReplicaStep final : public ReplicaStep {
 
   const std::vector<float>& local_scales() const override { return replica_.local_scales(); }
 
+  // The GPU codecs (fp32, terngrad) have no pre-rounds: a multi-round codec
+  // is refused when the step is made (VariableCodec::from).
+  void presum_variable(int64_t step, size_t v, uint32_t round, std::span<float> out) override {
+    (void)step;
+    (void)round;
+    (void)out;
+    throw std::logic_error("variable " + std::to_string(v) + ": the GPU replica step runs no codec pre-rounds");
+  }
+
   void encode_variable(int64_t step, size_t v, const std::vector<float>& shared,
                        std::span<const comm::ElementRange> slices, std::span<const std::span<uint8_t>> outs) override {
     if (replica_.ternary(v)) {

@@ -40,6 +40,9 @@ class ReplicaStep {
   float compute_gradient(int64_t step) { return compute_gradient(step, {}); }
   // Local scale of each variable (0 for codecs without scale sharing).
   virtual const std::vector<float>& local_scales() const = 0;
+  // TrainingSession::presum_variable's contract (multi-round codecs), for
+  // this replica's gradient; the round sums are the session's presum_sums().
+  virtual void presum_variable(int64_t step, size_t v, uint32_t round, std::span<float> out) = 0;
   // TrainingSession::encode_variable's contract, for this replica's gradient.
   virtual void encode_variable(int64_t step, size_t v, const std::vector<float>& shared,
                                std::span<const comm::ElementRange> slices,

@@ -95,11 +95,37 @@ std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& para
     config.params = p;
   }
   const std::string compressed = comm::to_spec(config);  // canonical: what the ps and the logs see
+  auto* powersgd = std::get_if<comm::PowerSgdParams>(&config.params);
+  if (powersgd && powersgd->rows != 0)
+    throw std::invalid_argument("--codec=" + cfg.codec + ": rows=" + std::to_string(powersgd->rows) +
+                                " is set per variable from its shape; leave it out (e.g. powersgd:rank=" +
+                                std::to_string(powersgd->rank) + ")");
   std::vector<std::string> plan;
   for (const Param& p : params.params) {
     const bool small = p.value.size() < cfg.size_to_binarize;
     const bool logits_kept = p.is_logits && !cfg.quantize_logits;
-    plan.push_back(small || logits_kept ? "fp32" : compressed);
+    if (small || logits_kept) {
+      plan.push_back("fp32");
+    } else if (powersgd) {
+      // The matrix: every dimension but the last by the last. A conv kernel
+      // [kh, kw, in, out] is (kh kw in) x out, the transpose of the paper's
+      // (out, in kh kw) reshape, whose rank-r approximation is the same; a
+      // dense kernel [in, out] is itself. Vectors (biases; the paper sends
+      // them uncompressed) and matrices that rank-r factors would not shrink
+      // travel fp32.
+      const uint64_t n = static_cast<uint64_t>(p.value.size());
+      const uint64_t cols = p.value.shape.empty() ? n : static_cast<uint64_t>(p.value.shape.back());
+      const uint64_t rows = cols == 0 ? 0 : n / cols, r = powersgd->rank;
+      if (p.value.shape.size() < 2 || rows > 0xFFFFFFFFull || r * (rows + cols) >= rows * cols) {
+        plan.push_back("fp32");
+        continue;
+      }
+      powersgd->rows = static_cast<uint32_t>(rows);
+      plan.push_back(comm::to_spec(config));
+      powersgd->rows = 0;
+    } else {
+      plan.push_back(compressed);
+    }
   }
   return plan;
 }
@@ -215,6 +241,50 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
     for (size_t v = 0; v < num_variables(); ++v) st.codecs.push_back(comm::make_codec(plan_[v]));
     worker_.push_back(std::move(st));
   }
+  presum_sums_.resize(num_variables());
+  for (size_t v = 0; v < num_variables(); ++v) {
+    const auto c = comm::make_codec(plan_[v]);
+    presum_rounds_.push_back(c->presum_rounds());
+    presum_sums_[v].resize(c->presum_rounds());
+    for (uint32_t round = 0; round < c->presum_rounds(); ++round)
+      presum_sums_[v][round].resize(c->presum_floats(round, static_cast<uint64_t>(params().params[v].value.size())));
+  }
+}
+
+uint32_t TrainingSession::max_presum_rounds() const {
+  uint32_t k = 0;
+  for (uint32_t r : presum_rounds_) k = std::max(k, r);
+  return k;
+}
+
+uint64_t TrainingSession::presum_floats(size_t v, uint32_t round) const {
+  return presum_sums_[v].at(round).size();  // sized by the codec at construction
+}
+
+void TrainingSession::presum_variable(size_t local, int64_t step, size_t v, uint32_t round, std::span<float> out) {
+  WorkerState& w = worker_[local];
+  comm::EncodeContext ec;
+  ec.tensor_id = static_cast<uint32_t>(v);
+  ec.step = static_cast<uint32_t>(step);
+  ec.seed = stream_seed(cfg_.seed, 0, w.global, Purpose::kCodec);
+  for (uint32_t i = 0; i < round; ++i) ec.presums.emplace_back(presum_sums_[v].at(i));
+  w.codecs[v]->presum(round, w.grads[v].data, ec, out);
+}
+
+comm::DecodeContext TrainingSession::decode_context(int64_t step, size_t v) const {
+  comm::DecodeContext dc;
+  dc.tensor_id = static_cast<uint32_t>(v);
+  dc.step = static_cast<uint32_t>(step);
+  for (const std::vector<float>& sum : presum_sums_[v]) dc.presums.emplace_back(sum);
+  return dc;
+}
+
+void TrainingSession::decode_sum(int64_t step, size_t v, uint64_t slice_count, std::span<const uint8_t> aggregate,
+                                 std::span<float> out) {
+  const comm::DecodeContext dc = decode_context(step, v);
+  worker_.at(0).codecs[v]->decode_aggregate_with(aggregate, dc, out);
+  for (WorkerState& w : worker_)
+    if (w.codecs[v]->observes_aggregate()) w.codecs[v]->observe_aggregate(aggregate, slice_count, dc);
 }
 
 std::vector<TrainingSession::VariableInfo> TrainingSession::variables() const {
@@ -279,10 +349,10 @@ int64_t TrainingSession::restore() {
       }
       if (auto it = blobs->find(name); it != blobs->end())
         w.codecs[v]->load_state(it->second);
-      else if (w.codecs[v]->config().error_feedback)
+      else if (w.codecs[v]->config().error_feedback || w.codecs[v]->observes_aggregate())
         std::fprintf(stderr,
-                     "warning: worker %d, variable %zu (%s): no error-feedback state for step %lld in %s or %s; "
-                     "its residual starts at zero\n",
+                     "warning: worker %d, variable %zu (%s): no codec state (error-feedback residual, warm start) "
+                     "for step %lld in %s or %s; its residual starts at zero\n",
                      w.global, v, plan_[v].c_str(), static_cast<long long>(ck->step), ck->path.c_str(),
                      own_path.c_str());
     }
@@ -432,6 +502,7 @@ void TrainingSession::encode_variable(size_t local, int64_t step, size_t v, cons
   // A late backup worker may find the shared scale below its own: it then
   // encodes with its own, and the server sums that slice in float32.
   if (w.codecs[v]->wants_shared_scale()) ec.shared_scale = std::max(shared[v], w.scales[v]);
+  for (const std::vector<float>& sum : presum_sums_[v]) ec.presums.emplace_back(sum);
   w.codecs[v]->encode_slices(w.grads[v].data, ec, slices, outs);
 }
 

@@ -48,6 +48,8 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train = true);
 
 // Which codec spec each variable travels with: the run's codec for large
 // enough variables (and the logits only with quantize_logits), fp32 otherwise.
+// PowerSGD gets each variable's matrix shape (rows=) from its parameter's
+// shape; vectors and matrices it would not shrink travel fp32.
 std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& params);
 // "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2 of 8 variables".
 std::string codec_summary(const std::vector<std::string>& plan);
@@ -131,6 +133,23 @@ class TrainingSession {
   void encode(size_t local, int64_t step, const std::vector<float>& shared,
               const std::vector<std::vector<comm::ElementRange>>& slices,
               const std::vector<std::vector<std::span<uint8_t>>>& outs);
+  // Multi-round codecs (GradientCodec::presum_rounds()): variable v's
+  // pre-rounds (0 for single-round codecs) and the floats of round `round`.
+  uint32_t presum_rounds(size_t v) const { return presum_rounds_[v]; }
+  uint32_t max_presum_rounds() const;
+  uint64_t presum_floats(size_t v, uint32_t round) const;
+  // Worker `local`'s vector of pre-round `round` of variable v at `step`,
+  // from its gradient and presum_sums(v)'s earlier rounds.
+  void presum_variable(size_t local, int64_t step, size_t v, uint32_t round, std::span<float> out);
+  // This step's sums of variable v's pre-rounds over all workers, [round]:
+  // whoever sums them (the trainer in process, the ps in a cluster) fills
+  // round i before round i+1 and encode() read them; decode_sum() reads them.
+  std::vector<std::vector<float>>& presum_sums(size_t v) { return presum_sums_[v]; }
+  // The step's sum of a slice of variable v (an aggregate() payload) decoded
+  // into out by worker 0's codec, and handed to every local worker's codec
+  // that observes sums (PowerSGD's warm start).
+  void decode_sum(int64_t step, size_t v, uint64_t slice_count, std::span<const uint8_t> aggregate,
+                  std::span<float> out);
   // encode() of variable v alone (the same bits).
   void encode_variable(size_t local, int64_t step, size_t v, const std::vector<float>& shared,
                        std::span<const comm::ElementRange> slices, std::span<const std::span<uint8_t>> outs);
@@ -179,7 +198,10 @@ class TrainingSession {
     std::vector<int64_t> idx;
   };
   void check_server_states(const std::string& path) const;
+  comm::DecodeContext decode_context(int64_t step, size_t v) const;
   BlobMap server_states_;
+  std::vector<uint32_t> presum_rounds_;                      // [variable]
+  std::vector<std::vector<std::vector<float>>> presum_sums_;  // [variable][round]
 
   TrainConfig cfg_;
   int num_workers_;

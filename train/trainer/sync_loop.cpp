@@ -28,7 +28,10 @@ class SyncLoop final : public ReplicaLoop {
  public:
   explicit SyncLoop(const Replica& r) : r_(r), cfg_(r.s.cfg()), no_scales_(r.s.num_variables(), 0.0f) {
     for (size_t v = 0; v < r.s.num_variables(); ++v) wants_scales_ |= r.s.codec(0, v).wants_shared_scale();
-    if (r.step.overlaps_communication())
+    // Multi-round codecs sum their pre-rounds over the replicas between the
+    // gradient and the encoding (a barrier of the whole step): such a run
+    // takes the sequential step.
+    if (r.step.overlaps_communication() && r.s.max_presum_rounds() == 0)
       overlapped_.emplace(r.s, r.step, r.client, r.layout, r.wire, wants_scales_);
   }
 
@@ -101,6 +104,33 @@ class SyncLoop final : public ReplicaLoop {
     const std::vector<float> shared =
         wants_scales_ ? r_.client.exchange_scales(step, r_.step.local_scales()) : no_scales_;
     one.s[StepClock::kWait] += since(t);
+    // 2b. Pre-rounds of multi-round codecs: this replica's vectors, summed
+    // over the replicas on ps 0 (in replica order, as the in-process trainer
+    // sums its workers), into the session for encode and decode.
+    for (uint32_t round = 0; round < r_.s.max_presum_rounds(); ++round) {
+      t = Clock::now();
+      std::vector<uint32_t> vars;
+      std::vector<float> values;
+      for (size_t v = 0; v < r_.s.num_variables(); ++v) {
+        if (round >= r_.s.presum_rounds(v)) continue;
+        std::vector<float>& buf = r_.s.presum_sums(v)[round];
+        buf.resize(r_.s.presum_floats(v, round));
+        r_.step.presum_variable(step, v, round, buf);
+        vars.push_back(static_cast<uint32_t>(v));
+        values.insert(values.end(), buf.begin(), buf.end());
+      }
+      one.s[StepClock::kEncode] += since(t);
+      t = Clock::now();
+      const std::vector<float> sums = r_.client.exchange_presums(step, round, vars, values);
+      one.s[StepClock::kWait] += since(t);
+      size_t at = 0;
+      for (uint32_t v : vars) {
+        std::vector<float>& sum = r_.s.presum_sums(v)[round];
+        std::copy(sums.begin() + static_cast<std::ptrdiff_t>(at), sums.begin() + static_cast<std::ptrdiff_t>(at + sum.size()),
+                  sum.begin());
+        at += sum.size();
+      }
+    }
     // 3. Encode what to push.
     t = Clock::now();
     r_.step.encode(step, shared, r_.wire.slices, r_.wire.outs);

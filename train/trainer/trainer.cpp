@@ -106,6 +106,21 @@ TrainResult run_training(const TrainConfig& cfg_in) {
     sent_per_step += payloads[0][v].size();
     fp32_per_step += 4.0 * n;
   }
+  // Multi-round codecs: each worker's pre-round vectors, [round][worker][variable]
+  // (empty for variables with fewer rounds); they travel as float32 both ways.
+  const uint32_t rounds = s.max_presum_rounds();
+  std::vector<std::vector<std::vector<std::vector<float>>>> presums(
+      rounds, std::vector<std::vector<std::vector<float>>>(N, std::vector<std::vector<float>>(V)));
+  double presum_bytes = 0;
+  for (uint32_t round = 0; round < rounds; ++round)
+    for (size_t v = 0; v < V; ++v) {
+      if (round >= s.presum_rounds(v)) continue;
+      const uint64_t k = s.presum_floats(v, round);
+      for (int w = 0; w < N; ++w) presums[round][w][v].resize(k);
+      s.presum_sums(v)[round].resize(k);
+      presum_bytes += 4.0 * static_cast<double>(k);
+    }
+  sent_per_step += presum_bytes;
   std::vector<std::vector<uint8_t>> aggregates(V);
 
   const int64_t start_step = s.restore();
@@ -137,6 +152,21 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       shared[v] = 0.0f;
       for (int w = 0; w < N; ++w) shared[v] = std::max(shared[v], s.local_scales(w)[v]);
     }
+    // 2b. Pre-rounds (multi-round codecs): every worker's vectors, summed in
+    // worker order (what the ps's ExchangePresums gives a cluster).
+    for (uint32_t round = 0; round < rounds; ++round) {
+      parallel_for(N, step, "pre-round", [&](int64_t w) {
+        for (size_t v = 0; v < V; ++v)
+          if (round < s.presum_rounds(v)) s.presum_variable(static_cast<size_t>(w), step, v, round, presums[round][w][v]);
+      });
+      for (size_t v = 0; v < V; ++v) {
+        if (round >= s.presum_rounds(v)) continue;
+        std::vector<float>& sum = s.presum_sums(v)[round];
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        for (int w = 0; w < N; ++w)
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += presums[round][w][v][i];
+      }
+    }
     // 3. Every worker encodes what it would push.
     parallel_for(N, step, "encode", [&](int64_t w) { s.encode(static_cast<size_t>(w), step, shared, slices, outs[w]); });
     // 4. The server's sum per variable, in worker order, and what every worker pulls.
@@ -148,9 +178,9 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       const uint64_t n = sum[v].data.size();
       const comm::AggregateContext ctx{static_cast<uint32_t>(v), static_cast<uint32_t>(step), 0};
       c.aggregate_step(views, n, ctx, server_states[v] ? *server_states[v] : no_state[v], aggregates[v]);
-      c.decode_aggregate(aggregates[v], sum[v].data);
+      s.decode_sum(step, v, n, aggregates[v], sum[v].data);
     });
-    double recv = 0;
+    double recv = presum_bytes;
     for (size_t v = 0; v < V; ++v) recv += static_cast<double>(aggregates[v].size());
     recv_total += recv;
     // 5. The same averaged update on every worker's (identical) copy.

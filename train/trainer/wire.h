@@ -18,7 +18,7 @@ struct Wire {
   std::vector<std::vector<std::span<uint8_t>>> outs;         // [variable][slice]
   std::vector<std::span<const uint8_t>> views;               // [shard]
   std::vector<std::vector<uint8_t>> sums;                    // [shard]
-  double payload_bytes = 0;
+  double payload_bytes = 0;  // and the float32 vectors of multi-round codecs' pre-rounds
 
   Wire(TrainingSession& s, const comm::Layout& l) : slices(l.variables.size()), payloads(l.shards.size()),
                                                     outs(l.variables.size()) {
@@ -29,6 +29,8 @@ struct Wire {
         payload_bytes += static_cast<double>(payloads[sh].size());
       }
       for (size_t sh : l.shards_of[v]) outs[v].emplace_back(payloads[sh]);
+      for (uint32_t round = 0; round < s.presum_rounds(v); ++round)
+        payload_bytes += 4.0 * static_cast<double>(s.presum_floats(v, round));
     }
     views.assign(payloads.begin(), payloads.end());
   }

@@ -86,7 +86,8 @@ std::map<std::string, tt::Tensor> final_weights(const fs::path& dir) {
 // that lost them (a known failure of other libraries) would differ.
 TEST(Trainer, DeterministicAndResumesBitExactly) {
   for (const char* codec :
-       {"", "ef(terngrad)", "ef(terngrad:share_scale=0):momentum=0.5", "server_ef(terngrad)", "ef(server_ef(qsgd:levels=7,bucket=64))"}) {
+       {"", "ef(terngrad)", "ef(terngrad:share_scale=0):momentum=0.5", "server_ef(terngrad)", "ef(server_ef(qsgd:levels=7,bucket=64))",
+        "powersgd:rank=2", "ef(powersgd:rank=4)"}) {
     SCOPED_TRACE(codec);
     tt::TrainConfig c = small_run();
     c.grad_bits = 2;
@@ -180,6 +181,25 @@ TEST(Trainer, MissingDatasetIsAClearError) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/fashion"), std::string::npos) << e.what();
   }
+}
+
+// PowerSGD's matrix shape is each variable's own: a run-wide rows= is
+// refused by name; the plan's per-variable specs show in the traffic (the
+// pre-round's floats count both ways).
+TEST(Trainer, PowerSgdTakesItsShapesFromTheVariables) {
+  tt::TrainConfig c = small_run();
+  c.codec = "ef(powersgd:rank=2,rows=8)";
+  c.max_steps = 1;
+  try {
+    tt::run_training(c);
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rows=8 is set per variable from its shape"), std::string::npos) << e.what();
+  }
+  c.codec = "powersgd:rank=2";
+  const tt::TrainResult r = tt::run_training(c);
+  EXPECT_GT(r.bytes_sent_per_worker_step, 0);
+  EXPECT_LT(r.bytes_sent_per_worker_step, r.fp32_bytes_per_worker_step / 10);
 }
 
 }  // namespace

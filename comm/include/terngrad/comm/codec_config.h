@@ -104,6 +104,19 @@ struct RandomKParams {
   bool operator==(const RandomKParams&) const = default;
 };
 
+// "powersgd:rank=R[,rows=ROWS]": PowerSGD (Vogels et al. 2019), rank-R power
+// iteration with warm start: the variable is the row-major matrix rows x
+// (n / rows); workers sum P = M Q in a pre-round, send Q = M^T P^ (P^: P
+// orthonormalized) and decode P^ Q^T. rows=0 (the default) leaves the shape to
+// the trainer's codec plan, which sets each variable's rows from its shape;
+// a codec whose rows is 0 encodes nothing. Biased (a projection): meant for
+// use under ef().
+struct PowerSgdParams {
+  uint32_t rank = 4;  // 1..1024, at most min(rows, cols)
+  uint32_t rows = 0;  // 0: unknown (set per variable by the codec plan)
+  bool operator==(const PowerSgdParams&) const = default;
+};
+
 // A codec registered by a user (register_codec): its parsed spec, which only
 // its own factory interprets.
 struct CustomParams {
@@ -112,7 +125,8 @@ struct CustomParams {
 };
 
 using CodecParams =
-    std::variant<Fp32Params, Fp16Params, TernGradParams, QsgdParams, SignParams, TopKParams, RandomKParams, CustomParams>;
+    std::variant<Fp32Params, Fp16Params, TernGradParams, QsgdParams, SignParams, TopKParams, RandomKParams,
+                 PowerSgdParams, CustomParams>;
 
 // "ef(<codec>)[:momentum=M]": error feedback (Seide et al. 2014; Karimireddy
 // et al. 2019) around any codec. Each (worker, variable) keeps a residual e:

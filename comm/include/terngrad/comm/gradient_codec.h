@@ -9,11 +9,22 @@
 //
 // The life of one variable's gradient in one step:
 //   worker:  local_scale(grad)        (codecs that share scales; max-reduced)
+//            presum(round, grad, ...) (multi-round codecs: k pre-rounds of float
+//                                      vectors, each summed over the workers)
 //            encode_slices(grad, ...) (one payload per slice / ps shard)
 //   server:  aggregate(payloads of the workers, in worker order)
-//   worker:  decode_aggregate(...)    (the sum), then scaled by 1/R
+//   worker:  decode_aggregate_with(...) (the sum), then scaled by 1/R
+//            observe_aggregate(...)   (codecs whose next step depends on this sum)
 // The in-process trainer runs the same calls without a network, so both give
 // the same bits.
+//
+// Multi-round codecs (PowerSGD: P = M Q is summed before Q = M^T P^ is sent)
+// declare presum_rounds() = k > 0. Round i: every worker computes
+// presum(i, ...) (presum_floats(i, n) floats), whoever runs the step sums them
+// over the workers in worker order (float32, 0 + w0 + w1 + ...), and hands the
+// sums of rounds 0..i to round i+1 and to encode_slices() (EncodeContext::
+// presums) and all k sums to the decoders (DecodeContext::presums). The
+// payloads of the final round travel and are summed as any codec's.
 #pragma once
 
 #include <cstddef>
@@ -40,6 +51,19 @@ struct EncodeContext {
   uint64_t seed = 0;       // per worker: workers must draw independent randomness
   // Scale sharing: the max over workers of local_scale(), for codecs that want it.
   std::optional<float> shared_scale;
+  // Multi-round codecs: the workers' sums of the pre-rounds done so far
+  // (presum: rounds before the one asked; encode_slices: all of them). The
+  // spans are the caller's and live for the call.
+  std::vector<std::span<const float>> presums;
+};
+
+// What decoding needs besides the payload: for multi-round codecs, the sums of
+// every pre-round of the payload's step (a PowerSGD payload holds Q; the sum
+// of P gives P^). Single-round codecs ignore it.
+struct DecodeContext {
+  uint32_t tensor_id = 0;  // as EncodeContext::tensor_id
+  uint32_t step = 0;
+  std::vector<std::span<const float>> presums;  // [round], presum_floats(round, n) floats each
 };
 
 // Where a server's sum belongs: the variable, the step and the slice's first
@@ -85,6 +109,22 @@ class GradientCodec {
   virtual bool wants_shared_scale() const { return false; }
   virtual float local_scale(std::span<const float> grad) { (void)grad; return 0.0f; }
 
+  // Multi-round codecs (see the top of this file): the number of pre-rounds
+  // (0 for every single-round codec), the floats round `round` produces for a
+  // variable of n elements (exact; throws std::invalid_argument naming the
+  // problem where n does not fit the codec's parameters), and one worker's
+  // vector of that round: out (presum_floats(round, n) floats) from grad (the
+  // whole variable) and ctx.presums (the sums of rounds 0..round-1). A
+  // non-finite gradient throws naming an element, out is then unspecified.
+  virtual uint32_t presum_rounds() const { return 0; }
+  virtual uint64_t presum_floats(uint32_t round, uint64_t n) const;
+  virtual void presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out);
+
+  // Codecs whose payload is not an element range of the variable (PowerSGD's
+  // factors) return true: encode_slices() then takes only one slice, the
+  // whole variable, and placement keeps such a variable in one shard.
+  virtual bool slices_whole_variable_only() const { return false; }
+
   // Encodes slices of one variable: grad is the whole variable, outs[i]
   // receives slices[i] (payload_bytes(slices[i].count) bytes). A slice's
   // payload does not depend on how the variable is cut: statistics, scale and
@@ -104,6 +144,11 @@ class GradientCodec {
   // with a message naming the problem and leaves out untouched.
   virtual void decode(std::span<const uint8_t> payload, std::span<float> out) const = 0;
   virtual void decode_accumulate(std::span<const uint8_t> payload, std::span<float> out) const = 0;
+  // The same with the step's pre-round sums (multi-round codecs need them:
+  // their context-free decode() throws saying so). The defaults ignore ctx.
+  virtual void decode_with(std::span<const uint8_t> payload, const DecodeContext& ctx, std::span<float> out) const;
+  virtual void decode_accumulate_with(std::span<const uint8_t> payload, const DecodeContext& ctx,
+                                      std::span<float> out) const;
 
   // Checks that payload is a well-formed payload of n elements (what a
   // server does on receipt, before it keeps anything); throws naming the
@@ -136,6 +181,19 @@ class GradientCodec {
 
   // out = the sum an aggregate() payload stands for.
   virtual void decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const;
+  // The same with the step's pre-round sums; the default ignores ctx.
+  virtual void decode_aggregate_with(std::span<const uint8_t> aggregate, const DecodeContext& ctx,
+                                     std::span<float> out) const;
+
+  // Codecs whose next encoding depends on this step's sum (PowerSGD's warm
+  // start: next step's Q is this step's summed Q) return true. Every worker's
+  // codec of the variable (not only the one that decodes) is then handed the
+  // step's aggregate of each slice, the slice being the whole variable for
+  // the codecs that do this today, once per step after the sum came back; it
+  // updates the codec's state (saved by save_state()). A malformed aggregate
+  // throws and changes nothing. The default does nothing.
+  virtual bool observes_aggregate() const { return false; }
+  virtual void observe_aggregate(std::span<const uint8_t> aggregate, uint64_t n, const DecodeContext& ctx);
 
   // Per-tensor state carried between steps (e.g. error-feedback residuals),
   // saved in checkpoints. Stateless codecs keep these defaults.

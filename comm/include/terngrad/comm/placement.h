@@ -19,6 +19,9 @@ struct VariableSpec {
   std::string name;
   uint64_t size = 0;  // elements (float32)
   std::string codec;  // codec spec
+  // One shard whatever its size: its codec's payload is not an element range
+  // (GradientCodec::slices_whole_variable_only(), PowerSGD's factors).
+  bool whole = false;
 };
 
 struct ShardSpec {

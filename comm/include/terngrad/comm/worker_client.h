@@ -79,6 +79,13 @@ class WorkerClient {
   std::vector<float> exchange_scales(int64_t step, std::span<const float> local_scales,
                                      std::span<const uint32_t> variables = {});
 
+  // Sync pre-rounds of multi-round codecs (ps 0): the sums over the
+  // replicas, in replica order, of each replica's vectors of round `round` of
+  // `variables` (values: their vectors one after another); the sums in the
+  // same layout. Long-polls until they are final.
+  std::vector<float> exchange_presums(int64_t step, uint32_t round, std::span<const uint32_t> variables,
+                                      std::span<const float> values);
+
   struct PushOutcome {
     bool applied = true;  // every ps counted it
     int stale = 0;        // ps tasks that dropped it as stale
