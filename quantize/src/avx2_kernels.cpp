@@ -42,7 +42,7 @@ __attribute__((target("avx2,fma,bmi2"), always_inline)) inline void quantize8(co
 
 // Blocks per loop iteration: 3 Philox chains of 4 (enough independent
 // multiplies to cover their latency in 16 ymm registers).
-constexpr int kChains = 3;
+constexpr int kChains = 2;
 constexpr uint64_t kStepBlocks = 4 * kChains;
 
 template <bool kUnitPre, bool kClip>

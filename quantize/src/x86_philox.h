@@ -32,15 +32,18 @@ namespace terngrad::quantize::detail::x86 {
 #define TG_X86_AVX2 __attribute__((target("avx2,fma,bmi2"), always_inline)) inline
 
 // Scalar constants of one (seed, step, tensor id, counter high word).
+// Held as 64-bit words in memory, so that the kernels broadcast them with a
+// load (vpbroadcastq from memory is a load-port uop; from a general register
+// it costs two shuffle-port uops, which the Philox rounds need).
 struct PhiloxSetup {
-  uint32_t key0[philox_constants::kRounds];
-  uint32_t key1[philox_constants::kRounds];
+  uint64_t key0[philox_constants::kRounds];
+  uint64_t key1[philox_constants::kRounds];
   uint32_t hi_word;
   // Rounds 1-2 folded (see simd_kernels.cpp's PhiloxHead for the algebra):
-  uint32_t x1;  // round 1: tensor id ^ key1                 (word 2 = hi(p0) ^ x1)
-  uint32_t x2;  // round 2: round-1 word 1 ^ key0             (word 0 = hi(p1) ^ x2)
-  uint32_t x3;  // round 2: hi(constant product) ^ key1       (word 2 = p0 ^ x3)
-  uint32_t w3;  // round 2: lo(constant product)              (word 3)
+  uint64_t x1;  // round 1: tensor id ^ key1                 (word 2 = hi(p0) ^ x1)
+  uint64_t x2;  // round 2: round-1 word 1 ^ key0             (word 0 = hi(p1) ^ x2)
+  uint64_t x3;  // round 2: hi(constant product) ^ key1       (word 2 = p0 ^ x3)
+  uint64_t w3;  // round 2: lo(constant product)              (word 3)
 
   PhiloxSetup(uint64_t seed, uint32_t step, uint32_t tensor_id, uint32_t hi) : hi_word(hi) {
     using namespace philox_constants;
@@ -55,15 +58,22 @@ struct PhiloxSetup {
     }
     uint32_t prod1_hi, prod1_lo;  // round 1: word 2 (step) times kMul1
     philox_mulhilo(kMul1, step, prod1_hi, prod1_lo);
-    const uint32_t w0 = prod1_hi ^ hi ^ key0[0], w1 = prod1_lo;
+    const uint32_t w0 = prod1_hi ^ hi ^ static_cast<uint32_t>(key0[0]), w1 = prod1_lo;
     uint32_t prod0_hi, prod0_lo;  // round 2: that word 0 times kMul0
     philox_mulhilo(kMul0, w0, prod0_hi, prod0_lo);
-    x1 = tensor_id ^ key1[0];
-    x2 = w1 ^ key0[1];
-    x3 = prod0_hi ^ key1[1];
+    x1 = tensor_id ^ static_cast<uint32_t>(key1[0]);
+    x2 = w1 ^ static_cast<uint32_t>(key0[1]);
+    x3 = prod0_hi ^ static_cast<uint32_t>(key1[1]);
     w3 = prod0_lo;
   }
 };
+
+TG_X86_AVX512 __m512i bcast512(const uint64_t& v) {
+  return _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&v)));
+}
+TG_X86_AVX2 __m256i bcast256(const uint64_t& v) {
+  return _mm256_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&v)));
+}
 
 // ---------------------------------------------------------------- AVX-512
 // C chains of 8 blocks: blocks lo + 8c .. lo + 8c + 7 (low counter words),
@@ -76,19 +86,20 @@ TG_X86_AVX512 void philox_avx512(const PhiloxSetup& s, uint32_t lo, __m512i (&ou
   constexpr int kXor3 = 0x96;  // vpternlog: a ^ b ^ c
   const __m512i mul0 = _mm512_set1_epi64(kMul0), mul1 = _mm512_set1_epi64(kMul1);
   const __m512i order = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m512i base = _mm512_set1_epi64(lo);
   __m512i c0[C], c1[C], c2[C], c3[C];
   for (int c = 0; c < C; ++c) {
-    const __m512i ctr = _mm512_add_epi64(_mm512_set1_epi64(static_cast<uint32_t>(lo + 8 * c)), order);
+    const __m512i ctr = _mm512_add_epi64(base, _mm512_add_epi64(order, _mm512_set1_epi64(8 * c)));
     const __m512i p0 = _mm512_mul_epu32(ctr, mul0);  // round 1
-    const __m512i w2 = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), _mm512_set1_epi64(s.x1));
+    const __m512i w2 = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), bcast512(s.x1));
     const __m512i p1 = _mm512_mul_epu32(w2, mul1);  // round 2
-    c0[c] = _mm512_xor_si512(_mm512_srli_epi64(p1, 32), _mm512_set1_epi64(s.x2));
+    c0[c] = _mm512_xor_si512(_mm512_srli_epi64(p1, 32), bcast512(s.x2));
     c1[c] = p1;
-    c2[c] = _mm512_xor_si512(p0, _mm512_set1_epi64(s.x3));
-    c3[c] = _mm512_set1_epi64(s.w3);
+    c2[c] = _mm512_xor_si512(p0, bcast512(s.x3));
+    c3[c] = bcast512(s.w3);
   }
   for (int r = 2; r < kRounds - 1; ++r) {
-    const __m512i k0 = _mm512_set1_epi64(s.key0[r]), k1 = _mm512_set1_epi64(s.key1[r]);
+    const __m512i k0 = bcast512(s.key0[r]), k1 = bcast512(s.key1[r]);
     for (int c = 0; c < C; ++c) {
       const __m512i p0 = _mm512_mul_epu32(c0[c], mul0);
       const __m512i p1 = _mm512_mul_epu32(c2[c], mul1);
@@ -106,7 +117,7 @@ TG_X86_AVX512 void philox_avx512(const PhiloxSetup& s, uint32_t lo, __m512i (&ou
   // The last round writes word pairs: rotating the product by 32 puts hi in
   // the low half (word 0 / 2, still to be XORed) and lo in the high half
   // (word 1 / 3, final); the XOR applies to the even 32-bit lanes only.
-  const __m512i k0 = _mm512_set1_epi64(s.key0[kRounds - 1]), k1 = _mm512_set1_epi64(s.key1[kRounds - 1]);
+  const __m512i k0 = bcast512(s.key0[kRounds - 1]), k1 = bcast512(s.key1[kRounds - 1]);
   for (int c = 0; c < C; ++c) {
     const __m512i p0 = _mm512_mul_epu32(c0[c], mul0);
     const __m512i p1 = _mm512_mul_epu32(c2[c], mul1);
@@ -128,19 +139,20 @@ TG_X86_AVX2 void philox_avx2(const PhiloxSetup& s, uint32_t lo, __m256i (&out)[2
   using namespace philox_constants;
   const __m256i mul0 = _mm256_set1_epi64x(kMul0), mul1 = _mm256_set1_epi64x(kMul1);
   const __m256i order = _mm256_setr_epi64x(0, 2, 1, 3);
+  const __m256i base = _mm256_set1_epi64x(lo);
   __m256i c0[C], c1[C], c2[C], c3[C];
   for (int c = 0; c < C; ++c) {
-    const __m256i ctr = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<uint32_t>(lo + 4 * c)), order);
+    const __m256i ctr = _mm256_add_epi64(base, _mm256_add_epi64(order, _mm256_set1_epi64x(4 * c)));
     const __m256i p0 = _mm256_mul_epu32(ctr, mul0);  // round 1
-    const __m256i w2 = _mm256_xor_si256(_mm256_shuffle_epi32(p0, 0xB1), _mm256_set1_epi64x(s.x1));
+    const __m256i w2 = _mm256_xor_si256(_mm256_shuffle_epi32(p0, 0xB1), bcast256(s.x1));
     const __m256i p1 = _mm256_mul_epu32(w2, mul1);  // round 2
-    c0[c] = _mm256_xor_si256(_mm256_shuffle_epi32(p1, 0xB1), _mm256_set1_epi64x(s.x2));
+    c0[c] = _mm256_xor_si256(_mm256_shuffle_epi32(p1, 0xB1), bcast256(s.x2));
     c1[c] = p1;
-    c2[c] = _mm256_xor_si256(p0, _mm256_set1_epi64x(s.x3));
-    c3[c] = _mm256_set1_epi64x(s.w3);
+    c2[c] = _mm256_xor_si256(p0, bcast256(s.x3));
+    c3[c] = bcast256(s.w3);
   }
   for (int r = 2; r < kRounds - 1; ++r) {
-    const __m256i k0 = _mm256_set1_epi64x(s.key0[r]), k1 = _mm256_set1_epi64x(s.key1[r]);
+    const __m256i k0 = bcast256(s.key0[r]), k1 = bcast256(s.key1[r]);
     for (int c = 0; c < C; ++c) {
       const __m256i p0 = _mm256_mul_epu32(c0[c], mul0);
       const __m256i p1 = _mm256_mul_epu32(c2[c], mul1);
@@ -150,7 +162,7 @@ TG_X86_AVX2 void philox_avx2(const PhiloxSetup& s, uint32_t lo, __m256i (&out)[2
       c3[c] = p0;
     }
   }
-  const __m256i k0 = _mm256_set1_epi64x(s.key0[kRounds - 1]), k1 = _mm256_set1_epi64x(s.key1[kRounds - 1]);
+  const __m256i k0 = bcast256(s.key0[kRounds - 1]), k1 = bcast256(s.key1[kRounds - 1]);
   for (int c = 0; c < C; ++c) {
     const __m256i p0 = _mm256_mul_epu32(c0[c], mul0);
     const __m256i p1 = _mm256_mul_epu32(c2[c], mul1);
