@@ -24,49 +24,15 @@
 
 #include <cstdint>
 
-#include "terngrad/quantize/philox.h"
+#include "terngrad/quantize/philox_batch.h"
 
 namespace terngrad::quantize::detail::x86 {
 
 #define TG_X86_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline
 #define TG_X86_AVX2 __attribute__((target("avx2,fma,bmi2"), always_inline)) inline
 
-// Scalar constants of one (seed, step, tensor id, counter high word).
-// Held as 64-bit words in memory, so that the kernels broadcast them with a
-// load (vpbroadcastq from memory is a load-port uop; from a general register
-// it costs two shuffle-port uops, which the Philox rounds need).
-struct PhiloxSetup {
-  uint64_t key0[philox_constants::kRounds];
-  uint64_t key1[philox_constants::kRounds];
-  uint32_t hi_word;
-  // Rounds 1-2 folded (see simd_kernels.cpp's PhiloxHead for the algebra):
-  uint64_t x1;  // round 1: tensor id ^ key1                 (word 2 = hi(p0) ^ x1)
-  uint64_t x2;  // round 2: round-1 word 1 ^ key0             (word 0 = hi(p1) ^ x2)
-  uint64_t x3;  // round 2: hi(constant product) ^ key1       (word 2 = p0 ^ x3)
-  uint64_t w3;  // round 2: lo(constant product)              (word 3)
-
-  PhiloxSetup(uint64_t seed, uint32_t step, uint32_t tensor_id, uint32_t hi) : hi_word(hi) {
-    using namespace philox_constants;
-    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int r = 0; r < kRounds; ++r) {
-      if (r > 0) {
-        k0 += kWeyl0;
-        k1 += kWeyl1;
-      }
-      key0[r] = k0;
-      key1[r] = k1;
-    }
-    uint32_t prod1_hi, prod1_lo;  // round 1: word 2 (step) times kMul1
-    philox_mulhilo(kMul1, step, prod1_hi, prod1_lo);
-    const uint32_t w0 = prod1_hi ^ hi ^ static_cast<uint32_t>(key0[0]), w1 = prod1_lo;
-    uint32_t prod0_hi, prod0_lo;  // round 2: that word 0 times kMul0
-    philox_mulhilo(kMul0, w0, prod0_hi, prod0_lo);
-    x1 = tensor_id ^ static_cast<uint32_t>(key1[0]);
-    x2 = w1 ^ static_cast<uint32_t>(key0[1]);
-    x3 = prod0_hi ^ static_cast<uint32_t>(key1[1]);
-    w3 = prod0_lo;
-  }
-};
+// The per-call constants (keys, folded rounds 1-2): PhiloxSetup, philox_batch.h.
+using terngrad::quantize::PhiloxSetup;
 
 TG_X86_AVX512 __m512i bcast512(const uint64_t& v) {
   return _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&v)));
