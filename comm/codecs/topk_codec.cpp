@@ -93,6 +93,9 @@ __attribute__((target("avx2,bmi"))) size_t collect_block_avx2(const float* x, si
   __m256i mx = _mm256_setzero_si256();
   size_t m = 0, i = 0;
   for (; i + 32 <= n; i += 32) {
+    // 2 KiB ahead (see the AVX-512 pass).
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + 512), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + 528), _MM_HINT_T0);
     const __m256i a0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absmask);
     const __m256i a1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), absmask);
     const __m256i a2 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16)), absmask);
@@ -137,6 +140,10 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi"))) size_t collect
   __m512i mx = _mm512_setzero_si512();
   size_t m = 0, i = 0;
   for (; i + 64 <= n; i += 64) {
+    // 2 KiB ahead: the candidates' branches mispredict (about 1.4% of the
+    // elements pass at ratio 1%, so most steps hold one), and each flush
+    // drops the loads in flight; prefetches keep the stream coming.
+    for (int line = 0; line < 4; ++line) _mm_prefetch(reinterpret_cast<const char*>(x + i + 512 + 16 * line), _MM_HINT_T0);
     const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(x + i), absmask);
     const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(x + i + 16), absmask);
     const __m512i a2 = _mm512_and_si512(_mm512_loadu_si512(x + i + 32), absmask);
