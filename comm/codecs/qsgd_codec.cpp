@@ -468,13 +468,12 @@ class QsgdCodec final : public GradientCodec {
     alignas(64) uint16_t fields[kChunk];
     tq::PhiloxStream philox(ctx.seed, ctx.step, ctx.tensor_id);
     const FieldsPacked packed = bits_ == 2 ? k.packed2 : bits_ == 4 ? k.packed4 : bits_ == 8 ? k.packed8 : nullptr;
+    // Prefetches run 2 buckets (at least 4 KiB) ahead and stop at the end of
+    // the last bucket this range touches.
+    const uint64_t ahead = std::max<uint64_t>(2 * B, 1024), prefetch_end = std::min(N, (a1 + B - 1) / B * B);
     for (uint64_t j = a0 / B - s.begin / B;; ++j) {
       const uint64_t b0 = (s.begin / B + j) * B, b1 = std::min(b0 + B, N);
       if (b0 >= a1) break;
-      // The next bucket is fetched while this one's levels are computed: the
-      // norm pass is the first touch of a bucket and otherwise waits on memory.
-      if (b1 < std::min(a1, N))
-        for (uint64_t p = b1; p < std::min(b1 + B, N); p += 16) __builtin_prefetch(grad.data() + p, 0, 2);
       const double sumsq = k.sum_squares(grad.data() + b0, b1 - b0);
       if (!std::isfinite(sumsq)) return j;
       const double nd = std::sqrt(sumsq);
@@ -487,6 +486,12 @@ class QsgdCodec final : public GradientCodec {
       const uint64_t e1 = std::min(b1, a1);
       for (uint64_t e = std::max(b0, a0); e < e1; e += kChunk) {
         const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, e1 - e));
+        // Buckets ahead are fetched while this one's levels are computed (the
+        // norm pass is the first touch of a bucket and otherwise waits on
+        // memory), a chunk's worth of lines per chunk: a whole bucket of
+        // prefetches at once stalls on the line fill buffers.
+        for (uint64_t q = e + ahead, q1 = std::min({e + ahead + len, prefetch_end}); q < q1; q += 16)
+          __builtin_prefetch(grad.data() + q, 0, 2);
         philox.words(e / 4, (len + 3) / 4, words);  // e is a multiple of 4 (buckets and cuts are)
         size_t done = 0;
         if (packed != nullptr && bw.nbits == 0) {  // whole vectors in registers, straight to bytes
