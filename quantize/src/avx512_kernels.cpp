@@ -51,8 +51,29 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)
   return kept + (kept & _pdep_u32(_cvtmask16_u32(neg), 0x55555555u));
 }
 
-// Blocks per loop iteration: 4 Philox chains of 8.
-constexpr uint64_t kStepBlocks = 32;
+// C Philox chains of 8 blocks (8C blocks, 32C elements) at block k.
+template <int C, bool kUnitPre, bool kClip>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline void encode_step(
+    const float* x, uint64_t k, uint32_t counter_lo, const x86::PhiloxSetup& setup, const Quantizer16& q,
+    uint8_t* body) {
+  __m512i words[2 * C];
+  x86::philox_avx512<C>(setup, counter_lo, words);
+  const float* p = x + 4 * k;
+  for (int line = 0; line < 2 * C; ++line)  // 2 KiB ahead, a line per 16 elements
+    _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
+  // Straight to the body, 8 bytes a store (narrow stores gathered into a
+  // wide load would stall on store forwarding).
+  for (int v = 0; v < 2 * C; v += 2) {
+    const uint64_t two = quantize16<kUnitPre, kClip>(p + 16 * v, words[v], q) |
+                         uint64_t{quantize16<kUnitPre, kClip>(p + 16 * v + 16, words[v + 1], q)} << 32;
+    std::memcpy(body + k + 4 * v, &two, 8);
+  }
+}
+
+// Blocks per main-loop iteration: 6 Philox chains of 8 (more chains than the
+// 4 that hide the multiply latency measured 4-7% faster; 32 zmm registers
+// hold them), then steps of 2 chains for the rest of a 16 KiB block.
+constexpr int kMainChains = 6, kTailChains = 2;
 
 template <bool kUnitPre, bool kClip>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t encode_range(
@@ -68,29 +89,20 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t enco
     return k + span <= k_end && 4 * (k + span) <= n &&
            static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
   };
-  uint64_t k = k_begin;
-  for (; simd_ok(k, kStepBlocks); k += kStepBlocks) {
-    const uint64_t counter = k + rng.block_offset;
+  auto refresh = [&](uint64_t counter) {
     if (static_cast<uint32_t>(counter >> 32) != setup.hi_word)  // past 2^32 blocks: rare
       setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(counter >> 32));
-    __m512i words[8];
-    x86::philox_avx512<4>(setup, static_cast<uint32_t>(counter), words);
-    const float* p = x + 4 * k;
-    _mm_prefetch(reinterpret_cast<const char*>(p + 512), _MM_HINT_T0);  // 2 KiB ahead, 8 lines a step
-    _mm_prefetch(reinterpret_cast<const char*>(p + 528), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 544), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 560), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 576), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 592), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 608), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 624), _MM_HINT_T0);
-    // Straight to the body, 8 bytes a store (narrow stores gathered into a
-    // wide load would stall on store forwarding).
-    for (int v = 0; v < 8; v += 2) {
-      const uint64_t two = quantize16<kUnitPre, kClip>(p + 16 * v, words[v], q) |
-                           uint64_t{quantize16<kUnitPre, kClip>(p + 16 * v + 16, words[v + 1], q)} << 32;
-      std::memcpy(body + k + 4 * v, &two, 8);
-    }
+  };
+  uint64_t k = k_begin;
+  for (; simd_ok(k, 8 * kMainChains); k += 8 * kMainChains) {
+    const uint64_t counter = k + rng.block_offset;
+    refresh(counter);
+    encode_step<kMainChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(counter), setup, q, body);
+  }
+  for (; simd_ok(k, 8 * kTailChains); k += 8 * kTailChains) {
+    const uint64_t counter = k + rng.block_offset;
+    refresh(counter);
+    encode_step<kTailChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(counter), setup, q, body);
   }
   return k;
 }
