@@ -28,6 +28,11 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) size_t words_
                                                                                        uint32_t lo, size_t blocks,
                                                                                        uint32_t* words) {
   size_t b = 0;
+  for (; b + 48 <= blocks; b += 48) {  // 6 chains: measured 4-7% faster than 4
+    __m512i w[12];
+    detail::x86::philox_avx512<6>(s, lo + static_cast<uint32_t>(b), w);
+    for (int v = 0; v < 12; ++v) _mm512_storeu_si512(words + 4 * b + 16 * v, w[v]);
+  }
   for (; b + 32 <= blocks; b += 32) {
     __m512i w[8];
     detail::x86::philox_avx512<4>(s, lo + static_cast<uint32_t>(b), w);
