@@ -78,6 +78,9 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       // exactly p - d (round-to-nearest is symmetric; 0 - x, not -x, gives
       // +0 where d == p, as p - d does). Elements outside
       // every slice keep e' = p: nothing of them was sent.
+      // The last step, e' = 0 - (d - p), is left to whoever reads the
+      // residual next (the next prepare(), save_state()): residual_ holds
+      // d - p and negated_ says so, which saves a pass over the variable.
       float* e = residual_.data();
       const float* pp = p.data();
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
@@ -85,12 +88,12 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       for (size_t i = 0; i < slices.size(); ++i)
         inner_->decode_accumulate(outs[i].first(inner_->payload_bytes(slices[i].count)),
                                   residual_span().subspan(slices[i].begin, slices[i].count));
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-      for (size_t i = 0; i < n; ++i) e[i] = 0.0f - e[i];  // not -e[i]: d == p must give +0, as p - d does
+      negated_ = true;
       return;
     }
     // Momentum masking needs what was sent, element by element.
     sent_.assign(n, 0.0f);
+    negated_ = false;  // prepare() read the residual as it was; it is rewritten whole below
     for (size_t i = 0; i < slices.size(); ++i) {
       const std::span<float> part = std::span<float>(sent_).subspan(slices[i].begin, slices[i].count);
       inner_->decode(outs[i].first(inner_->payload_bytes(slices[i].count)), part);
@@ -110,7 +113,11 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     std::vector<uint8_t> blob(kStateHeaderBytes + n * 4 * (has_momentum ? 2 : 1), 0);
     write_state_header(kState, n, blob.data());
     blob[16] = has_momentum ? 1 : 0;
-    store_floats(residual_, blob.data() + kStateHeaderBytes);
+    if (negated_) {  // the residual is 0 - (what residual_ holds)
+      for (size_t i = 0; i < n; ++i) store_float_le(blob.data() + kStateHeaderBytes + 4 * i, 0.0f - residual_[i]);
+    } else {
+      store_floats(residual_, blob.data() + kStateHeaderBytes);
+    }
     if (has_momentum) store_floats(momentum_, blob.data() + kStateHeaderBytes + n * 4);
     return blob;
   }
@@ -120,6 +127,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     if (state.empty()) {
       residual_.clear();
       momentum_.clear();
+      negated_ = false;
       return;
     }
     const std::string what = spec() + " state";
@@ -138,6 +146,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     if (want_momentum) load_floats(state.data() + kStateHeaderBytes + n * 4, momentum);
     residual_ = std::move(residual);
     momentum_ = std::move(momentum);
+    negated_ = false;
   }
 
  private:
@@ -150,7 +159,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   // momentum_next_ and corrected_ = u' + e). The first call sizes the state.
   void prepare(std::span<const float> g) {
     const size_t n = g.size();
-    if (residual_.empty()) residual_.assign(n, 0.0f);
+    if (residual_.empty()) residual_.assign(n, 0.0f), negated_ = false;
     if (residual_.size() != n)
       throw std::invalid_argument(spec() + ": the residual holds " + std::to_string(residual_.size()) +
                                   " elements, the gradient has " + std::to_string(n) +
@@ -160,8 +169,13 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       float* p = corrected_.data();
       const float* e = residual_.data();
       const float* gg = g.data();
+      if (negated_) {  // e = 0 - residual_: the last step of the previous update, done here
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-      for (size_t i = 0; i < n; ++i) p[i] = gg[i] + e[i];
+        for (size_t i = 0; i < n; ++i) p[i] = gg[i] + (0.0f - e[i]);
+      } else {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+        for (size_t i = 0; i < n; ++i) p[i] = gg[i] + e[i];
+      }
       return;
     }
     if (momentum_.empty()) momentum_.assign(n, 0.0f);
@@ -184,7 +198,10 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 
   ErrorFeedbackParams params_;
   std::string spec_;
-  std::vector<float> residual_, momentum_;  // the state
+  // The state. Without momentum, residual_ may hold d - p of the last step
+  // (negated_), whose 0 - x is the residual: every reader applies it.
+  std::vector<float> residual_, momentum_;
+  bool negated_ = false;
   std::vector<float> corrected_, momentum_next_, sent_;  // scratch of one step
   std::optional<Prepared> prepared_;
 };
