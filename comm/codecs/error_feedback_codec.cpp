@@ -94,6 +94,9 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       // exactly p - d (round-to-nearest is symmetric; 0 - x, not -x, gives
       // +0 where d == p, as p - d does). Elements outside
       // every slice keep e' = p: nothing of them was sent.
+      // The last step, e' = 0 - (d - p), is left to whoever reads the
+      // residual next (the next prepare(), save_state()): residual_ holds
+      // d - p and negated_ says so, which saves a pass over the variable.
       float* e = residual_.data();
       const float* pp = p.data();
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
@@ -101,12 +104,12 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       for (size_t i = 0; i < slices.size(); ++i)
         inner_->decode_accumulate_with(outs[i].first(inner_->payload_bytes(slices[i].count)), dctx,
                                        residual_span().subspan(slices[i].begin, slices[i].count));
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-      for (size_t i = 0; i < n; ++i) e[i] = 0.0f - e[i];  // not -e[i]: d == p must give +0, as p - d does
+      negated_ = true;
       return;
     }
     // Momentum masking needs what was sent, element by element.
     sent_.assign(n, 0.0f);
+    negated_ = false;  // prepare() read the residual as it was; it is rewritten whole below
     for (size_t i = 0; i < slices.size(); ++i) {
       const std::span<float> part = std::span<float>(sent_).subspan(slices[i].begin, slices[i].count);
       inner_->decode_with(outs[i].first(inner_->payload_bytes(slices[i].count)), dctx, part);
@@ -129,7 +132,11 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     write_state_header(kState, n, blob.data());
     blob[16] = has_momentum ? 1 : 0;
     blob[17] = inner.empty() ? 0 : 1;
-    store_floats(residual_, blob.data() + kStateHeaderBytes);
+    if (negated_) {  // the residual is 0 - (what residual_ holds)
+      for (size_t i = 0; i < n; ++i) store_float_le(blob.data() + kStateHeaderBytes + 4 * i, 0.0f - residual_[i]);
+    } else {
+      store_floats(residual_, blob.data() + kStateHeaderBytes);
+    }
     if (has_momentum) store_floats(momentum_, blob.data() + kStateHeaderBytes + n * 4);
     std::copy(inner.begin(), inner.end(), blob.begin() + static_cast<std::ptrdiff_t>(arrays_end));
     return blob;
@@ -141,6 +148,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       inner_->load_state({});
       residual_.clear();
       momentum_.clear();
+      negated_ = false;
       return;
     }
     const std::string what = spec() + " state";
@@ -166,6 +174,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     inner_->load_state(has_inner ? state.subspan(kStateHeaderBytes + n * 4 * arrays) : std::span<const uint8_t>{});
     residual_ = std::move(residual);
     momentum_ = std::move(momentum);
+    negated_ = false;
   }
 
  private:
@@ -178,7 +187,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   // momentum_next_ and corrected_ = u' + e). The first call sizes the state.
   void prepare(std::span<const float> g) {
     const size_t n = g.size();
-    if (residual_.empty()) residual_.assign(n, 0.0f);
+    if (residual_.empty()) residual_.assign(n, 0.0f), negated_ = false;
     if (residual_.size() != n)
       throw std::invalid_argument(spec() + ": the residual holds " + std::to_string(residual_.size()) +
                                   " elements, the gradient has " + std::to_string(n) +
@@ -188,8 +197,13 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       float* p = corrected_.data();
       const float* e = residual_.data();
       const float* gg = g.data();
+      if (negated_) {  // e = 0 - residual_: the last step of the previous update, done here
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-      for (size_t i = 0; i < n; ++i) p[i] = gg[i] + e[i];
+        for (size_t i = 0; i < n; ++i) p[i] = gg[i] + (0.0f - e[i]);
+      } else {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+        for (size_t i = 0; i < n; ++i) p[i] = gg[i] + e[i];
+      }
       return;
     }
     if (momentum_.empty()) momentum_.assign(n, 0.0f);
@@ -212,7 +226,10 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 
   ErrorFeedbackParams params_;
   std::string spec_;
-  std::vector<float> residual_, momentum_;  // the state
+  // The state. Without momentum, residual_ may hold d - p of the last step
+  // (negated_), whose 0 - x is the residual: every reader applies it.
+  std::vector<float> residual_, momentum_;
+  bool negated_ = false;
   std::vector<float> corrected_, momentum_next_, sent_;  // scratch of one step
   std::optional<Prepared> prepared_;
 };

@@ -10,14 +10,18 @@
 // slice, never on how the variable is cut.
 //
 // Speed: the encoder makes one pass per bucket (the norm, then the levels
-// while the bucket is still in cache). The per-element work (Philox words,
-// levels, fields) is written as plain loops that GCC vectorizes; they are
-// compiled three times (baseline x86-64, AVX2, AVX-512 via target attributes)
-// and picked by terngrad::quantize::cpu_simd_level() (TG_CPU_SIMD forces a
-// level). The file is compiled with -ffp-contract=off, so every copy does the
-// same float32 operations and gives the same bytes;
+// while the bucket is still in cache). The Philox words come from quantize's
+// vector generator (philox_batch.h, the TernGrad encode's: same stream). On
+// x86 the levels of the byte-aligned widths (2, 4, 8 bits) are computed and
+// packed in registers by AVX-512 / AVX2 kernels (intrinsics), with the
+// division done as a correctly rounded reciprocal plus one FMA correction
+// (BucketDiv below); the other widths and the portable level use plain loops
+// that GCC vectorizes, compiled three times (baseline x86-64, AVX2, AVX-512
+// via target attributes). The level is terngrad::quantize::cpu_simd_level()
+// (TG_CPU_SIMD forces one). The file is compiled with -ffp-contract=off, so
+// every copy does the same float32 operations and gives the same bytes;
 // tests/comm/qsgd_codec_test.cpp checks each level against a float64 scalar
-// reference written from FORMATS.md.
+// reference written from FORMATS.md, and the division against the divide.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -34,10 +38,12 @@
 
 #include "builtin_codecs.h"
 #include "parallel_ranges.h"
+#include "qsgd_internal.h"
 #include "slices.h"
 #include "terngrad/quantize/cpu_features.h"
 #include "terngrad/quantize/format.h"
 #include "terngrad/quantize/philox.h"
+#include "terngrad/quantize/philox_batch.h"
 
 namespace terngrad::comm::detail {
 
@@ -51,7 +57,7 @@ constexpr size_t kQsgdHeaderBytes = 32;
 constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffBits = 5, kOffLevels = 6, kOffBucket = 8, kOffFirst = 12,
                  kOffCount = 16, kOffReserved = 24, kOffCrc = 28;
 constexpr int kNormLanes = 16;
-constexpr size_t kChunk = 128;  // elements per Philox batch (32 blocks)
+constexpr size_t kChunk = 192;  // elements per Philox batch (48 blocks: 6 vector Philox chains at AVX-512)
 
 uint32_t field_bits(uint32_t levels) { return 1u + static_cast<uint32_t>(std::bit_width(levels)); }
 
@@ -87,110 +93,6 @@ TG_QSGD_INLINE double sum_squares_impl(const float* x, size_t len) {
   return lane[0];
 }
 
-// Philox4x32-10 words for the kChunk elements of kChunk/4 blocks starting at
-// block k0: words[4b + j] is word j of block k0 + b. The portable copy runs
-// philox.h block by block; the x86 copies run 8 (AVX-512) or 4 (AVX2) blocks
-// per vector, one 32-bit word in the low half of each 64-bit lane (the
-// 32x32->64 multiply reads only the low halves; the garbage the high halves
-// collect is masked off when the words are stored).
-constexpr int kBlocks = kChunk / 4;
-
-TG_QSGD_INLINE void philox_words_portable(uint64_t k0, uint32_t step, uint32_t tensor_id, uint64_t seed,
-                                          uint32_t* words) {
-  const tq::Philox4x32Key key{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
-  for (int b = 0; b < kBlocks; ++b) {
-    const uint64_t k = k0 + static_cast<uint64_t>(b);
-    const tq::Philox4x32Counter r =
-        tq::philox4x32_10({{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), step, tensor_id}}, key);
-    for (int j = 0; j < 4; ++j) words[4 * b + j] = r.v[j];
-  }
-}
-
-#if defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics start from a self-initialized "undefined"
-// vector (avx512fintrin.h), which -Wuninitialized reports once inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) void philox_words_avx512(
-    uint64_t k0, uint32_t step, uint32_t tensor_id, uint64_t seed, uint32_t* words) {
-  using namespace tq::philox_constants;
-  constexpr int kVecs = kBlocks / 8;
-  __m512i c0[kVecs], c1[kVecs], c2[kVecs], c3[kVecs];
-  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-  for (int v = 0; v < kVecs; ++v) {
-    const __m512i k = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(k0 + 8 * v)), lane);
-    c0[v] = k;
-    c1[v] = _mm512_srli_epi64(k, 32);
-    c2[v] = _mm512_set1_epi64(step);
-    c3[v] = _mm512_set1_epi64(tensor_id);
-  }
-  const __m512i m0 = _mm512_set1_epi64(kMul0), m1 = _mm512_set1_epi64(kMul1);
-  uint32_t ka = static_cast<uint32_t>(seed), kb = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < kRounds; ++round) {
-    const __m512i vka = _mm512_set1_epi64(ka), vkb = _mm512_set1_epi64(kb);
-    for (int v = 0; v < kVecs; ++v) {
-      const __m512i p0 = _mm512_mul_epu32(c0[v], m0);
-      const __m512i p1 = _mm512_mul_epu32(c2[v], m1);
-      c0[v] = _mm512_xor_si512(_mm512_srli_epi64(p1, 32), _mm512_xor_si512(c1[v], vka));
-      c2[v] = _mm512_xor_si512(_mm512_srli_epi64(p0, 32), _mm512_xor_si512(c3[v], vkb));
-      c1[v] = p1;
-      c3[v] = p0;
-    }
-    ka += kWeyl0;
-    kb += kWeyl1;
-  }
-  const __m512i low = _mm512_set1_epi64(0xFFFFFFFFll);
-  const __m512i first = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0), second = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
-  for (int v = 0; v < kVecs; ++v) {
-    // Lane b: (word0 | word1 << 32) and (word2 | word3 << 32) of block 8v + b.
-    const __m512i w01 = _mm512_or_si512(_mm512_and_si512(c0[v], low), _mm512_slli_epi64(c1[v], 32));
-    const __m512i w23 = _mm512_or_si512(_mm512_and_si512(c2[v], low), _mm512_slli_epi64(c3[v], 32));
-    _mm512_storeu_si512(words + 32 * v, _mm512_permutex2var_epi64(w01, first, w23));
-    _mm512_storeu_si512(words + 32 * v + 16, _mm512_permutex2var_epi64(w01, second, w23));
-  }
-}
-#pragma GCC diagnostic pop
-
-__attribute__((target("avx2"))) void philox_words_avx2(uint64_t k0, uint32_t step, uint32_t tensor_id,
-                                                       uint64_t seed, uint32_t* words) {
-  using namespace tq::philox_constants;
-  constexpr int kVecs = kBlocks / 4;
-  __m256i c0[kVecs], c1[kVecs], c2[kVecs], c3[kVecs];
-  const __m256i lane = _mm256_set_epi64x(3, 2, 1, 0);
-  for (int v = 0; v < kVecs; ++v) {
-    const __m256i k = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(k0 + 4 * v)), lane);
-    c0[v] = k;
-    c1[v] = _mm256_srli_epi64(k, 32);
-    c2[v] = _mm256_set1_epi64x(step);
-    c3[v] = _mm256_set1_epi64x(tensor_id);
-  }
-  const __m256i m0 = _mm256_set1_epi64x(kMul0), m1 = _mm256_set1_epi64x(kMul1);
-  uint32_t ka = static_cast<uint32_t>(seed), kb = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < kRounds; ++round) {
-    const __m256i vka = _mm256_set1_epi64x(ka), vkb = _mm256_set1_epi64x(kb);
-    for (int v = 0; v < kVecs; ++v) {
-      const __m256i p0 = _mm256_mul_epu32(c0[v], m0);
-      const __m256i p1 = _mm256_mul_epu32(c2[v], m1);
-      c0[v] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(c1[v], vka));
-      c2[v] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(c3[v], vkb));
-      c1[v] = p1;
-      c3[v] = p0;
-    }
-    ka += kWeyl0;
-    kb += kWeyl1;
-  }
-  const __m256i low = _mm256_set1_epi64x(0xFFFFFFFFll);
-  for (int v = 0; v < kVecs; ++v) {
-    const __m256i w01 = _mm256_or_si256(_mm256_and_si256(c0[v], low), _mm256_slli_epi64(c1[v], 32));
-    const __m256i w23 = _mm256_or_si256(_mm256_and_si256(c2[v], low), _mm256_slli_epi64(c3[v], 32));
-    const __m256i lo = _mm256_unpacklo_epi64(w01, w23);  // blocks 0, 2
-    const __m256i hi = _mm256_unpackhi_epi64(w01, w23);  // blocks 1, 3
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 16 * v), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 16 * v + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
-  }
-}
-#endif
-
 // Fields (level << 1 | sign) of len <= kChunk elements of one bucket whose
 // divisor is div (the norm, or 1 for an all-zero bucket). FORMATS.md step 3.
 TG_QSGD_INLINE void fields_impl(const float* g, size_t len, float div, float levels, const uint32_t* words,
@@ -222,30 +124,254 @@ TG_QSGD_INLINE void pack8_impl(const uint16_t* f, size_t len, uint8_t* out) {
   for (size_t i = 0; i < len; ++i) out[i] = static_cast<uint8_t>(f[i]);
 }
 
+
+// ---------------------------------------------------------------- fused x86 kernels
+// Fields of whole vectors of one bucket's elements computed and packed in
+// registers, for the byte-aligned widths (2, 4, 8 bits); the rest of a chunk
+// (and every other width) goes through fields_impl and the packers above.
+//
+// The division q = |g| / div is computed without a divide: with y = RN(1/div),
+// q0 = RN(|g| * y), r = fma(-q0, div, |g|) (exact) and q = fma(r, y, q0),
+// q is the correctly rounded quotient (Markstein's theorem: y within half an
+// ulp of 1/div, q0 within one ulp of the quotient, no underflow or overflow).
+// The conditions are kept by construction: a bucket takes this route only if
+// 2^-100 <= div <= 2^100 (y normal), and a vector holding an element with
+// 0 < |g| < lo = max(2^-100, div * 2^-119) (where r or q could be subnormal)
+// is divided instead. tests/comm/qsgd_codec_test.cpp checks the bytes against
+// a float64 reference at every level, tiny and subnormal values included, and
+// QsgdDivision.* checks the quotient against the divide over whole binades.
+struct BucketDiv {
+  float div, y, lo;
+  bool fast;
+};
+
+inline BucketDiv bucket_div(float div) {
+  const bool fast = div >= 0x1p-100f && div <= 0x1p100f;
+  return {div, fast ? 1.0f / div : 0.0f, std::max(0x1p-100f, div * 0x1p-119f), fast};
+}
+
+#if defined(__x86_64__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define TG_QSGD_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline
+
+// a / div, correctly rounded, for 16 a >= 0 (see BucketDiv).
+TG_QSGD_AVX512 __m512 quotient16(__m512 a, const BucketDiv& bd) {
+  const __m512 div = _mm512_set1_ps(bd.div);
+  if (!bd.fast) return _mm512_div_ps(a, div);
+  const __m512 y = _mm512_set1_ps(bd.y);
+  const __m512 q0 = _mm512_mul_ps(a, y);
+  const __mmask16 tiny = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(a, _mm512_set1_ps(bd.lo), _CMP_LT_OQ), a,
+                                                 _mm512_setzero_ps(), _CMP_NEQ_OQ);
+  if (__builtin_expect(tiny != 0, 0)) return _mm512_div_ps(a, div);
+  return _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, div, a), y, q0);
+}
+
+// Levels and sign-of-kept masks of 16 elements with their words.
+template <bool kUnitLevels>  // levels = 1 (2-bit fields): r = q * 1 = q, the multiply skipped
+TG_QSGD_AVX512 __m512i levels16(const float* g, const uint32_t* w, const BucketDiv& bd, __m512 levels,
+                                __mmask16& neg) {
+  const __m512 x = _mm512_loadu_ps(g);
+  const __m512 a = _mm512_abs_ps(x);
+  const __m512 q = quotient16(a, bd);
+  const __m512 r = kUnitLevels ? q : _mm512_mul_ps(q, levels);
+  const __m512i l = _mm512_cvttps_epi32(r);
+  const __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, _mm512_cvtepi32_ps(l)), _mm512_set1_ps(16777216.0f));
+  const __m512 u = _mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(w), 8));
+  const __m512i level = _mm512_mask_add_epi32(l, _mm512_cmp_ps_mask(u, t, _CMP_LT_OQ), l, _mm512_set1_epi32(1));
+  neg = _mm512_movepi32_mask(_mm512_castps_si512(x)) & _mm512_test_epi32_mask(level, level);
+  return level;
+}
+
+// Elements [0, len) (whole vectors of 16 only) packed at kBits bits from out;
+// returns the elements done.
+template <int kBits>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) size_t avx512_fields_packed(
+    const float* g, size_t len, const BucketDiv& bd, float lv, const uint32_t* w, uint8_t* out) {
+  const __m512 levels = _mm512_set1_ps(lv);
+  size_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    __mmask16 neg;
+    const __m512i level = levels16<kBits == 2>(g + i, w + i, bd, levels, neg);
+    if (kBits == 2) {  // levels = 1: field = level << 1 | sign, level 0 or 1
+      const uint32_t bits = _pdep_u32(_cvtmask16_u32(_mm512_test_epi32_mask(level, level)), 0xAAAAAAAAu) |
+                            _pdep_u32(_cvtmask16_u32(neg), 0x55555555u);
+      std::memcpy(out + i / 4, &bits, 4);
+    } else {
+      const __m512i f = _mm512_mask_or_epi32(_mm512_slli_epi32(level, 1), neg, _mm512_slli_epi32(level, 1),
+                                             _mm512_set1_epi32(1));
+      if (kBits == 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(f));
+      } else {  // 4 bits: in each 64-bit lane, the odd field joins the even one's byte
+        const __m512i pair = _mm512_or_si512(f, _mm512_srli_epi64(f, 28));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i / 2), _mm512_cvtepi64_epi8(pair));
+      }
+    }
+  }
+  return i;
+}
+
+#define TG_QSGD_AVX2 __attribute__((target("avx2,fma,bmi2"), always_inline)) inline
+
+// a / div, correctly rounded, for 8 a >= 0 (see BucketDiv).
+TG_QSGD_AVX2 __m256 quotient8(__m256 a, const BucketDiv& bd) {
+  const __m256 div = _mm256_set1_ps(bd.div);
+  if (!bd.fast) return _mm256_div_ps(a, div);
+  const __m256 y = _mm256_set1_ps(bd.y);
+  const __m256 q0 = _mm256_mul_ps(a, y);
+  const __m256 tiny = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(bd.lo), _CMP_LT_OQ),
+                                    _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+  if (__builtin_expect(_mm256_movemask_ps(tiny) != 0, 0)) return _mm256_div_ps(a, div);
+  return _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, div, a), y, q0);
+}
+
+// Levels of 8 elements; sign-of-kept as 0/1 per lane.
+TG_QSGD_AVX2 __m256i levels8(const float* g, const uint32_t* w, const BucketDiv& bd, __m256 levels, __m256i& sign) {
+  const __m256 x = _mm256_loadu_ps(g);
+  const __m256 a = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  const __m256 q = quotient8(a, bd);
+  const __m256 r = _mm256_mul_ps(q, levels);
+  const __m256i l = _mm256_cvttps_epi32(r);
+  const __m256 t = _mm256_mul_ps(_mm256_sub_ps(r, _mm256_cvtepi32_ps(l)), _mm256_set1_ps(16777216.0f));
+  const __m256 u = _mm256_cvtepi32_ps(_mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), 8));
+  const __m256i level = _mm256_sub_epi32(l, _mm256_castps_si256(_mm256_cmp_ps(u, t, _CMP_LT_OQ)));  // - (-1)
+  const __m256i nonzero = _mm256_cmpgt_epi32(level, _mm256_setzero_si256());
+  sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 31), nonzero);
+  return level;
+}
+
+template <int kBits>
+__attribute__((target("avx2,fma,bmi2"))) size_t avx2_fields_packed(const float* g, size_t len, const BucketDiv& bd,
+                                                                   float lv, const uint32_t* w, uint8_t* out) {
+  const __m256 levels = _mm256_set1_ps(lv);
+  size_t i = 0;
+  if (kBits == 2) {
+    for (; i + 16 <= len; i += 16) {
+      __m256i s0, s1;
+      const __m256i l0 = levels8(g + i, w + i, bd, levels, s0), l1 = levels8(g + i + 8, w + i + 8, bd, levels, s1);
+      // Bit 31 of each lane: level 1 (its bit 0 shifted up), sign.
+      const uint32_t lm = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(l0, 31)))) |
+                          static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(l1, 31)))) << 8;
+      const uint32_t sm = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(s0, 31)))) |
+                          static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(s1, 31)))) << 8;
+      const uint32_t bits = _pdep_u32(lm, 0xAAAAAAAAu) | _pdep_u32(sm, 0x55555555u);
+      std::memcpy(out + i / 4, &bits, 4);
+    }
+    return i;
+  }
+  for (; i + 32 <= len; i += 32) {
+    __m256i f[4];
+    for (int v = 0; v < 4; ++v) {
+      __m256i sign;
+      const __m256i level = levels8(g + i + 8 * v, w + i + 8 * v, bd, levels, sign);
+      f[v] = _mm256_or_si256(_mm256_slli_epi32(level, 1), sign);
+    }
+    // 32-bit fields -> bytes in element order (the packs work per 128-bit lane).
+    const __m256i b = _mm256_permutevar8x32_epi32(
+        _mm256_packus_epi16(_mm256_packus_epi32(f[0], f[1]), _mm256_packus_epi32(f[2], f[3])),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (kBits == 8) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), b);
+    } else {  // 4 bits: byte pairs -> f_even + 16 * f_odd in 16-bit lanes, then bytes
+      const __m256i pairs = _mm256_maddubs_epi16(b, _mm256_set1_epi16(0x1001));
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0x08);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 2), _mm256_castsi256_si128(packed));
+    }
+  }
+  return i;
+}
+
+// FORMATS.md's sum of squares (16 float64 lanes, lane m % 16 in index order,
+// folded 8, 4, 2, 1) with one FMA per square: x * x of a float is exact in
+// float64, so acc + x * x rounds once either way and the FMA gives the bits
+// of the separate multiply and add (which -ffp-contract=off leaves GCC's
+// vectorized loop: 6 uops per 16 elements instead of 4).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))) double avx512_sum_squares_fma(const float* x,
+                                                                                           size_t len) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();  // lanes 0-7, 8-15
+  size_t m = 0;
+  for (; m + 16 <= len; m += 16) {
+    const __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(x + m)), b = _mm512_cvtps_pd(_mm256_loadu_ps(x + m + 8));
+    lo = _mm512_fmadd_pd(a, a, lo);
+    hi = _mm512_fmadd_pd(b, b, hi);
+  }
+  alignas(64) double lane[kNormLanes];
+  _mm512_store_pd(lane, lo);
+  _mm512_store_pd(lane + 8, hi);
+  for (int l = 0; m + l < len; ++l) {
+    const double v = static_cast<double>(x[m + l]);
+    lane[l] += v * v;
+  }
+  for (int o = kNormLanes / 2; o >= 1; o /= 2)
+    for (int l = 0; l < o; ++l) lane[l] += lane[l + o];
+  return lane[0];
+}
+
+__attribute__((target("avx2,fma"))) double avx2_sum_squares_fma(const float* x, size_t len) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  size_t m = 0;
+  for (; m + 16 <= len; m += 16)
+    for (int v = 0; v < 4; ++v) {
+      const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + m + 4 * v));
+      acc[v] = _mm256_fmadd_pd(a, a, acc[v]);
+    }
+  alignas(32) double lane[kNormLanes];
+  for (int v = 0; v < 4; ++v) _mm256_store_pd(lane + 4 * v, acc[v]);
+  for (int l = 0; m + l < len; ++l) {
+    const double v = static_cast<double>(x[m + l]);
+    lane[l] += v * v;
+  }
+  for (int o = kNormLanes / 2; o >= 1; o /= 2)
+    for (int l = 0; l < o; ++l) lane[l] += lane[l + o];
+  return lane[0];
+}
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void avx512_quotients(const float* a, size_t n,
+                                                                                         float div, float* q) {
+  const BucketDiv bd = bucket_div(div);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(q + i, quotient16(_mm512_loadu_ps(a + i), bd));
+  for (; i < n; ++i) q[i] = a[i] / div;
+}
+__attribute__((target("avx2,fma,bmi2"))) void avx2_quotients(const float* a, size_t n, float div, float* q) {
+  const BucketDiv bd = bucket_div(div);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(q + i, quotient8(_mm256_loadu_ps(a + i), bd));
+  for (; i < n; ++i) q[i] = a[i] / div;
+}
+#pragma GCC diagnostic pop
+#endif
+
+using FieldsPacked = size_t (*)(const float*, size_t, const BucketDiv&, float, const uint32_t*, uint8_t*);
+
 struct Kernels {
   double (*sum_squares)(const float*, size_t);
-  void (*philox_words)(uint64_t, uint32_t, uint32_t, uint64_t, uint32_t*);
   void (*fields)(const float*, size_t, float, float, const uint32_t*, uint16_t*);
   void (*pack2)(const uint16_t*, size_t, uint8_t*);
   void (*pack4)(const uint16_t*, size_t, uint8_t*);
   void (*pack8)(const uint16_t*, size_t, uint8_t*);
+  FieldsPacked packed2, packed4, packed8;  // fused x86 kernels, or nullptr
 };
 
-#define TG_QSGD_KERNELS(NAME, ATTR)                                                                           \
-  ATTR double NAME##_sum_squares(const float* x, size_t len) { return sum_squares_impl(x, len); }             \
+#define TG_QSGD_KERNELS(NAME, ATTR, SS, P2, P4, P8)                                                             \
   ATTR void NAME##_fields(const float* g, size_t len, float div, float lv, const uint32_t* w, uint16_t* f) { \
     fields_impl(g, len, div, lv, w, f);                                                                       \
   }                                                                                                           \
   ATTR void NAME##_pack2(const uint16_t* f, size_t len, uint8_t* o) { pack2_impl(f, len, o); }                \
   ATTR void NAME##_pack4(const uint16_t* f, size_t len, uint8_t* o) { pack4_impl(f, len, o); }                \
   ATTR void NAME##_pack8(const uint16_t* f, size_t len, uint8_t* o) { pack8_impl(f, len, o); }                \
-  constexpr Kernels k##NAME = {NAME##_sum_squares, philox_words_##NAME, NAME##_fields,                        \
-                               NAME##_pack2,       NAME##_pack4,        NAME##_pack8};
+  constexpr Kernels k##NAME = {SS,           NAME##_fields, NAME##_pack2, NAME##_pack4, NAME##_pack8,         \
+                               P2,                 P4,            P8};
 
-TG_QSGD_KERNELS(portable, )
+double portable_sum_squares(const float* x, size_t len) { return sum_squares_impl(x, len); }
+TG_QSGD_KERNELS(portable, , portable_sum_squares, nullptr, nullptr, nullptr)
 #if defined(__x86_64__)
-TG_QSGD_KERNELS(avx2, __attribute__((target("avx2,fma,bmi2"))))
-TG_QSGD_KERNELS(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))))
+TG_QSGD_KERNELS(avx2, __attribute__((target("avx2,fma,bmi2"))), avx2_sum_squares_fma, avx2_fields_packed<2>, avx2_fields_packed<4>,
+                avx2_fields_packed<8>)
+TG_QSGD_KERNELS(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))), avx512_sum_squares_fma,
+                avx512_fields_packed<2>,
+                avx512_fields_packed<4>, avx512_fields_packed<8>)
 #endif
 
 const Kernels& kernels() {
@@ -387,13 +513,14 @@ class QsgdCodec final : public GradientCodec {
     const float levels = static_cast<float>(params_.levels);
     alignas(64) uint32_t words[kChunk];
     alignas(64) uint16_t fields[kChunk];
+    tq::PhiloxStream philox(ctx.seed, ctx.step, ctx.tensor_id);
+    const FieldsPacked packed = bits_ == 2 ? k.packed2 : bits_ == 4 ? k.packed4 : bits_ == 8 ? k.packed8 : nullptr;
+    // Prefetches run 2 buckets (at least 4 KiB) ahead and stop at the end of
+    // the last bucket this range touches.
+    const uint64_t ahead = std::max<uint64_t>(2 * B, 1024), prefetch_end = std::min(N, (a1 + B - 1) / B * B);
     for (uint64_t j = a0 / B - s.begin / B;; ++j) {
       const uint64_t b0 = (s.begin / B + j) * B, b1 = std::min(b0 + B, N);
       if (b0 >= a1) break;
-      // The next bucket is fetched while this one's levels are computed: the
-      // norm pass is the first touch of a bucket and otherwise waits on memory.
-      if (b1 < std::min(a1, N))
-        for (uint64_t p = b1; p < std::min(b1 + B, N); p += 16) __builtin_prefetch(grad.data() + p, 0, 2);
       const double sumsq = k.sum_squares(grad.data() + b0, b1 - b0);
       if (!std::isfinite(sumsq)) return j;
       const double nd = std::sqrt(sumsq);
@@ -402,12 +529,26 @@ class QsgdCodec final : public GradientCodec {
                                                                 : static_cast<float>(nd);
       if (std::max(b0, s.begin) >= a0) tq::store_le32(norms + 4 * j, std::bit_cast<uint32_t>(norm));
       const float div = norm > 0.0f ? norm : 1.0f;
+      const BucketDiv bd = bucket_div(div);
       const uint64_t e1 = std::min(b1, a1);
       for (uint64_t e = std::max(b0, a0); e < e1; e += kChunk) {
         const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, e1 - e));
-        k.philox_words(e / 4, ctx.step, ctx.tensor_id, ctx.seed, words);
-        k.fields(grad.data() + e, len, div, levels, words, fields);
-        pack(k, bw, fields, len);
+        // Buckets ahead are fetched while this one's levels are computed (the
+        // norm pass is the first touch of a bucket and otherwise waits on
+        // memory), a chunk's worth of lines per chunk: a whole bucket of
+        // prefetches at once stalls on the line fill buffers.
+        for (uint64_t q = e + ahead, q1 = std::min({e + ahead + len, prefetch_end}); q < q1; q += 16)
+          __builtin_prefetch(grad.data() + q, 0, 2);
+        philox.words(e / 4, (len + 3) / 4, words);  // e is a multiple of 4 (buckets and cuts are)
+        size_t done = 0;
+        if (packed != nullptr && bw.nbits == 0) {  // whole vectors in registers, straight to bytes
+          done = packed(grad.data() + e, len, bd, levels, words, bw.p);
+          bw.p += done * bits_ / 8;
+        }
+        if (done < len) {
+          k.fields(grad.data() + e + done, len - done, div, levels, words + done, fields);
+          pack(k, bw, fields, len - done);
+        }
       }
     }
     bw.flush();
@@ -554,6 +695,17 @@ class QsgdCodec final : public GradientCodec {
 };
 
 }  // namespace
+
+void qsgd_quotients(const float* a, size_t n, float div, float* q) {
+#if defined(__x86_64__)
+  switch (tq::cpu_simd_level()) {
+    case tq::SimdLevel::kAvx512: return avx512_quotients(a, n, div, q);
+    case tq::SimdLevel::kAvx2: return avx2_quotients(a, n, div, q);
+    default: break;
+  }
+#endif
+  for (size_t i = 0; i < n; ++i) q[i] = a[i] / div;
+}
 
 std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params) {
   return std::make_unique<QsgdCodec>(params);

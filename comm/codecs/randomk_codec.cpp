@@ -105,6 +105,7 @@ class RandomKCodec final : public GradientCodec {
       const float* x = grad.data() + h.begin;
       values_.resize(h.k);
       for (uint64_t i = 0; i < h.k; ++i) {
+        if (i + 32 < h.k) __builtin_prefetch(x + pos_[i + 32]);  // a gather over the slice: overlap the misses
         const float v = x[pos_[i]] * scale;
         if (!std::isfinite(v))
           throw std::invalid_argument("randomk encode: element " + std::to_string(h.begin + pos_[i]) +

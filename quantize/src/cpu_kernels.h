@@ -49,6 +49,12 @@ void encode_bytes_portable(const float* x, uint64_t n, uint64_t k_begin, uint64_
                            const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
 void encode_bytes_avx512(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
                          const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
+void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                       const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
+// Whether the x86 encode kernels must test a >= s for clipped elements:
+// false when the threshold of a = s, (s * pre) * inv24, exceeds every 24-bit
+// random integer, so that u < t keeps them already (avx512_kernels.cpp).
+bool clip_test_needed(const TernaryQuantizer& q);
 
 // Elements [4*k_begin, min(n, 4*k_end)) from body bytes [k_begin, k_end).
 // Mode: write (out = v), accumulate (out += v).

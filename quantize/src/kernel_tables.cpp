@@ -1,8 +1,9 @@
 // The kernels of each SIMD level. The Highway kernels (simd_kernels.cpp) serve
-// every level; at AVX-512 the hand-written encode (avx512_kernels.cpp)
-// replaces Highway's, which it beats by 10% (bench/RESULTS.md, "Highway or
-// hand-written"). For repeating that comparison, TG_HWY_AVX512=1 keeps the
-// Highway encode; ctest runs the codec suite that way as well.
+// every level; at AVX-512 and AVX2 the hand-written encodes
+// (avx512_kernels.cpp, avx2_kernels.cpp: Philox words in element order, no
+// transposes) replace Highway's (bench/RESULTS.md). For repeating that
+// comparison, TG_HWY_AVX512=1 / TG_HWY_AVX2=1 keep the Highway encode; ctest
+// runs the codec suite that way as well.
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +27,13 @@ KernelTable avx512_table() {
   t.encode_bytes = encode_bytes_avx512;
   return t;
 }
+KernelTable avx2_table() {
+  KernelTable t = *highway_kernels(SimdLevel::kAvx2);
+  const char* v = std::getenv("TG_HWY_AVX2");
+  if (v != nullptr && std::strcmp(v, "1") == 0) return t;
+  t.encode_bytes = encode_bytes_avx2;
+  return t;
+}
 #endif
 
 }  // namespace
@@ -38,6 +46,10 @@ const KernelTable& kernels_for(SimdLevel level) {
 #if defined(__x86_64__)
   if (level == SimdLevel::kAvx512 && kernels_compiled(level)) {
     static const KernelTable table = avx512_table();
+    return table;
+  }
+  if (level == SimdLevel::kAvx2 && kernels_compiled(level)) {
+    static const KernelTable table = avx2_table();
     return table;
   }
 #endif

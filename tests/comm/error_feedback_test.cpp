@@ -181,3 +181,44 @@ TEST(ErrorFeedback, AggregatesAsItsInnerCodec) {
   plain->aggregate(both, 100, b);
   EXPECT_EQ(a, b);
 }
+
+// Sliced encodes: slices that tile the variable and slices with a gap keep
+// e' = p - d bit for bit, d the decoded slices and +0 where no slice covers.
+TEST(ErrorFeedback, SlicedEncodesKeepTheResidualBits) {
+  for (const char* inner : {"terngrad:share_scale=0", "fp16", "topk:ratio=0.05", "qsgd:levels=7,bucket=64"}) {
+    for (bool gap : {false, true}) {
+      SCOPED_TRACE(std::string(inner) + (gap ? " with a gap" : " tiled"));
+      tc::CodecConfig config = tc::parse_codec_config(inner);
+      config.error_feedback = tc::ErrorFeedbackParams{0.0f};
+      auto ef = tc::make_codec(config);
+      auto plain = tc::make_codec(inner);
+      const size_t n = 4096;
+      const std::vector<tc::ElementRange> slices =
+          gap ? std::vector<tc::ElementRange>{{0, 1024}, {2048, 1024}} : std::vector<tc::ElementRange>{{0, 1024}, {1024, 3072}};
+      ReferenceEf ref;
+      for (uint32_t step = 0; step < 3; ++step) {
+        const std::vector<float> g = normal_floats(n, 300 + step, 0.01f);
+        const std::vector<float> p = ref.corrected(g);
+        std::vector<std::vector<uint8_t>> bufs;
+        std::vector<std::span<uint8_t>> outs;
+        for (const auto& r : slices) bufs.emplace_back(plain->payload_bytes(r.count));
+        for (auto& b : bufs) outs.emplace_back(b);
+        ef->encode_slices(g, ctx_at(step), slices, outs);
+        std::vector<float> s(n, 0.0f);
+        for (size_t i = 0; i < slices.size(); ++i) {
+          std::vector<uint8_t> want(plain->payload_bytes(slices[i].count));
+          plain->encode_slices(p, ctx_at(step), std::span(&slices[i], 1), std::vector<std::span<uint8_t>>{want});
+          ASSERT_EQ(bufs[i], want) << "slice " << i << " step " << step;
+          plain->decode(want, std::span<float>(s).subspan(slices[i].begin, slices[i].count));
+        }
+        ref.sent(p, s);
+        const std::vector<uint8_t> state = ef->save_state();
+        for (size_t i = 0; i < n; ++i) {
+          float e;
+          std::memcpy(&e, state.data() + 20 + 4 * i, 4);
+          ASSERT_TRUE(same_bits(e, ref.e[i])) << i << " step " << step;
+        }
+      }
+    }
+  }
+}

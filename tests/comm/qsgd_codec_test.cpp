@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 
+#include "../../comm/codecs/qsgd_internal.h"
 #include "codec_test_util.h"
 #include "terngrad/quantize/cpu_features.h"
 #include "terngrad/quantize/format.h"
@@ -149,6 +151,83 @@ TEST(QsgdCodec, BytesMatchTheFloat64ReferenceAtEverySimdLevel) {
       codec->decode(want, out);
       const auto dec = ref.decode(g, 0, n, c);
       for (size_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(out[i], dec[i])) << i << " " << out[i] << " " << dec[i];
+    }
+  }
+}
+
+// The encoder's division (a correctly rounded reciprocal and one FMA
+// correction on x86, the divide where conditions fail) equals the IEEE
+// division at every level: every significand of |g| in two binades against
+// norms with special significands (1, all ones, 1.5, ...) and random ones,
+// inside the fast range [2^-100, 2^100] and outside, |g| from the norm down
+// to subnormals.
+TEST(QsgdDivision, EqualsTheIeeeDivisionAtEveryLevel) {
+  LevelGuard guard;
+  std::mt19937 rng(7);
+  std::vector<float> divs;
+  for (uint32_t sig : {0u, 0x7FFFFFu, 0x400000u, 1u, 0x7FFFFEu, 0x2AAAABu, 0x3504F3u})
+    divs.push_back(std::bit_cast<float>(0x3F800000u | sig));
+  for (int i = 0; i < 12; ++i) divs.push_back(std::bit_cast<float>(static_cast<uint32_t>(0x3F800000u | (rng() & 0x7FFFFFu))));
+  const size_t base = divs.size();
+  for (size_t i = 0; i < base; ++i)
+    for (float scale : {0x1p90f, 0x1p-90f, 0x1p-101f, 0x1p101f, 0x1p126f, 0x1p-126f}) divs.push_back(divs[i] * scale);
+  std::vector<float> a(size_t{1} << 23), got(a.size());
+  for (tq::SimdLevel lv : tq::supported_simd_levels()) {
+    tq::set_cpu_simd_level(lv);
+    size_t checked = 0;
+    for (size_t d = 0; d < divs.size(); ++d) {
+      const float div = divs[d];
+      // All significands of the binade just below div (first 19 divs), else 2^16 random |g| <= div over all binades.
+      size_t n = 0;
+      if (d < base) {
+        for (uint32_t m = 0; m < (1u << 23); ++m) a[n++] = std::bit_cast<float>(0x3F000000u | m) * (div >= 1.0f ? 1.0f : 0.5f);
+      } else {
+        for (; n < (size_t{1} << 16); ++n) {
+          const float r = std::ldexp(std::bit_cast<float>(static_cast<uint32_t>(0x3F800000u | (rng() & 0x7FFFFFu))) * 0.5f, -static_cast<int>(rng() % 280));
+          a[n] = n % 97 == 0 ? 0.0f : r * div;  // may be subnormal or zero
+        }
+      }
+      terngrad::comm::detail::qsgd_quotients(a.data(), n, div, got.data());
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(a[i] / div))
+            << tq::simd_level_name(lv) << " " << a[i] << " / " << div;
+      checked += n;
+    }
+    EXPECT_GT(checked, size_t{100000000});
+  }
+}
+
+// The x86 kernels divide |g| / norm without a divide (a correctly rounded
+// reciprocal and one FMA correction, qsgd_codec.cpp), falling back to the
+// divide for buckets whose norm lies outside [2^-100, 2^100] and for vectors
+// holding tiny elements. Values spread over the whole float range (log-
+// uniform exponents, subnormals, zeros, both signs), buckets of 4 to 64, the
+// byte-aligned widths the fused kernels pack (2, 4, 8 bits) and one they do
+// not: every level gives the float64 reference's bytes.
+TEST(QsgdCodec, BytesMatchTheReferenceAcrossTheFloatRange) {
+  LevelGuard guard;
+  std::mt19937 rng(2026);
+  std::vector<float> g(60000);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const int e = static_cast<int>(rng() % 250) - 140;  // 2^-140 (subnormal) .. 2^109
+    float v = std::ldexp(1.0f + static_cast<float>(rng() % (1u << 23)) * 0x1p-23f, e);
+    if (rng() % 2) v = -v;
+    if (rng() % 17 == 0) v = 0.0f;
+    g[i] = v;
+  }
+  // Runs of buckets sharing one binade, so that norms fall inside and outside the fast range.
+  for (size_t i = 0; i < g.size(); i += 1000) {
+    const int e = static_cast<int>(rng() % 250) - 140;
+    for (size_t j = i; j < std::min(g.size(), i + 300); ++j) g[j] = std::ldexp(std::fabs(g[j]) >= 1.0f ? 1.5f : 1.25f, e) * (j % 3 ? 1.0f : -0.7f);
+  }
+  for (auto [S, B] : {std::pair{127u, 64u}, {1u, 16u}, {7u, 32u}, {15u, 4u}}) {
+    const Ref ref{S, B};
+    auto codec = qsgd(S, B);
+    const auto c = ctx(0xABCDEFull + S, 11, B);
+    const auto want = ref.encode(g, 0, g.size(), c);
+    for (tq::SimdLevel lv : tq::supported_simd_levels()) {
+      tq::set_cpu_simd_level(lv);
+      ASSERT_EQ(encode(*codec, g, c), want) << tq::simd_level_name(lv) << " S=" << S << " B=" << B;
     }
   }
 }

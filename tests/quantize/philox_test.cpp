@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "terngrad/quantize/cpu_features.h"
+#include "terngrad/quantize/philox_batch.h"
+
 namespace {
 
 using terngrad::quantize::philox4x32_10;
@@ -28,6 +33,40 @@ TEST(Philox, KnownAnswerVectors) {
     const auto r = philox4x32_10({{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}}, {{k.key[0], k.key[1]}});
     for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.expected[i]) << "word " << i;
   }
+}
+
+// PhiloxStream (the vector Philox behind the encode kernels, for other
+// codecs) gives philox4x32_10()'s words at every level, for runs of any
+// length and start: vector steps of 32, 8 and 4 blocks, scalar tails, low
+// counter words that wrap inside a run, high words that change between calls.
+TEST(Philox, StreamMatchesScalarAtEveryLevel) {
+  namespace tq = terngrad::quantize;
+  const tq::SimdLevel saved = tq::cpu_simd_level();
+  const uint64_t starts[] = {0, 1, 5, 1000003, 0xFFFFFFFFull - 40, 0xFFFFFFFFull - 3, 0xFFFFFFFFull,
+                             0x1FFFFFFF0ull, 0x123456789ull};
+  const size_t lengths[] = {0, 1, 3, 4, 7, 8, 9, 31, 32, 33, 45, 48, 49, 64, 81, 100, 128, 131};
+  for (tq::SimdLevel level : tq::supported_simd_levels()) {
+    tq::set_cpu_simd_level(level);
+    for (uint64_t seed : {uint64_t{0}, uint64_t{0x0123456789ABCDEFull}}) {
+      tq::PhiloxStream stream(seed, 77, 0xFEEDu);  // one object across calls: cached high words must follow
+      for (uint64_t k0 : starts) {
+        for (size_t blocks : lengths) {
+          std::vector<uint32_t> got(4 * blocks + 1, 0xDEADBEEFu);
+          stream.words(k0, blocks, got.data());
+          for (size_t b = 0; b < blocks; ++b) {
+            const uint64_t k = k0 + b;
+            const auto r = philox4x32_10({{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), 77u, 0xFEEDu}},
+                                         {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+            for (int j = 0; j < 4; ++j)
+              ASSERT_EQ(got[4 * b + j], r.v[j]) << tq::simd_level_name(level) << " k0=" << k0 << " blocks=" << blocks
+                                                << " block " << b << " word " << j;
+          }
+          EXPECT_EQ(got[4 * blocks], 0xDEADBEEFu) << "wrote past the run";
+        }
+      }
+    }
+  }
+  tq::set_cpu_simd_level(saved);
 }
 
 }  // namespace

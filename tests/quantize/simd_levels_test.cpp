@@ -318,3 +318,58 @@ TEST_F(SimdLevels, SumFieldsAbove2RAreFoundOnEveryLevel) {
     }
   }
 }
+
+// The x86 encode kernels skip the "a >= s" test of clipped elements when the
+// threshold of a = s, (s * pre) * inv24, exceeds every 24-bit random integer,
+// and keep it for the few scales whose inv24 rounds so that it does not.
+// Both kinds of scale, with many elements at and beyond s, at every level.
+TEST_F(SimdLevels, EncodeOfClippedElementsIsBitIdenticalForEveryKindOfScale) {
+  auto threshold_of_scale = [](float s) {
+    const tq::TernaryQuantizer q = tq::make_quantizer(s);
+    return (s * q.pre) * q.inv24;
+  };
+  float low = 0.0f, high = 0.0f;  // a scale whose threshold is <= 2^24 - 1, and one whose is above
+  for (float s = 1.0f; (low == 0.0f || high == 0.0f) && s < 2.0f; s = std::nextafter(s, 2.0f)) {
+    (threshold_of_scale(s) > 16777215.0f ? high : low) = s;
+  }
+  ASSERT_GT(low, 0.0f) << "no scale in [1, 2) whose threshold rounds below 2^24";
+  ASSERT_GT(high, 0.0f);
+  for (float s : {low, high, low * 0x1p-70f, high * 0x1p-70f}) {  // pre = 1 and pre = 2^64
+    std::vector<float> x = tg_test::gradient_like(40000, 13);
+    float mx = 0.0f;
+    for (float v : x) mx = std::max(mx, std::fabs(v));
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = x[i] / mx * s;                             // |x| <= s
+      if (i % 7 == 0) x[i] = (i % 2 ? -s : s);          // at the scale
+      if (i % 11 == 0) x[i] = (i % 3 ? -1.5f : 2.5f) * s;  // beyond it (clipped)
+    }
+    // Seed 39075 gives element 3 (block 0, word 3; step 0, tensor 0) the
+    // largest 24-bit integer, 2^24 - 1: below the first kind of scale's
+    // threshold only if the kernel tests a >= s.
+    ASSERT_EQ(tq::byte_random_words(tq::RngStream{39075, 0, 0, 0}, 0).v[3] >> 8, 0xFFFFFFu);
+    x[3] = s;
+    tq::EncodeParams p;
+    p.seed = 39075;
+    p.clip_factor = 0.0f;
+    p.shared_scale = s;  // exactly s, whatever the clip factor would give
+    compare_levels<std::vector<uint8_t>>(
+        [&] {
+          tq::TensorStats st = tq::compute_stats(x);
+          std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
+          st.max_abs = std::min(st.max_abs, s);  // own scale <= the shared one
+          tq::encode_with_stats(x, st, p, out);
+          return out;
+        },
+        [&](const char* level, const auto& want, const auto& got) {
+          EXPECT_EQ(want, got) << level << " s=" << s << " threshold " << threshold_of_scale(s);
+        });
+    std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
+    tq::TensorStats st = tq::compute_stats(x);
+    st.max_abs = std::min(st.max_abs, s);
+    tq::encode_with_stats(x, st, p, out);
+    for (size_t i = 0; i < x.size(); i += (i == 3 ? 4 : i == 0 ? 3 : 7)) {  // elements at or beyond s are kept
+      const uint32_t code = (out[tq::kHeaderBytes + i / 4] >> (2 * (i % 4))) & 3u;
+      EXPECT_EQ(code, x[i] < 0 ? 2u : 1u) << "s=" << s << " element " << i;
+    }
+  }
+}

@@ -1,0 +1,99 @@
+// The hand-written AVX2 encode kernel (x86-64 only): Philox4x32-10 in element
+// order (x86_philox.h) fused with quantize and pack, on the input as it lies
+// in memory. It replaces the Highway AVX2 encode, which transposes the input
+// (LoadInterleaved4: a dozen shuffles per 32 elements on AVX2) and packs the
+// codes lane by lane; here the keep and sign decisions leave the vector unit
+// as two 8-bit masks (vmovmskps) and a bit deposit (BMI2 pdep, part of the
+// AVX2 level) spreads them into codes. TG_HWY_AVX2=1 keeps the Highway encode
+// for comparison (kernel_tables.cpp). It must give the bytes of the portable
+// kernel; tests/quantize/simd_levels_test.cpp checks.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu_kernels.h"
+#include "x86_philox.h"
+
+namespace terngrad::quantize::detail {
+
+namespace {
+
+struct Quantizer8 {
+  __m256 scale, pre, inv24, abs_mask;
+};
+
+// 8 elements and their words (element order) -> the keep and sign masks.
+// ternary_code()'s arithmetic: a = min(|x|, s) (vminps returns s for a NaN
+// |x|, as fminf), t = (a * pre) * inv24, keep = float(word >> 8) < t (|| a >= s).
+template <bool kUnitPre, bool kClip>
+__attribute__((target("avx2,fma,bmi2"), always_inline)) inline void quantize8(const float* p, __m256i words,
+                                                                              const Quantizer8& q, uint32_t& keep,
+                                                                              uint32_t& neg) {
+  const __m256 x = _mm256_loadu_ps(p);
+  const __m256 a = _mm256_min_ps(_mm256_and_ps(x, q.abs_mask), q.scale);
+  const __m256 t = kUnitPre ? _mm256_mul_ps(a, q.inv24) : _mm256_mul_ps(_mm256_mul_ps(a, q.pre), q.inv24);
+  const __m256 u = _mm256_cvtepi32_ps(_mm256_srli_epi32(words, 8));
+  __m256 k = _mm256_cmp_ps(u, t, _CMP_LT_OQ);
+  if (kClip) k = _mm256_or_ps(k, _mm256_cmp_ps(a, q.scale, _CMP_GE_OQ));
+  keep = static_cast<uint32_t>(_mm256_movemask_ps(k));
+  neg = static_cast<uint32_t>(_mm256_movemask_ps(x));
+}
+
+// Blocks per loop iteration: 3 Philox chains of 4 (enough independent
+// multiplies to cover their latency in 16 ymm registers).
+constexpr int kChains = 2;
+constexpr uint64_t kStepBlocks = 4 * kChains;
+
+template <bool kUnitPre, bool kClip>
+__attribute__((target("avx2,fma,bmi2"))) uint64_t encode_range(const float* x, uint64_t n, uint64_t k_begin,
+                                                               uint64_t k_end, const TernaryQuantizer& tq,
+                                                               const RngStream& rng, uint8_t* body) {
+  const Quantizer8 q{_mm256_set1_ps(tq.scale), _mm256_set1_ps(tq.pre), _mm256_set1_ps(tq.inv24),
+                     _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))};
+  x86::PhiloxSetup setup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>((k_begin + rng.block_offset) >> 32));
+  auto simd_ok = [&](uint64_t k, uint64_t span) {
+    const uint64_t counter = k + rng.block_offset;
+    return k + span <= k_end && 4 * (k + span) <= n &&
+           static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
+  };
+  uint64_t k = k_begin;
+  for (; simd_ok(k, kStepBlocks); k += kStepBlocks) {
+    const uint64_t counter = k + rng.block_offset;
+    if (static_cast<uint32_t>(counter >> 32) != setup.hi_word)  // past 2^32 blocks: rare
+      setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(counter >> 32));
+    __m256i words[2 * kChains];
+    x86::philox_avx2<kChains>(setup, static_cast<uint32_t>(counter), words);
+    const float* p = x + 4 * k;
+    for (int line = 0; line < 3; ++line)  // 2 KiB ahead: 48 elements a step, 3 lines
+      _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
+    for (int v = 0; v < 2 * kChains; v += 2) {
+      uint32_t k0, n0, k1, n1;
+      quantize8<kUnitPre, kClip>(p + 8 * v, words[v], q, k0, n0);
+      quantize8<kUnitPre, kClip>(p + 8 * v + 8, words[v + 1], q, k1, n1);
+      const uint32_t kept = _pdep_u32(k0 | k1 << 8, 0x55555555u);
+      const uint32_t bits = kept + (kept & _pdep_u32(n0 | n1 << 8, 0x55555555u));
+      std::memcpy(body + k + 2 * v, &bits, 4);
+    }
+  }
+  return k;
+}
+
+}  // namespace
+
+__attribute__((target("avx2,fma,bmi2"))) void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin,
+                                                                uint64_t k_end, const TernaryQuantizer& q,
+                                                                const RngStream& rng, uint8_t* body) {
+  if (q.scale == 0.0f) {  // all-zero tensor: every code is 0
+    std::fill(body + k_begin, body + k_end, uint8_t{0});
+    return;
+  }
+  const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
+  const uint64_t k = unit ? (clip ? encode_range<true, true>(x, n, k_begin, k_end, q, rng, body)
+                                  : encode_range<true, false>(x, n, k_begin, k_end, q, rng, body))
+                          : (clip ? encode_range<false, true>(x, n, k_begin, k_end, q, rng, body)
+                                  : encode_range<false, false>(x, n, k_begin, k_end, q, rng, body));
+  encode_bytes_portable(x, n, k, k_end, q, rng, body);
+}
+
+}  // namespace terngrad::quantize::detail
