@@ -3,6 +3,7 @@
 // invariance, unbiasedness, round trips, malformed payloads, specs.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -461,4 +462,34 @@ TEST(QsgdCodec, SpecsAndPayloadSizes) {
   EXPECT_EQ(c->payload_bytes(64), 32u + 8 + 40);
   EXPECT_EQ(c->payload_bytes(68), 32u + 8 + 43);
   EXPECT_EQ(c->payload_bytes(69), 32u + 12 + 44);
+}
+
+// Why ef(qsgd:levels=7) diverged in the codec grid (experiments/results/
+// codecs): with few levels QSGD's variance exceeds the gradient's own norm
+// (omega ~ sqrt(bucket) / levels > 1), so the error-feedback recursion
+// e <- p - C(p), p = g + e, grows without bound; with many levels it stays
+// small. The same recursion the ef() wrapper runs, over Gaussian gradients.
+TEST(QsgdCodec, UnderErrorFeedbackFewLevelsGrowTheResidualManyLevelsDoNot) {
+  constexpr size_t kN = 8192;
+  const auto residual_rms = [&](const char* spec) {
+    auto c = tc::make_codec(spec);
+    std::vector<float> e(kN, 0.0f), p(kN), sent(kN);
+    for (uint32_t step = 0; step < 40; ++step) {
+      const std::vector<float> g = normal_floats(kN, 1000 + step);
+      for (size_t i = 0; i < kN; ++i) p[i] = g[i] + e[i];
+      tc::EncodeContext ctx;
+      ctx.step = step;
+      ctx.seed = 3;
+      c->decode(encode(*c, p, ctx), sent);
+      for (size_t i = 0; i < kN; ++i) e[i] = p[i] - sent[i];
+    }
+    double ss = 0;
+    for (float v : e) ss += static_cast<double>(v) * v;
+    return std::sqrt(ss / kN);  // in units of the gradient's sigma (1)
+  };
+  const double few = residual_rms("qsgd:levels=7,bucket=512");
+  const double many = residual_rms("qsgd:levels=127,bucket=512");
+  EXPECT_LT(many, 0.5);
+  EXPECT_GT(few, 20.0);
+  std::printf("error-feedback residual rms after 40 steps: levels=7 %.3g, levels=127 %.3g\n", few, many);
 }
