@@ -132,6 +132,14 @@ struct WorkerClient::Impl {
   }
 
   std::string ps_name(int p) const { return "ps " + std::to_string(p) + " at " + addresses[p]; }
+  // A ps's own verdict ("ps 0: <why>", an ABORTED answer or a heartbeat's
+  // failure) named with its address, as every other failure of that ps is:
+  // "ps 0 at <address>: <why>". Which of the two a woken replica reads first
+  // (the verdict, or the ps gone) is a race; either way the log says where.
+  std::string from_ps(int p, const std::string& verdict) const {
+    const std::string own = "ps " + std::to_string(p) + ": ";
+    return ps_name(p) + ": " + (verdict.rfind(own, 0) == 0 ? verdict.substr(own.size()) : verdict);
+  }
 
   void check_state() {
     std::lock_guard<std::mutex> lock(mu);
@@ -209,8 +217,9 @@ struct WorkerClient::Impl {
       }
       check_state();  // the run ended while we waited (and the call was cancelled): say why
       if (s.error_code() == StatusCode::ABORTED) {
-        set_failure(s.error_message());
-        throw PeerError(s.error_message());
+        const std::string msg = from_ps(p, s.error_message());
+        set_failure(msg);
+        throw PeerError(msg);
       }
       if (s.error_code() == StatusCode::OUT_OF_RANGE) {
         std::lock_guard<std::mutex> lock(mu);
@@ -272,7 +281,7 @@ struct WorkerClient::Impl {
       lock.lock();
       if (s.ok()) {
         last_heard[p] = Clock::now();
-        if (!reply.failure().empty()) fail_locked(reply.failure());
+        if (!reply.failure().empty()) fail_locked(from_ps(static_cast<int>(p), reply.failure()));
         if (reply.finished()) ended = true;
       } else {
         beat_error[p] = s.error_message();

@@ -355,10 +355,11 @@ TEST_F(FaultInjection, WorkerFrozen) {
   expect_exits({"ps", "chief"}, fault, 1, {"worker 0 at " + addr("worker"), "silent for"});
   procs_.signal("worker", SIGCONT);
   // Woken, the worker reads either the ps's verdict (its ABORTED answer
-  // waited in the socket) or, that lost, finds the ps gone: either names it.
-  expect_exits({"worker"}, Clock::now(), 1, {});
+  // waited in the socket) or, that lost, finds the ps gone: either names the
+  // ps with its address.
+  expect_exits({"worker"}, Clock::now(), 1, {"ps 0 at " + addr("ps")});
   const std::string log = procs_.log("worker");
-  EXPECT_TRUE(log.find("ps 0: worker 0 at " + addr("worker")) != std::string::npos ||
+  EXPECT_TRUE(log.find("ps 0 at " + addr("ps") + ": worker 0 at " + addr("worker")) != std::string::npos ||
               log.find("ps 0 at " + addr("ps") + " unreachable") != std::string::npos)
       << log;
   expect_checkpoint_intact("run", 5 * ((k - 1) / 5));
