@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "terngrad/comm/gradient_codec.h"
@@ -38,6 +41,43 @@ inline void expect_rejected(const terngrad::comm::GradientCodec& c, std::span<co
   for (float x : out) ASSERT_EQ(x, 12.5f);
   EXPECT_ANY_THROW(c.decode_accumulate(payload, out));
   for (float x : out) ASSERT_EQ(x, 12.5f);
+}
+
+// expect_rejected(), and decode's message names the problem (contains `what`).
+inline void expect_rejected_saying_on_decode(const terngrad::comm::GradientCodec& c, std::span<const uint8_t> payload,
+                                             size_t n, const std::string& what) {
+  expect_rejected(c, payload, n);
+  std::vector<float> out(n);
+  try {
+    c.decode(payload, out);
+    ADD_FAILURE() << "accepted; expected a message with \"" << what << "\"";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+// A random cut of n elements into slices at multiples of 4 (pieces random
+// cut points, plus `extra` if given), with a payload buffer per slice sized
+// by the codec: what the slicing-invariance tests encode into.
+struct RandomSlicing {
+  std::vector<terngrad::comm::ElementRange> slices;
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<std::span<uint8_t>> outs;  // views of bufs
+};
+inline RandomSlicing random_slicing(const terngrad::comm::GradientCodec& c, uint64_t n, int pieces,
+                                    std::mt19937_64& rng, std::optional<uint64_t> extra = std::nullopt) {
+  std::vector<uint64_t> cuts = {0, n};
+  for (int k = 0; k < pieces; ++k) cuts.push_back(rng() % (n / 4 + 1) * 4);
+  if (extra) cuts.push_back(*extra);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  RandomSlicing s;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    s.slices.push_back({cuts[k], cuts[k + 1] - cuts[k]});
+    s.bufs.emplace_back(c.payload_bytes(s.slices.back().count));
+  }
+  s.outs.assign(s.bufs.begin(), s.bufs.end());
+  return s;
 }
 
 }  // namespace codec_test
