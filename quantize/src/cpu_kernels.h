@@ -51,6 +51,9 @@ void encode_bytes_avx512(const float* x, uint64_t n, uint64_t k_begin, uint64_t 
                          const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
 void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
                        const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
+// Nearest rounding (no random stream): the same bytes for every SIMD level.
+void encode_bytes_nearest(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
+                          uint8_t* body);
 // Whether the x86 encode kernels must test a >= s for clipped elements:
 // false when the threshold of a = s, (s * pre) * inv24, exceeds every 24-bit
 // random integer, so that u < t keeps them already (avx512_kernels.cpp).

@@ -5,9 +5,12 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels.h"
 #include "messages.h"
+#include "packed_cpu.h"
+#include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/codec.h"
 
 namespace terngrad::quantize {
@@ -106,6 +109,12 @@ void require_length(const PayloadHeader& h, size_t out_elements, const char* wha
 }
 
 void decode_into(std::span<const uint8_t> payload, std::span<float> out, bool accumulate) {
+  if (detail::is_symbol_packed(payload)) {
+    const detail::SymbolPayload sp =
+        detail::open_symbol_payload(payload, out.size(), accumulate ? "accumulator" : "output");
+    detail::expand_symbols(sp, accumulate, out);
+    return;
+  }
   const PayloadHeader h = parse_header(payload);
   require_length(h, out.size(), accumulate ? "accumulator" : "output");
   const uint8_t* body = checked_body(payload, h).data();
@@ -122,6 +131,7 @@ void decode_into(std::span<const uint8_t> payload, std::span<float> out, bool ac
 }  // namespace
 
 PayloadHeader inspect(std::span<const uint8_t> payload) {
+  if (detail::is_symbol_packed(payload)) return detail::open_symbol_payload(payload).header;
   const PayloadHeader h = parse_header(payload);
   checked_body(payload, h);
   return h;
@@ -148,6 +158,11 @@ void add_codes(const uint8_t* body, uint64_t n, int16_t* counts) {
 }  // namespace
 
 float accumulate_counts(std::span<const uint8_t> payload, std::span<int16_t> counts) {
+  if (detail::is_symbol_packed(payload)) {
+    const detail::SymbolPayload sp = detail::open_symbol_payload(payload, counts.size(), "counts");
+    detail::add_symbol_codes(sp, counts.data());
+    return sp.header.scale;
+  }
   const PayloadHeader h = parse_header(payload);
   require_length(h, counts.size(), "counts");
   add_codes(checked_body(payload, h).data(), h.count, counts.data());
@@ -160,24 +175,72 @@ float sum_shared(std::span<const std::span<const uint8_t>> payloads, std::span<i
     throw CodecError(Errc::kInvalidArgument, "sum_shared sums at most 32767 payloads into int16 counts, got " +
                                                  std::to_string(payloads.size()));
   }
-  // Check every header first: a mismatch must leave counts untouched.
-  const PayloadHeader first = parse_header(payloads[0]);
-  for (size_t p = 1; p < payloads.size(); ++p) {
-    const PayloadHeader h = parse_header(payloads[p]);
-    if (h.count != first.count || float_bits(h.scale) != float_bits(first.scale)) {
+  // Check every payload first, whole: a bad one must leave counts untouched.
+  // Packed payloads (codec 4, 5) are opened once and kept as their symbols.
+  std::vector<detail::SymbolPayload> opened(payloads.size());
+  std::vector<PayloadHeader> headers(payloads.size());
+  for (size_t p = 0; p < payloads.size(); ++p) {
+    if (detail::is_symbol_packed(payloads[p])) {
+      opened[p] = detail::open_symbol_payload(payloads[p], counts.size(), "counts");
+      headers[p] = opened[p].header;
+    } else {
+      headers[p] = parse_header(payloads[p]);
+    }
+    const PayloadHeader& h = headers[p];
+    if (h.count != headers[0].count || float_bits(h.scale) != float_bits(headers[0].scale)) {
       throw CodecError(Errc::kScaleMismatch,
                        "payload " + std::to_string(p) + " has " + std::to_string(h.count) +
                            " elements and scale " + detail::fmt_num(h.scale) + ", payload 0 has " +
-                           std::to_string(first.count) + " and " + detail::fmt_num(first.scale) +
+                           std::to_string(headers[0].count) + " and " + detail::fmt_num(headers[0].scale) +
                            ": sum_shared needs one shared scale (encode with shared_scale)");
     }
-    checked_body(payloads[p], h);
+    if (opened[p].symbols == nullptr) checked_body(payloads[p], h);
   }
-  checked_body(payloads[0], first);
-  require_length(first, counts.size(), "counts");
+  require_length(headers[0], counts.size(), "counts");
   std::fill(counts.begin(), counts.end(), int16_t{0});
-  for (const auto& p : payloads) add_codes(p.data() + kHeaderBytes, first.count, counts.data());
-  return first.scale;
+  for (size_t p = 0; p < payloads.size(); ++p) {
+    if (opened[p].symbols != nullptr)
+      detail::add_symbol_codes(opened[p], counts.data());
+    else
+      add_codes(payloads[p].data() + kHeaderBytes, headers[0].count, counts.data());
+  }
+  return headers[0].scale;
+}
+
+PayloadHeader read_header(std::span<const uint8_t> payload) {
+  if (detail::is_symbol_packed(payload)) return detail::check_symbol_header(payload);
+  return parse_header(payload);
+}
+
+size_t payload_length(std::span<const uint8_t> buffer) {
+  auto bad = [&](const std::string& why) -> size_t {
+    throw CodecError(Errc::kMalformedPayload, "buffer of " + std::to_string(buffer.size()) +
+                                                  " bytes does not start with a ternary payload: " + why);
+  };
+  if (buffer.size() < kHeaderBytes) return bad("shorter than a header");
+  const uint8_t* p = buffer.data();
+  if (load_le32(p) != kMagicLe32) return bad("bad magic");
+  const uint8_t codec = header_codec(p);
+  size_t length = 0;
+  if (codec == kCodecTernaryEntropy) {
+    if (buffer.size() < kEntropyHeaderBytes || p[kHeaderSizeOffset] != kEntropyHeaderBytes ||
+        load_le32(p + kEntropyCrcOffset) != crc32_ieee(p, kEntropyCrcOffset))
+      return bad("entropy-coded header is truncated or fails its CRC");
+    const uint64_t len = load_le64(p + kEntropyLengthOffset);
+    if (len > buffer.size()) return bad("its length field says " + std::to_string(len) + " bytes");
+    length = static_cast<size_t>(len);
+  } else if (codec == kCodecTernary2Bit || codec == kCodecTernaryBase3) {
+    if (p[kHeaderSizeOffset] != kHeaderBytes || load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset))
+      return bad("header size or CRC is wrong");
+    const uint64_t n = header_count(p);
+    if (n > (uint64_t{1} << 62)) return bad("element count above 2^62");
+    const uint64_t len = codec == kCodecTernary2Bit ? max_encoded_bytes(n) : base3_payload_bytes(n);
+    if (len > buffer.size()) return bad(std::to_string(n) + " elements need " + std::to_string(len) + " bytes");
+    length = static_cast<size_t>(len);
+  } else {
+    return bad("codec id " + std::to_string(codec) + " (expected 1, 4 or 5)");
+  }
+  return length;
 }
 
 }  // namespace terngrad::quantize

@@ -4,6 +4,8 @@
 
 #include "cpu_kernels.h"
 #include "messages.h"
+#include "packed_cpu.h"
+#include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/codec.h"
 
 namespace terngrad::quantize {
@@ -38,12 +40,12 @@ void encode_bytes_nearest(const float* x, uint64_t n, uint64_t k_begin, uint64_t
 
 namespace {
 
-void require_capacity(uint64_t n, size_t capacity) {
-  if (capacity < max_encoded_bytes(n)) {
+void require_capacity(uint64_t n, Packing packing, size_t capacity) {
+  if (capacity < max_encoded_bytes(n, packing)) {
     throw CodecError(Errc::kBufferTooSmall,
                      "output buffer has " + std::to_string(capacity) + " bytes, encoding " +
-                         std::to_string(n) + " elements needs max_encoded_bytes(n) = " +
-                         std::to_string(max_encoded_bytes(n)));
+                         std::to_string(n) + " elements (" + packing_name(packing) +
+                         ") needs max_encoded_bytes = " + std::to_string(max_encoded_bytes(n, packing)));
   }
 }
 
@@ -72,6 +74,7 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
   const float scale = resolve_scale(stats, params);
   const bool nearest = params.rounding == Rounding::kNearest;
   const uint8_t flags = (params.shared_scale ? kFlagSharedScale : 0) | (nearest ? kFlagNearest : 0);
+  if (params.packing != Packing::k2Bit) return detail::encode_packed(x, scale, flags, params, out);
   write_header_bits(out.data(), flags, n, float_bits(scale), params.tensor_id, nearest ? 0 : params.seed,
                     params.step);
 
@@ -96,15 +99,34 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
 
 }  // namespace
 
+const char* packing_name(Packing p) {
+  switch (p) {
+    case Packing::k2Bit: return "2bit";
+    case Packing::kBase3: return "base3";
+    case Packing::kEntropy: return "entropy";
+  }
+  return "unknown";
+}
+
+std::optional<Packing> parse_packing(std::string_view name) {
+  for (Packing p : {Packing::k2Bit, Packing::kBase3, Packing::kEntropy})
+    if (name == packing_name(p)) return p;
+  return std::nullopt;
+}
+
+size_t max_encoded_bytes(uint64_t n, Packing packing) {
+  return packing == Packing::k2Bit ? max_encoded_bytes(n) : base3_payload_bytes(n);
+}
+
 size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
                          const EncodeParams& params, std::span<uint8_t> out) {
-  require_capacity(x.size(), out.size());
+  require_capacity(x.size(), params.packing, out.size());
   check_slice(params.element_offset, x.size(), stats.count);
   return encode_body(x, stats, params, out);
 }
 
 size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out) {
-  require_capacity(x.size(), out.size());  // before the stats pass: fail fast
+  require_capacity(x.size(), params.packing, out.size());  // before the stats pass: fail fast
   check_offset(params.element_offset);
   return encode_body(x, compute_stats(x), params, out);
 }

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "cpu_kernels.h"
+#include "entropy_sum_cpu.h"
+#include "packed_cpu.h"
 #include "messages.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/ternary_math.h"
@@ -178,19 +180,29 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
   return bytes;
 }
 
-SumHeader read_sum_header(std::span<const uint8_t> payload) { return parse_sum_header(payload); }
+SumHeader read_sum_header(std::span<const uint8_t> payload) { return parse_sum_header(payload); }  // codec 2 only
 
 SumHeader inspect_sum(std::span<const uint8_t> payload) {
+  if (is_sum_payload(payload) && header_codec(payload.data()) == kCodecTernarySumEntropy)
+    return detail::open_sum_entropy(payload).header;
   const SumHeader h = parse_sum_header(payload);
   check_sum_body(payload, h);
   return h;
 }
 
 void decode_sum(std::span<const uint8_t> payload, std::span<float> out) {
+  auto require_count = [&](uint64_t count) {
+    if (out.size() != count)
+      throw CodecError(Errc::kInvalidArgument, "ternary sum payload holds " + std::to_string(count) +
+                                                   " elements, the output has " + std::to_string(out.size()));
+  };
+  if (is_sum_payload(payload) && header_codec(payload.data()) == kCodecTernarySumEntropy) {
+    const detail::SumView sv = detail::open_sum_entropy(payload, out.size());
+    detail::decode_sum_symbols(sv, out);
+    return;
+  }
   const SumHeader h = inspect_sum(payload);
-  if (out.size() != h.count)
-    throw CodecError(Errc::kInvalidArgument, "ternary sum payload holds " + std::to_string(h.count) +
-                                                 " elements, the output has " + std::to_string(out.size()));
+  require_count(h.count);
   const uint8_t* body = payload.data() + kHeaderBytes;
   const uint64_t body_bytes = payload.size() - kHeaderBytes;
   const uint64_t groups = (h.count + 7) / 8;
@@ -259,9 +271,47 @@ PayloadHeader header_only(std::span<const uint8_t> p, size_t index) {
 
 }  // namespace
 
+size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
+                  uint32_t step, SumPacking packing, std::span<uint8_t> out) {
+  if (packing == SumPacking::kEntropy && contributions <= kMaxEntropySumContributions) {
+    // Checks the counts, the scale and the room as codec 2 would need them
+    // (its size bounds codec 6's), then tries codec 6 strictly smaller.
+    const size_t fixed = encode_sum(counts, scale, contributions, tensor_id, step, out);
+    std::vector<uint8_t> packed(fixed - 1);
+    const size_t len = detail::encode_sum_entropy(counts, scale, contributions, tensor_id, step, packed);
+    if (len == 0) return fixed;
+    std::copy(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(len), out.begin());
+    return len;
+  }
+  return encode_sum(counts, scale, contributions, tensor_id, step, out);
+}
+
+size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out, SumPacking packing) {
+  if (packing == SumPacking::kBitPacked) return sum_payloads(payloads, out);
+  if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_payloads needs at least one payload");
+  if (payloads.size() > kMaxSumContributions)
+    throw CodecError(Errc::kInvalidArgument, "a ternary sum takes at most " + std::to_string(kMaxSumContributions) +
+                                                 " payloads, got " + std::to_string(payloads.size()));
+  const PayloadHeader first = read_header(payloads[0]);
+  std::vector<int16_t> counts(first.count);  // the caller knows n; sum_shared checks the rest against it
+  const float scale = sum_shared(payloads, counts);
+  return encode_sum(counts, scale, static_cast<uint32_t>(payloads.size()), first.tensor_id, first.step,
+                    SumPacking::kEntropy, out);
+}
+
 size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out) {
   if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_payloads needs at least one payload");
   const uint32_t r = static_cast<uint32_t>(std::min<size_t>(payloads.size(), UINT32_MAX));
+  // Packed inputs (codec 4, 5) have no 2-bit body to sum from: the int16 route.
+  if (std::any_of(payloads.begin(), payloads.end(), [](auto p) { return detail::is_symbol_packed(p); })) {
+    if (payloads.size() > kMaxSumContributions)
+      throw CodecError(Errc::kInvalidArgument, "a ternary sum takes at most " + std::to_string(kMaxSumContributions) +
+                                                   " payloads, got " + std::to_string(payloads.size()));
+    const PayloadHeader first = read_header(payloads[0]);
+    std::vector<int16_t> counts(first.count);
+    const float scale = sum_shared(payloads, counts);
+    return encode_sum(counts, scale, r, first.tensor_id, first.step, out);
+  }
   const PayloadHeader first = header_only(payloads[0], 0);
   for (size_t p = 1; p < payloads.size(); ++p) {
     const PayloadHeader h = header_only(payloads[p], p);
@@ -340,7 +390,7 @@ uint32_t sum_groups_portable(const uint8_t* const* bodies, size_t count, uint64_
 
 bool is_sum_payload(std::span<const uint8_t> payload) {
   return payload.size() >= kHeaderBytes && load_le32(payload.data() + kHeaderMagicOffset) == kMagicLe32 &&
-         header_codec(payload.data()) == kCodecTernarySum;
+         (header_codec(payload.data()) == kCodecTernarySum || header_codec(payload.data()) == kCodecTernarySumEntropy);
 }
 
 }  // namespace terngrad::quantize

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "terngrad/quantize/error.h"
 #include "terngrad/quantize/format.h"
@@ -24,6 +25,20 @@ enum class Rounding {
   kStochastic,  // TernGrad: +-s with probability |g|/s, unbiased (the paper)
   kNearest,     // deterministic: +-s iff |g| > s/2 (ternary_math.h); biased, contractive: for ef()
 };
+
+// How the codes travel (FORMAT.md). The codes themselves, and so the decoded
+// values, are the same for every packing: only the bytes differ.
+enum class Packing : uint8_t {
+  k2Bit,     // codec 1: 2 bits per element, 4 per byte (the paper's)
+  kBase3,    // codec 4: 5 elements per byte, 1.6 bits, fixed size
+  kEntropy,  // codec 5: rANS-coded blocks, size depends on the values; the
+             // encoder writes codec 4 instead when that is not larger
+};
+
+// "2bit", "base3", "entropy"; parse_packing() takes the same names and
+// returns nullopt for anything else.
+const char* packing_name(Packing p);
+std::optional<Packing> parse_packing(std::string_view name);
 
 struct EncodeParams {
   // c in s = min(max|g|, c * sigma); 0 disables clipping (s = max|g|).
@@ -45,7 +60,19 @@ struct EncodeParams {
   // kNearest draws no random numbers: the header's flags carry kFlagNearest
   // and its seed field is 0 (seed is ignored).
   Rounding rounding = Rounding::kStochastic;
+  Packing packing = Packing::k2Bit;
 };
+
+// The most bytes encode() writes for n elements with this packing: exact for
+// k2Bit and kBase3, the base-3 size for kEntropy (never exceeded).
+size_t max_encoded_bytes(uint64_t n, Packing packing);
+
+// The length of the payload at the start of buffer, from its header (codec
+// 1, 4 or 5): what an encoder wrote into a max_encoded_bytes() buffer.
+// Checks the header's magic, codec, CRC and that the buffer holds that many
+// bytes; throws CodecError(kMalformedPayload) otherwise. The body is not
+// validated (inspect() does that).
+size_t payload_length(std::span<const uint8_t> buffer);
 
 // One pass: mean, population standard deviation, max|g|.
 // Throws kNonFinite (naming the first bad index) on NaN/Inf.
@@ -58,8 +85,9 @@ float local_scale(const TensorStats& stats, float clip_factor);
 // The scale encode() uses: local_scale(), or params.shared_scale after checking it.
 float resolve_scale(const TensorStats& stats, const EncodeParams& params);
 
-// Encodes x into out (at least max_encoded_bytes(x.size()) bytes); returns
-// the bytes written, always max_encoded_bytes(x.size()).
+// Encodes x into out (at least max_encoded_bytes(x.size(), params.packing)
+// bytes); returns the bytes written (max_encoded_bytes for the fixed-size
+// packings, at most that for kEntropy).
 size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out);
 
 // The same with statistics the caller already computed (the scale-sharing
@@ -68,8 +96,18 @@ size_t encode(std::span<const float> x, const EncodeParams& params, std::span<ui
 size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
                          const EncodeParams& params, std::span<uint8_t> out);
 
+// Decoders below take every packing: codec 1, 4 or 5 (header.codec says which).
 // Validates a whole payload (header, length, every code, padding) and returns its header.
+// An entropy-coded payload of B bytes may describe thousands of times B
+// elements (a block of zeros costs a few bytes) and inspect() decodes it
+// into n/5 bytes of scratch: a caller holding bytes from the network checks
+// read_header()'s count against what it expects first. The decoders below
+// that take an output check its size before decoding anything.
 PayloadHeader inspect(std::span<const uint8_t> payload);
+
+// Validates the header and the length only (codec 5: also its block
+// directory), not the body; returns the header. Cheap at any size.
+PayloadHeader read_header(std::span<const uint8_t> payload);
 
 // out = decoded payload. out.size() must equal the payload's element count.
 void decode(std::span<const uint8_t> payload, std::span<float> out);

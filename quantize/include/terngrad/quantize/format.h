@@ -16,6 +16,9 @@ inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr uint8_t kCodecTernary2Bit = 1;
 inline constexpr uint8_t kCodecTernarySum = 2;  // ternary_sum.h
 inline constexpr uint8_t kCodecTernaryBucketed = 3;  // bucketed.h: one scale per bucket
+inline constexpr uint8_t kCodecTernaryBase3 = 4;     // entropy_format.h: 5 elements per byte
+inline constexpr uint8_t kCodecTernaryEntropy = 5;   // entropy_format.h: rANS-coded codes
+inline constexpr uint8_t kCodecTernarySumEntropy = 6;  // entropy_format.h: rANS-coded sum counts
 inline constexpr size_t kHeaderBytes = 40;
 
 // Where each header field starts (FORMAT.md's table) and how it is stored.

@@ -21,12 +21,22 @@ namespace terngrad::quantize {
 // kCodecTernarySum (format.h) is this payload's codec id.
 // int16 counts: at most this many payloads in one sum.
 inline constexpr uint32_t kMaxSumContributions = 32767;
+// The entropy-coded sum (codec 6) holds a count + R digit in a byte symbol:
+// sums of more payloads travel bit-packed (codec 2).
+inline constexpr uint32_t kMaxEntropySumContributions = 127;
+
+// How a sum travels: bit-packed fields (codec 2, bit_width(2R) bits per
+// element), or entropy-coded (codec 6, FORMAT.md), which an encoder writes
+// only when R <= kMaxEntropySumContributions and it comes out smaller than
+// codec 2 (otherwise codec 2): so sum_payload_bytes() bounds both.
+enum class SumPacking : uint8_t { kBitPacked, kEntropy };
 
 struct SumHeader {
+  uint8_t codec = kCodecTernarySum;  // 2 (bit-packed) or 6 (entropy-coded)
   uint64_t count = 0;          // elements
   float scale = 0.0f;          // element value = scale * count_i
   uint32_t contributions = 0;  // R: payloads summed, counts lie in [-R, R]
-  uint32_t bits = 0;           // bits per element, bit_width(2R)
+  uint32_t bits = 0;           // bits per element of codec 2, bit_width(2R) (codec 6: what it replaces)
   uint32_t tensor_id = 0;
   uint32_t step = 0;
 };
@@ -35,7 +45,8 @@ struct SumHeader {
 // Throws kInvalidArgument for R = 0 or R > kMaxSumContributions.
 uint32_t sum_bits(uint32_t contributions);
 
-// Exact payload size for n elements summed from R payloads.
+// Exact codec-2 payload size for n elements summed from R payloads; the most
+// any sum of them takes (codec 6 is written only when smaller).
 size_t sum_payload_bytes(uint64_t n, uint32_t contributions);
 
 // Packs counts (each in [-R, R], else kInvalidArgument naming the element)
@@ -49,21 +60,30 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
 // checked (headers, codes, padding) and refused like sum_shared() refuses
 // them; tensor id and step come from the first. Returns the bytes written
 // to out, which must hold sum_payload_bytes(n, R).
+// Inputs may be of any packing (codec 1, 4 or 5; mixed is fine).
 size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out);
+// The same sum packed as asked (kEntropy: codec 6 when that is smaller).
+size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out, SumPacking packing);
 
+// encode_sum() with the packing chosen as sum_payloads() chooses it.
+size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
+                  uint32_t step, SumPacking packing, std::span<uint8_t> out);
+
+// Decoders below take codec 2 and codec 6 (header.codec says which).
 // Validates header, length, every field (<= 2R) and the padding bits; returns the header.
 SumHeader inspect_sum(std::span<const uint8_t> payload);
 
 // Validates the header and the length only, not the body: for a decoder that
 // checks the fields itself where they are unpacked (the CUDA sum decode,
-// quantize/cuda_sum.h), so the body is not read twice on the host.
+// quantize/cuda_sum.h), so the body is not read twice on the host. Codec 2
+// only: a codec-6 payload is refused here (decode it with decode_sum()).
 SumHeader read_sum_header(std::span<const uint8_t> payload);
 
 // out = scale * count per element (one float32 rounding each). out.size()
 // must equal the payload's count. Nothing is written if the payload is bad.
 void decode_sum(std::span<const uint8_t> payload, std::span<float> out);
 
-// True if the payload's header says codec id 2 (a sum), without validating it.
+// True if the payload's header says codec id 2 or 6 (a sum), without validating it.
 bool is_sum_payload(std::span<const uint8_t> payload);
 
 }  // namespace terngrad::quantize

@@ -1,0 +1,125 @@
+// The entropy-coded ternary sum (codec 6, FORMAT.md): a ps's shared-scale
+// counts in [-R, R], one digit count + R per element, g digits per symbol
+// (g = 5 for R = 1, 3 for R = 2, 2 for R = 3..7, 1 for R = 8..127), coded by
+// the blocks of entropy_payload.cpp. R above 127 (a digit would not fit a
+// byte) and sums that would not come out smaller stay codec 2.
+#include "entropy_sum_cpu.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "entropy_payload.h"
+#include "terngrad/quantize/entropy_format.h"
+#include "terngrad/quantize/ternary_math.h"
+
+namespace terngrad::quantize::detail {
+
+namespace {
+
+rans::Layout sum_layout(uint64_t n, uint32_t contributions) {
+  const uint32_t a = 2 * contributions + 1;
+  rans::Layout l{n, a, rans::group_for_alphabet(a), 1, rans::kEncoderBlockLog2};
+  l.lanes = rans::encoder_lanes(l.symbols());
+  return l;
+}
+
+}  // namespace
+
+size_t encode_sum_entropy(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
+                          uint32_t step, std::span<uint8_t> out) {
+  if (contributions > kMaxEntropySumContributions) return 0;
+  const uint64_t n = counts.size();
+  SymbolStream ss;
+  ss.layout = sum_layout(n, contributions);
+  const rans::Layout& l = ss.layout;
+  const uint32_t a = l.alphabet, g = l.group;
+  const uint64_t m = l.blocks();
+  ss.symbols.resize(l.symbols());
+  ss.counts.assign(m * a, 0);
+  const int32_t r = static_cast<int32_t>(contributions);
+  for_each_block(n, m, [&](uint64_t j) {
+    uint32_t* c = ss.counts.data() + j * a;
+    const uint64_t s0 = j << l.block_log2, s1 = s0 + l.block_symbols(j);
+    for (uint64_t s = s0; s < s1; ++s) {
+      uint32_t sym = 0, place = 1;
+      for (uint32_t k = 0; k < g; ++k, place *= a) {
+        const uint64_t i = s * g + k;
+        const uint32_t digit = i < n ? static_cast<uint32_t>(counts[i] + r) : static_cast<uint32_t>(r);
+        sym += digit * place;
+        ++c[digit];
+      }
+      ss.symbols[s] = static_cast<uint8_t>(sym);
+    }
+  });
+  const size_t len = write_entropy_body(ss, out);
+  if (len == 0) return 0;
+  EntropyHeader h;
+  h.codec = kCodecTernarySumEntropy;
+  h.flags = kFlagSharedScale;
+  h.count = n;
+  h.scale_bits = float_bits(scale);
+  h.tensor_id = tensor_id;
+  h.seed_field = contributions;
+  h.step = step;
+  h.lanes = l.lanes;
+  h.block_log2 = l.block_log2;
+  h.group = g;
+  h.length = len;
+  write_entropy_header(out.data(), h);
+  return len;
+}
+
+SumView open_sum_entropy(std::span<const uint8_t> payload, std::optional<uint64_t> expect_count) {
+  const uint8_t* p = payload.data();
+  auto malformed = [&](const std::string& why) {
+    throw CodecError(Errc::kMalformedPayload, "malformed entropy-coded ternary sum (" + std::to_string(payload.size()) +
+                                                  " bytes): " + why);
+  };
+  if (payload.size() < kEntropyHeaderBytes) malformed("shorter than the 52-byte header");
+  const uint32_t r = load_le32(p + kEntropySumContributionsOffset);
+  if (r == 0 || r > kMaxEntropySumContributions)
+    malformed("contributions " + std::to_string(r) + " outside [1, " + std::to_string(kMaxEntropySumContributions) + "]");
+  const EntropyView v = check_entropy_header(payload, kCodecTernarySumEntropy, 2 * r + 1, r);
+  if (v.header.flags != kFlagSharedScale)
+    malformed("flags must be 0x01 (one shared scale), got " + std::to_string(v.header.flags));
+  if (load_le32(p + kEntropySumContributionsOffset + 4) != 0) malformed("reserved bytes 28-31 are not zero");
+  if (expect_count && *expect_count != v.header.count)
+    throw CodecError(Errc::kInvalidArgument, "ternary sum payload holds " + std::to_string(v.header.count) +
+                                                 " elements, the output has " + std::to_string(*expect_count));
+  SumView sv;
+  sv.header.codec = kCodecTernarySumEntropy;
+  sv.header.count = v.header.count;
+  sv.header.scale = bits_float(v.header.scale_bits);
+  sv.header.contributions = r;
+  sv.header.bits = sum_bits(r);
+  sv.header.tensor_id = v.header.tensor_id;
+  sv.header.step = v.header.step;
+  sv.layout = v.layout;
+  sv.symbols.resize(v.layout.symbols());
+  read_entropy_symbols(payload, v, sv.symbols.data());
+  return sv;
+}
+
+void decode_sum_symbols(const SumView& sv, std::span<float> out) {
+  const rans::Layout& l = sv.layout;
+  const uint32_t a = l.alphabet, g = l.group;
+  const int32_t r = static_cast<int32_t>(sv.header.contributions);
+  // One float per digit value: float32(s * count), as codec 2 decodes.
+  std::vector<float> value(a);
+  for (uint32_t d = 0; d < a; ++d) value[d] = sv.header.scale * static_cast<float>(static_cast<int32_t>(d) - r);
+  const uint64_t n = l.count;
+  float* o = out.data();
+  for_each_block(n, l.blocks(), [&](uint64_t j) {
+    const uint64_t s0 = j << l.block_log2, s1 = s0 + l.block_symbols(j);
+    for (uint64_t s = s0; s < s1; ++s) {
+      uint32_t sym = sv.symbols[s];
+      for (uint32_t k = 0; k < g; ++k, sym /= a) {
+        const uint64_t i = s * g + k;
+        if (i < n) o[i] = value[sym % a];
+      }
+    }
+  });
+}
+
+}  // namespace terngrad::quantize::detail

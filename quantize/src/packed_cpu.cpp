@@ -1,0 +1,289 @@
+// Base-3 (codec 4) and entropy-coded (codec 5) worker payloads (packed_cpu.h).
+//
+// Encode, one block of 5 * 2^14 elements per task: the 2-bit encode kernel of
+// the SIMD level in use writes the block's codes to a small buffer (so the
+// codes, and so the symbols, are exactly codec 1's), 5 codes become one
+// base-3 byte through a 1024-entry table (10 bits of codes at a time), and
+// the codes' popcounts give the block's counts of +, - and 0. Base-3 stops
+// there (the symbols are its body); entropy coding runs the blocks' rANS
+// streams next (entropy_payload.cpp) and writes the base-3 payload instead
+// when that would not be smaller (tiny tensors: its header is 12 bytes
+// shorter, and a block directory costs 10 bytes a block).
+#include "packed_cpu.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "entropy_payload.h"
+#include "messages.h"
+#include "terngrad/quantize/entropy_format.h"
+
+namespace terngrad::quantize::detail {
+
+namespace {
+
+constexpr uint64_t kBlockSymbols = uint64_t{1} << rans::kEncoderBlockLog2;
+constexpr uint64_t kBlockElements = kBase3Elements * kBlockSymbols;  // a multiple of 20
+
+// Base-3 value of five 2-bit codes (code j at bits 2j). Entries holding the
+// reserved code 0b11 are never looked up (encoders do not write it).
+constexpr std::array<uint8_t, 1024> make_code_lut() {
+  std::array<uint8_t, 1024> t{};
+  for (uint32_t v = 0; v < 1024; ++v) {
+    uint32_t s = 0, p = 1;
+    for (uint32_t j = 0; j < 5; ++j, p *= 3) s += ((v >> (2 * j)) & 3u) * p;
+    t[v] = static_cast<uint8_t>(s > 255 ? 255 : s);
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 1024> kCodeLut = make_code_lut();
+
+// The five codes' signs of every symbol: digit 0 -> 0, 1 -> +1, 2 -> -1.
+struct SymbolSigns {
+  int8_t v[243][kBase3Elements];
+  constexpr SymbolSigns() : v() {
+    for (uint32_t s = 0; s < 243; ++s)
+      for (uint32_t j = 0, r = s; j < kBase3Elements; ++j, r /= 3) v[s][j] = static_cast<int8_t>(r % 3 == 1 ? 1 : r % 3 == 2 ? -1 : 0);
+  }
+};
+constexpr SymbolSigns kSigns;
+
+// Symbols of one block's codes (ceil(len/4) bytes, zero beyond them for at
+// least 8 bytes): 4 symbols from each 5 code bytes.
+void codes_to_symbols(const uint8_t* codes, uint64_t nsym, uint8_t* syms) {
+  uint64_t s = 0;
+  const uint8_t* c = codes;
+  for (; s + 4 <= nsym; s += 4, c += 5) {
+    uint64_t w;
+    std::memcpy(&w, c, sizeof w);  // 8 readable bytes: the buffer has slack
+    syms[s] = kCodeLut[w & 1023u];
+    syms[s + 1] = kCodeLut[(w >> 10) & 1023u];
+    syms[s + 2] = kCodeLut[(w >> 20) & 1023u];
+    syms[s + 3] = kCodeLut[(w >> 30) & 1023u];
+  }
+  for (uint32_t k = 0; s < nsym; ++s, ++k) {
+    uint64_t w;
+    std::memcpy(&w, c, sizeof w);
+    syms[s] = kCodeLut[(w >> (10 * k)) & 1023u];
+  }
+}
+
+void count_codes(const uint8_t* codes, uint64_t nbytes, uint32_t* plus, uint32_t* minus) {
+  uint64_t p = 0, m = 0, k = 0;
+  for (; k + 8 <= nbytes; k += 8) {
+    uint64_t w;
+    std::memcpy(&w, codes + k, sizeof w);
+    p += std::popcount(w & 0x5555555555555555ull);
+    m += std::popcount(w & 0xAAAAAAAAAAAAAAAAull);
+  }
+  for (; k < nbytes; ++k) {
+    p += std::popcount(static_cast<uint32_t>(codes[k] & 0x55u));
+    m += std::popcount(static_cast<uint32_t>(codes[k] & 0xAAu));
+  }
+  *plus = static_cast<uint32_t>(p);
+  *minus = static_cast<uint32_t>(m);
+}
+
+[[noreturn]] void malformed_base3(size_t size, const std::string& what) {
+  throw CodecError(Errc::kMalformedPayload, "malformed base-3 payload (" + std::to_string(size) + " bytes): " + what);
+}
+
+PayloadHeader check_base3_header(std::span<const uint8_t> payload) {
+  const uint8_t* p = payload.data();
+  const size_t size = payload.size();
+  if (size < kHeaderBytes) malformed_base3(size, "shorter than the 40-byte header");
+  if (load_le32(p) != kMagicLe32) malformed_base3(size, "bad magic (expected \"TGRD\")");
+  if (p[kHeaderVersionOffset] != kFormatVersion) malformed_base3(size, "unsupported format version (expected 1)");
+  if (p[kHeaderSizeOffset] != kHeaderBytes) malformed_base3(size, "header size field is not 40");
+  if ((header_flags(p) & ~kKnownFlags) != 0) malformed_base3(size, "reserved flag bits are set");
+  if (load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset))
+    malformed_base3(size, "header CRC-32 mismatch (corrupt header)");
+  const uint32_t sb = header_scale_bits(p);
+  if ((sb >> 31) != 0 || (sb & 0x7F800000u) == 0x7F800000u) malformed_base3(size, "scale is negative, NaN or Inf");
+  const uint64_t n = header_count(p);
+  if (n > (uint64_t{1} << 62) || size - kHeaderBytes != base3_body_bytes(n))
+    malformed_base3(size, "payload length disagrees with the element count " + std::to_string(n) + " (expected " +
+                              (n > (uint64_t{1} << 62) ? std::string("at most 2^62 elements")
+                                                       : std::to_string(base3_payload_bytes(n)) + " bytes") +
+                              ")");
+  return read_header_fields(p);
+}
+
+// The first body byte above 242, or the last one if its padding digits are
+// not zero; nsym if the body is clean.
+uint64_t first_bad_symbol(const uint8_t* syms, uint64_t n) {
+  const uint64_t nsym = base3_body_bytes(n);
+  uint32_t worst = 0;
+  for (uint64_t k = 0; k < nsym; ++k) worst = std::max<uint32_t>(worst, syms[k]);  // vectorizes
+  if (worst > kBase3MaxByte)
+    for (uint64_t k = 0; k < nsym; ++k)
+      if (syms[k] > kBase3MaxByte) return k;
+  const uint32_t used = static_cast<uint32_t>(n % kBase3Elements);
+  if (used != 0) {
+    uint32_t limit = 1;
+    for (uint32_t j = 0; j < used; ++j) limit *= 3;
+    if (syms[nsym - 1] >= limit) return nsym - 1;
+  }
+  return nsym;
+}
+
+}  // namespace
+
+size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const EncodeParams& params,
+                     std::span<uint8_t> out) {
+  const uint64_t n = x.size();
+  const uint64_t nsym = base3_body_bytes(n);
+  const bool nearest = (flags & kFlagNearest) != 0;
+  const bool entropy = params.packing == Packing::kEntropy;
+  const uint64_t seed_field = nearest ? 0 : params.seed;
+  const TernaryQuantizer q = make_quantizer(scale);
+  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
+
+  SymbolStream ss;
+  ss.layout = rans::Layout{n, 3, kBase3Elements, rans::encoder_lanes(nsym), rans::kEncoderBlockLog2};
+  const uint64_t blocks = ss.layout.blocks();
+  uint8_t* syms = out.data() + kHeaderBytes;  // base-3: the symbols are the body
+  if (entropy) {
+    ss.symbols.resize(nsym);
+    ss.counts.resize(blocks * 3);
+    syms = ss.symbols.data();
+  }
+  auto* kernel = kernels().encode_bytes;
+  const float* data = x.data();
+  for_each_block(n, blocks, [&](uint64_t b) {
+    thread_local uint8_t codes[kBlockElements / 4 + 16];
+    const uint64_t e0 = b * kBlockElements, len = std::min(kBlockElements, n - e0);
+    const uint64_t nbytes = body_bytes(len);
+    const RngStream block_rng{rng.seed, rng.step, rng.tensor_id, rng.block_offset + e0 / 4};
+    if (nearest)
+      encode_bytes_nearest(data + e0, len, 0, nbytes, q, codes);
+    else
+      kernel(data + e0, len, 0, nbytes, q, block_rng, codes);
+    std::memset(codes + nbytes, 0, 16);
+    const uint64_t bsym = base3_body_bytes(len);
+    codes_to_symbols(codes, bsym, syms + b * kBlockSymbols);
+    if (entropy) {
+      uint32_t plus, minus;
+      count_codes(codes, nbytes, &plus, &minus);
+      uint32_t* c = ss.counts.data() + 3 * b;
+      c[1] = plus;
+      c[2] = minus;
+      c[0] = static_cast<uint32_t>(kBase3Elements * bsym) - plus - minus;  // padding digits count as zero
+    }
+  });
+  const uint32_t sbits = float_bits(scale);
+  if (entropy) {
+    const size_t base3 = base3_payload_bytes(n);
+    const size_t len = write_entropy_body(ss, out.first(std::min(out.size(), base3 - 1)));
+    if (len != 0) {
+      EntropyHeader h;
+      h.codec = kCodecTernaryEntropy;
+      h.flags = flags;
+      h.count = n;
+      h.scale_bits = sbits;
+      h.tensor_id = params.tensor_id;
+      h.seed_field = seed_field;
+      h.step = params.step;
+      h.lanes = ss.layout.lanes;
+      h.block_log2 = ss.layout.block_log2;
+      h.group = ss.layout.group;
+      h.length = len;
+      write_entropy_header(out.data(), h);
+      return len;
+    }
+    std::memcpy(out.data() + kHeaderBytes, ss.symbols.data(), nsym);  // not smaller: base-3
+  }
+  write_header_layout(out.data(), kCodecTernaryBase3, flags, n, sbits, params.tensor_id, seed_field, params.step);
+  return base3_payload_bytes(n);
+}
+
+bool is_symbol_packed(std::span<const uint8_t> payload) {
+  if (payload.size() <= kHeaderCodecOffset || load_le32(payload.data()) != kMagicLe32) return false;
+  const uint8_t c = payload[kHeaderCodecOffset];
+  return c == kCodecTernaryBase3 || c == kCodecTernaryEntropy;
+}
+
+PayloadHeader check_symbol_header(std::span<const uint8_t> payload) {
+  if (payload[kHeaderCodecOffset] == kCodecTernaryBase3) return check_base3_header(payload);
+  const EntropyView v = check_entropy_header(payload, kCodecTernaryEntropy, 3, 0);
+  if ((v.header.flags & ~kKnownFlags) != 0)
+    throw CodecError(Errc::kMalformedPayload, "malformed entropy-coded payload: reserved flag bits are set");
+  PayloadHeader h;
+  h.codec = v.header.codec;
+  h.flags = v.header.flags;
+  h.count = v.header.count;
+  h.scale = bits_float(v.header.scale_bits);
+  h.tensor_id = v.header.tensor_id;
+  h.seed = v.header.seed_field;
+  h.step = v.header.step;
+  return h;
+}
+
+SymbolPayload open_symbol_payload(std::span<const uint8_t> payload, std::optional<uint64_t> expect_count,
+                                  const char* what) {
+  SymbolPayload sp;
+  sp.header = check_symbol_header(payload);
+  if (expect_count && *expect_count != sp.header.count)
+    throw CodecError(Errc::kInvalidArgument, std::string(what) + " has " + std::to_string(*expect_count) +
+                                                 " elements but the payload holds " + std::to_string(sp.header.count));
+  if (sp.header.codec == kCodecTernaryBase3) {
+    sp.symbols = payload.data() + kHeaderBytes;
+    const uint64_t bad = first_bad_symbol(sp.symbols, sp.header.count);
+    if (bad != base3_body_bytes(sp.header.count))
+      throw CodecError(Errc::kInvalidCode,
+                       "corrupt base-3 payload: body byte " + std::to_string(bad) + " is " +
+                           std::to_string(sp.symbols[bad]) +
+                           (sp.symbols[bad] > kBase3MaxByte ? " (above 242 = 3^5 - 1)"
+                                                            : ": its digits beyond element " +
+                                                                  std::to_string(sp.header.count - 1) + " are not 0"));
+    return sp;
+  }
+  const EntropyView v = check_entropy_header(payload, kCodecTernaryEntropy, 3, 0);
+  sp.decoded.resize(v.layout.symbols());
+  read_entropy_symbols(payload, v, sp.decoded.data());
+  sp.symbols = sp.decoded.data();
+  return sp;
+}
+
+void expand_symbols(const SymbolPayload& sp, bool accumulate, std::span<float> out) {
+  const uint64_t n = sp.header.count, nsym = base3_body_bytes(n);
+  const float s = sp.header.scale;
+  const float values[3] = {0.0f, s, -s};  // by code: the products s * {0, +1, -1}
+  float table[243][kBase3Elements];
+  for (uint32_t k = 0; k < 243; ++k)
+    for (uint32_t j = 0, r = k; j < kBase3Elements; ++j, r /= 3) table[k][j] = values[r % 3];
+  const uint8_t* syms = sp.symbols;
+  float* o = out.data();
+  const uint64_t full = n / kBase3Elements, blocks = (nsym + kBlockSymbols - 1) / kBlockSymbols;
+  for_each_block(n, blocks, [&](uint64_t b) {
+    const uint64_t k0 = b * kBlockSymbols, k1 = std::min(full, k0 + kBlockSymbols);
+    for (uint64_t k = k0; k < k1; ++k) {
+      const float* v = table[syms[k]];
+      float* d = o + kBase3Elements * k;
+      if (accumulate)
+        for (uint32_t j = 0; j < kBase3Elements; ++j) d[j] += v[j];
+      else
+        std::memcpy(d, v, sizeof(float) * kBase3Elements);
+    }
+  });
+  for (uint64_t i = full * kBase3Elements; i < n; ++i) {  // the last, partial symbol
+    const float v = table[syms[full]][i - full * kBase3Elements];
+    o[i] = accumulate ? o[i] + v : v;
+  }
+}
+
+void add_symbol_codes(const SymbolPayload& sp, int16_t* counts) {
+  const uint64_t n = sp.header.count, nsym = base3_body_bytes(n);
+  const uint64_t blocks = (nsym + kBlockSymbols - 1) / kBlockSymbols;
+  for_each_block(n, blocks, [&](uint64_t b) {
+    const uint64_t i0 = b * kBlockElements, i1 = std::min(n, i0 + kBlockElements);
+    for (uint64_t i = i0; i < i1; ++i)
+      counts[i] = static_cast<int16_t>(counts[i] + kSigns.v[sp.symbols[i / 5]][i % 5]);
+  });
+}
+
+}  // namespace terngrad::quantize::detail

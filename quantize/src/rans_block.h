@@ -1,0 +1,53 @@
+// Private: the CPU rANS block coder (FORMAT.md, "rANS"): one block's symbols
+// <-> one block's stream, K interleaved lanes, the model of entropy_format.h.
+// The payload code (entropy_cpu.cpp) cuts payloads into blocks and runs
+// these on threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "terngrad/quantize/entropy_format.h"
+
+namespace terngrad::quantize::detail {
+
+// A block's model, both ways: frequencies and cumulative frequencies per
+// symbol, the encoder's per-symbol constants and the decoder's slot table.
+struct BlockModel {
+  uint32_t symbols = 0;                  // a^g
+  uint16_t freq[rans::kMaxSymbols + 1];  // f_s (sum 2^14)
+  uint32_t cum[rans::kMaxSymbols + 2];   // c_s = sum of f below s
+  rans::EncSymbol enc[rans::kMaxSymbols + 1];
+
+  // From stored element probabilities q (already checked valid). Returns
+  // false if the model breaks its invariants (impossible: FORMAT.md).
+  bool build(const uint16_t* q, uint32_t alphabet, uint32_t group);
+  void build_encoder();                        // enc[] from freq/cum
+  void build_slot_table(uint8_t* slot_symbol) const;  // 2^14 bytes: slot -> symbol
+};
+
+// Encodes count symbols (each with freq > 0 in the model) with `lanes`
+// lanes into the stream that ends at stream_end (the stream is written back
+// to front: the caller's buffer must hold max_stream_bytes before
+// stream_end). Returns the stream's length; it occupies
+// [stream_end - length, stream_end).
+size_t rans_encode_block(const uint8_t* syms, uint32_t count, uint32_t lanes, const rans::EncSymbol* enc,
+                         uint8_t* stream_end);
+
+// Why a block's stream does not decode.
+enum class BlockFault : int {
+  kNone = 0,
+  kStreamTooShort,  // fewer bytes than its lanes' states
+  kOddStream,       // the words after the states are not whole 16-bit words
+  kBadState,        // an initial state below 2^16
+  kOverrun,         // the symbols need more words than the stream holds
+  kTrailingWords,   // words left over after the last symbol
+  kFinalState,      // a lane does not end at 2^16, where every encoder starts
+};
+const char* block_fault_name(BlockFault f);
+
+// Decodes count symbols of one block from stream[0, bytes) into syms.
+BlockFault rans_decode_block(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
+
+}  // namespace terngrad::quantize::detail
