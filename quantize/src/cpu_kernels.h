@@ -112,6 +112,14 @@ void decode_accumulate_portable(const uint8_t* in, size_t n, float* out);
 
 namespace terngrad::quantize::detail {
 
+struct BlockModel;  // rans_block.h
+size_t rans_encode_portable(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
+                            uint8_t* stream_end);
+size_t rans_encode_avx512(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
+                          uint8_t* stream_end);
+size_t rans_encode_avx2(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
+                        uint8_t* stream_end);
+
 // One kernel of each pass for one SIMD level.
 struct KernelTable {
   ChunkSums (*chunk_sums)(const float* x, size_t len);
@@ -132,6 +140,9 @@ struct KernelTable {
                         bool stream);
   void (*dense_sum_f16)(const uint8_t* const* bodies, size_t count, uint64_t e0, uint64_t e1, uint8_t* out,
                         bool stream);
+  // One rANS block (rans_block.h); the same stream at every level.
+  size_t (*rans_encode)(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
+                        uint8_t* stream_end);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

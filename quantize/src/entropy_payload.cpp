@@ -32,46 +32,51 @@ const uint8_t* entry(const uint8_t* payload, const Layout& l, uint64_t j) {
 
 }  // namespace
 
-size_t write_entropy_body(const SymbolStream& in, std::span<uint8_t> out) {
-  const Layout& l = in.layout;
-  const uint64_t m = l.blocks();
-  const uint32_t a = l.alphabet, e = element_prob_bits(l.group);
-  const uint64_t head = kEntropyHeaderBytes + l.directory_bytes();
-  if (head > out.size()) return 0;
-  // Every block's stream, back to front at the end of its own slot.
-  const uint64_t slot = m == 0 ? 0 : l.max_stream_bytes(0);
+EntropyWriter::EntropyWriter(const Layout& layout)
+    : layout_(layout),
+      slot_(layout.blocks() == 0 ? 0 : layout.max_stream_bytes(0) + 16),  // + the SIMD kernels' store slack
+      bytes_(layout.blocks()),
+      probs_(layout.blocks() * layout.alphabet),
+      model_failed_(layout.blocks(), 0) {
+  // One scratch per thread that writes payloads, reused: no page faults per step.
   thread_local std::vector<uint8_t> scratch;
-  if (scratch.size() < m * slot) scratch.resize(m * slot);
-  std::vector<uint32_t> bytes(m);
-  std::vector<uint16_t> q(m * a);
-  std::atomic<bool> model_failed{false};
-  uint8_t* base = scratch.data();
-  detail::for_each_block(l.count, m, [&](uint64_t j) {
-    BlockModel model;
-    uint16_t* qj = q.data() + j * a;
-    if (!quantize_element_probs(in.counts.data() + j * a, a, e, qj) || !model.build(qj, a, l.group)) {
-      model_failed = true;
-      return;
-    }
-    model.build_encoder();
-    bytes[j] = static_cast<uint32_t>(rans_encode_block(in.symbols.data() + (j << l.block_log2), l.block_symbols(j),
-                                                       l.lanes, model.enc, base + (j + 1) * slot));
-  });
-  if (model_failed)  // the invariants FORMAT.md proves; reaching this is a bug, not bad input
+  if (scratch.size() < layout.blocks() * slot_) scratch.resize(layout.blocks() * slot_);
+  scratch_ = scratch.data();
+}
+
+void EntropyWriter::code_block(uint64_t j, const uint8_t* symbols, const uint32_t* counts) {
+  const uint32_t a = layout_.alphabet;
+  uint16_t* q = probs_.data() + j * a;
+  BlockModel model;
+  if (!quantize_element_probs(counts, a, element_prob_bits(layout_.group), q) || !model.build(q, a, layout_.group)) {
+    model_failed_[j] = 1;
+    return;
+  }
+  bytes_[j] = static_cast<uint32_t>(
+      kernels().rans_encode(symbols, layout_.block_symbols(j), layout_.lanes, model, scratch_ + (j + 1) * slot_));
+}
+
+size_t EntropyWriter::finish(std::span<uint8_t> out) {
+  const Layout& l = layout_;
+  const uint64_t m = l.blocks();
+  const uint32_t a = l.alphabet;
+  if (std::any_of(model_failed_.begin(), model_failed_.end(), [](uint8_t f) { return f != 0; }))
+    // the invariants FORMAT.md proves; reaching this is a bug, not bad input
     throw CodecError(Errc::kInvalidArgument, "internal error: an entropy model broke its invariants");
+  const uint64_t head = kEntropyHeaderBytes + l.directory_bytes();
   std::vector<uint64_t> offset(m + 1, head);
-  for (uint64_t j = 0; j < m; ++j) offset[j + 1] = offset[j] + bytes[j];
+  for (uint64_t j = 0; j < m; ++j) offset[j + 1] = offset[j] + bytes_[j];
   const uint64_t total = offset[m];
   if (total > out.size()) return 0;
   uint8_t* p = out.data();
   detail::for_each_block(l.count, m, [&](uint64_t j) {
     uint8_t* d = entry(p, l, j);
-    store_le32(d, bytes[j]);
+    store_le32(d, bytes_[j]);
     for (uint32_t v = 0; v < a; ++v) {
-      d[4 + 2 * v] = static_cast<uint8_t>(q[j * a + v]);
-      d[5 + 2 * v] = static_cast<uint8_t>(q[j * a + v] >> 8);
+      d[4 + 2 * v] = static_cast<uint8_t>(probs_[j * a + v]);
+      d[5 + 2 * v] = static_cast<uint8_t>(probs_[j * a + v] >> 8);
     }
-    std::memcpy(p + offset[j], base + (j + 1) * slot - bytes[j], bytes[j]);
+    std::memcpy(p + offset[j], scratch_ + (j + 1) * slot_ - bytes_[j], bytes_[j]);
   });
   return static_cast<size_t>(total);
 }

@@ -16,19 +16,31 @@
 
 namespace terngrad::quantize::detail {
 
-// Symbols of a payload being encoded, with every block's element-value
-// counts (blocks() * alphabet of them, block-major).
-struct SymbolStream {
-  rans::Layout layout;
-  std::vector<uint8_t> symbols;   // layout.symbols()
-  std::vector<uint32_t> counts;   // [block][value]
-};
+// Codes a payload's blocks as their symbols come (from several threads, one
+// block each), then lays out directory and streams. Each block is coded
+// while its symbols are still in cache: the producer fills a block's symbols
+// and element-value counts (padding digits counted as the zero value) and
+// calls code_block() at once.
+class EntropyWriter {
+ public:
+  explicit EntropyWriter(const rans::Layout& layout);
+  // Block j's rANS stream from its symbols (layout.block_symbols(j) of them)
+  // and counts (layout.alphabet of them). Distinct j may run concurrently.
+  void code_block(uint64_t j, const uint8_t* symbols, const uint32_t* counts);
+  // Writes directory and streams at out + kEntropyHeaderBytes when the whole
+  // payload fits in out.size() bytes and returns its length; returns 0 (out
+  // untouched) when it would not fit. Writes no header. Every block must
+  // have been coded.
+  size_t finish(std::span<uint8_t> out);
 
-// Writes the directory and streams of `in` at out + kEntropyHeaderBytes
-// when the whole payload fits in out.size() bytes; returns the payload's
-// length, or 0 when it would not fit (the caller then writes its fixed-size
-// form). Writes no header.
-size_t write_entropy_body(const SymbolStream& in, std::span<uint8_t> out);
+ private:
+  rans::Layout layout_;
+  uint64_t slot_ = 0;                 // scratch bytes per block: the most a stream takes
+  std::vector<uint32_t> bytes_;       // [block] stream length
+  std::vector<uint16_t> probs_;       // [block][value] element probabilities
+  std::vector<uint8_t> model_failed_; // [block]
+  uint8_t* scratch_ = nullptr;        // block j's stream ends at scratch_ + (j + 1) * slot_
+};
 
 // The checked header of an entropy payload, ready to decode.
 struct EntropyView {

@@ -30,29 +30,27 @@ size_t encode_sum_entropy(std::span<const int16_t> counts, float scale, uint32_t
                           uint32_t step, std::span<uint8_t> out) {
   if (contributions > kMaxEntropySumContributions) return 0;
   const uint64_t n = counts.size();
-  SymbolStream ss;
-  ss.layout = sum_layout(n, contributions);
-  const rans::Layout& l = ss.layout;
+  const rans::Layout l = sum_layout(n, contributions);
   const uint32_t a = l.alphabet, g = l.group;
-  const uint64_t m = l.blocks();
-  ss.symbols.resize(l.symbols());
-  ss.counts.assign(m * a, 0);
   const int32_t r = static_cast<int32_t>(contributions);
-  for_each_block(n, m, [&](uint64_t j) {
-    uint32_t* c = ss.counts.data() + j * a;
-    const uint64_t s0 = j << l.block_log2, s1 = s0 + l.block_symbols(j);
-    for (uint64_t s = s0; s < s1; ++s) {
+  EntropyWriter writer(l);
+  for_each_block(n, l.blocks(), [&](uint64_t j) {
+    thread_local uint8_t syms[uint64_t{1} << rans::kEncoderBlockLog2];
+    uint32_t c[rans::kMaxAlphabet] = {};
+    const uint64_t s0 = j << l.block_log2, count = l.block_symbols(j);
+    for (uint64_t s = 0; s < count; ++s) {
       uint32_t sym = 0, place = 1;
       for (uint32_t k = 0; k < g; ++k, place *= a) {
-        const uint64_t i = s * g + k;
+        const uint64_t i = (s0 + s) * g + k;
         const uint32_t digit = i < n ? static_cast<uint32_t>(counts[i] + r) : static_cast<uint32_t>(r);
         sym += digit * place;
         ++c[digit];
       }
-      ss.symbols[s] = static_cast<uint8_t>(sym);
+      syms[s] = static_cast<uint8_t>(sym);
     }
+    writer.code_block(j, syms, c);
   });
-  const size_t len = write_entropy_body(ss, out);
+  const size_t len = writer.finish(out);
   if (len == 0) return 0;
   EntropyHeader h;
   h.codec = kCodecTernarySumEntropy;

@@ -17,7 +17,7 @@ const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             sum_fields_max_portable,    decode_sum_fields_portable,
                             fp16::encode_portable,      fp16::decode_portable,
                             fp16::decode_accumulate_portable, dense_sum_f32_portable,
-                            dense_sum_f16_portable};
+                            dense_sum_f16_portable,     rans_encode_portable};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {
@@ -25,6 +25,7 @@ KernelTable avx512_table() {
   const char* v = std::getenv("TG_HWY_AVX512");
   if (v != nullptr && std::strcmp(v, "1") == 0) return t;
   t.encode_bytes = encode_bytes_avx512;
+  t.rans_encode = rans_encode_avx512;
   return t;
 }
 KernelTable avx2_table() {
@@ -32,6 +33,7 @@ KernelTable avx2_table() {
   const char* v = std::getenv("TG_HWY_AVX2");
   if (v != nullptr && std::strcmp(v, "1") == 0) return t;
   t.encode_bytes = encode_bytes_avx2;
+  t.rans_encode = rans_encode_avx2;
   return t;
 }
 #endif

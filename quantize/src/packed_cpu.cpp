@@ -72,17 +72,24 @@ void codes_to_symbols(const uint8_t* codes, uint64_t nsym, uint8_t* syms) {
   }
 }
 
+// Set bits of a word, without a popcnt instruction (the library targets
+// baseline x86-64, where std::popcount is a libgcc call).
+inline uint64_t bits_set(uint64_t v) {
+  v = v - ((v >> 1) & 0x5555555555555555ull);
+  v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+  v = (v + (v >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return (v * 0x0101010101010101ull) >> 56;
+}
+
+// Counts of +s and -s codes in nbytes of 2-bit codes (zero bytes beyond
+// them up to a multiple of 8).
 void count_codes(const uint8_t* codes, uint64_t nbytes, uint32_t* plus, uint32_t* minus) {
-  uint64_t p = 0, m = 0, k = 0;
-  for (; k + 8 <= nbytes; k += 8) {
+  uint64_t p = 0, m = 0;
+  for (uint64_t k = 0; k < nbytes; k += 8) {
     uint64_t w;
     std::memcpy(&w, codes + k, sizeof w);
-    p += std::popcount(w & 0x5555555555555555ull);
-    m += std::popcount(w & 0xAAAAAAAAAAAAAAAAull);
-  }
-  for (; k < nbytes; ++k) {
-    p += std::popcount(static_cast<uint32_t>(codes[k] & 0x55u));
-    m += std::popcount(static_cast<uint32_t>(codes[k] & 0xAAu));
+    p += bits_set(w & 0x5555555555555555ull);
+    m += bits_set(w & 0xAAAAAAAAAAAAAAAAull);
   }
   *plus = static_cast<uint32_t>(p);
   *minus = static_cast<uint32_t>(m);
@@ -133,52 +140,61 @@ uint64_t first_bad_symbol(const uint8_t* syms, uint64_t n) {
 
 }  // namespace
 
+namespace {
+
+// Block b's symbols (and, for entropy coding, its counts of 0, + and -):
+// the 2-bit kernel's codes for its elements, 5 codes to a byte.
+struct BlockSymbols {
+  const float* x;
+  uint64_t n;
+  TernaryQuantizer q;
+  RngStream rng;
+  bool nearest;
+
+  uint64_t operator()(uint64_t b, uint8_t* syms, uint32_t* counts) const {
+    thread_local uint8_t codes[kBlockElements / 4 + 16];
+    const uint64_t e0 = b * kBlockElements, len = std::min(kBlockElements, n - e0);
+    const uint64_t nbytes = body_bytes(len);
+    if (nearest)
+      encode_bytes_nearest(x + e0, len, 0, nbytes, q, codes);
+    else
+      kernels().encode_bytes(x + e0, len, 0, nbytes, q, RngStream{rng.seed, rng.step, rng.tensor_id, rng.block_offset + e0 / 4},
+                             codes);
+    std::memset(codes + nbytes, 0, 16);
+    const uint64_t bsym = base3_body_bytes(len);
+    codes_to_symbols(codes, bsym, syms);
+    if (counts != nullptr) {
+      count_codes(codes, nbytes, &counts[1], &counts[2]);
+      counts[0] = static_cast<uint32_t>(kBase3Elements * bsym) - counts[1] - counts[2];  // padding digits are zeros
+    }
+    return bsym;
+  }
+};
+
+}  // namespace
+
 size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const EncodeParams& params,
                      std::span<uint8_t> out) {
   const uint64_t n = x.size();
   const uint64_t nsym = base3_body_bytes(n);
   const bool nearest = (flags & kFlagNearest) != 0;
-  const bool entropy = params.packing == Packing::kEntropy;
   const uint64_t seed_field = nearest ? 0 : params.seed;
-  const TernaryQuantizer q = make_quantizer(scale);
-  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
-
-  SymbolStream ss;
-  ss.layout = rans::Layout{n, 3, kBase3Elements, rans::encoder_lanes(nsym), rans::kEncoderBlockLog2};
-  const uint64_t blocks = ss.layout.blocks();
-  uint8_t* syms = out.data() + kHeaderBytes;  // base-3: the symbols are the body
-  if (entropy) {
-    ss.symbols.resize(nsym);
-    ss.counts.resize(blocks * 3);
-    syms = ss.symbols.data();
-  }
-  auto* kernel = kernels().encode_bytes;
-  const float* data = x.data();
-  for_each_block(n, blocks, [&](uint64_t b) {
-    thread_local uint8_t codes[kBlockElements / 4 + 16];
-    const uint64_t e0 = b * kBlockElements, len = std::min(kBlockElements, n - e0);
-    const uint64_t nbytes = body_bytes(len);
-    const RngStream block_rng{rng.seed, rng.step, rng.tensor_id, rng.block_offset + e0 / 4};
-    if (nearest)
-      encode_bytes_nearest(data + e0, len, 0, nbytes, q, codes);
-    else
-      kernel(data + e0, len, 0, nbytes, q, block_rng, codes);
-    std::memset(codes + nbytes, 0, 16);
-    const uint64_t bsym = base3_body_bytes(len);
-    codes_to_symbols(codes, bsym, syms + b * kBlockSymbols);
-    if (entropy) {
-      uint32_t plus, minus;
-      count_codes(codes, nbytes, &plus, &minus);
-      uint32_t* c = ss.counts.data() + 3 * b;
-      c[1] = plus;
-      c[2] = minus;
-      c[0] = static_cast<uint32_t>(kBase3Elements * bsym) - plus - minus;  // padding digits count as zero
-    }
-  });
+  const BlockSymbols symbols{x.data(), n, make_quantizer(scale),
+                             RngStream{params.seed, params.step, params.tensor_id, params.element_offset / 4}, nearest};
+  const uint64_t blocks = (n + kBlockElements - 1) / kBlockElements;
   const uint32_t sbits = float_bits(scale);
-  if (entropy) {
-    const size_t base3 = base3_payload_bytes(n);
-    const size_t len = write_entropy_body(ss, out.first(std::min(out.size(), base3 - 1)));
+  const size_t base3 = base3_payload_bytes(n);
+  if (params.packing == Packing::kEntropy && base3 > kEntropyHeaderBytes) {
+    // Each block is coded as soon as its symbols exist, while they are in cache.
+    const rans::Layout layout{n, 3, kBase3Elements, rans::encoder_lanes(nsym), rans::kEncoderBlockLog2};
+    EntropyWriter writer(layout);
+    for_each_block(n, blocks, [&](uint64_t b) {
+      thread_local uint8_t syms[kBlockSymbols];
+      uint32_t counts[3];
+      symbols(b, syms, counts);
+      writer.code_block(b, syms, counts);
+    });
+    const size_t len = writer.finish(out.first(std::min(out.size(), base3 - 1)));  // strictly smaller than base-3
     if (len != 0) {
       EntropyHeader h;
       h.codec = kCodecTernaryEntropy;
@@ -188,17 +204,20 @@ size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const
       h.tensor_id = params.tensor_id;
       h.seed_field = seed_field;
       h.step = params.step;
-      h.lanes = ss.layout.lanes;
-      h.block_log2 = ss.layout.block_log2;
-      h.group = ss.layout.group;
+      h.lanes = layout.lanes;
+      h.block_log2 = layout.block_log2;
+      h.group = layout.group;
       h.length = len;
       write_entropy_header(out.data(), h);
       return len;
     }
-    std::memcpy(out.data() + kHeaderBytes, ss.symbols.data(), nsym);  // not smaller: base-3
+    // Not smaller (small or nearly incompressible tensors): the base-3 payload,
+    // its symbols drawn again (the same codes: a pure function of the input).
   }
+  uint8_t* body = out.data() + kHeaderBytes;
+  for_each_block(n, blocks, [&](uint64_t b) { symbols(b, body + b * kBlockSymbols, nullptr); });
   write_header_layout(out.data(), kCodecTernaryBase3, flags, n, sbits, params.tensor_id, seed_field, params.step);
-  return base3_payload_bytes(n);
+  return base3;
 }
 
 bool is_symbol_packed(std::span<const uint8_t> payload) {

@@ -23,17 +23,47 @@ bool BlockModel::build(const uint16_t* q, uint32_t alphabet, uint32_t group) {
   return c == kProbScale;
 }
 
-void BlockModel::build_encoder() {
-  for (uint32_t s = 0; s < symbols; ++s) enc[s] = make_enc_symbol(freq[s], cum[s]);
-}
-
 void BlockModel::build_slot_table(uint8_t* slot_symbol) const {
   for (uint32_t s = 0; s < symbols; ++s)
     if (freq[s] != 0) std::memset(slot_symbol + cum[s], static_cast<int>(s), freq[s]);
 }
 
-size_t rans_encode_block(const uint8_t* syms, uint32_t count, uint32_t lanes, const EncSymbol* enc,
-                         uint8_t* stream_end) {
+namespace {
+// One step on state x; the word is stored unconditionally in front of w and
+// kept (w moves) only when the state sheds it.
+inline uint8_t* encode_one(const EncSymbol& e, uint32_t& x, uint8_t* w) {
+  uint32_t s = x;
+  w[-2] = static_cast<uint8_t>(s);
+  w[-1] = static_cast<uint8_t>(s >> 8);
+  const bool emit = s >= e.x_max && e.freq != kProbScale;
+  w -= emit ? 2 : 0;
+  s = emit ? s >> kWordBits : s;
+  const uint32_t q = div_by_magic(s, e.magic);
+  x = (q << kProbBits) + (s - q * e.freq) + e.cum;
+  return w;
+}
+}  // namespace
+
+uint8_t* rans_encode_row(const uint8_t* syms, uint32_t row_base, uint32_t in_row, const BlockModel& model,
+                         uint32_t* x, uint8_t* w) {
+  for (uint32_t l = in_row; l-- > 0;) {
+    const uint32_t s = syms[row_base + l];
+    w = encode_one(make_enc_symbol(model.freq[s], model.cum[s]), x[l], w);
+  }
+  return w;
+}
+
+uint8_t* rans_write_states(const uint32_t* x, uint32_t used_lanes, uint8_t* w) {
+  w -= 4 * used_lanes;
+  for (uint32_t l = 0; l < used_lanes; ++l) store_le32(w + 4 * l, x[l]);
+  return w;
+}
+
+size_t rans_encode_portable(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
+                            uint8_t* stream_end) {
+  EncSymbol enc[kMaxSymbols + 1];
+  for (uint32_t s = 0; s < model.symbols; ++s)
+    if (model.freq[s] != 0) enc[s] = make_enc_symbol(model.freq[s], model.cum[s]);
   uint32_t x[kMaxLanes];
   for (uint32_t l = 0; l < lanes; ++l) x[l] = kStateLow;
   uint8_t* w = stream_end;  // words grow downwards
@@ -41,25 +71,9 @@ size_t rans_encode_block(const uint8_t* syms, uint32_t count, uint32_t lanes, co
   for (uint32_t r = rows; r-- > 0;) {
     const uint32_t base = r * lanes;
     const uint32_t in_row = count - base < lanes ? count - base : lanes;
-    for (uint32_t l = in_row; l-- > 0;) {
-      const EncSymbol& e = enc[syms[base + l]];
-      uint32_t s = x[l];
-      // Always store the low word in front; keep it only if the state sheds it.
-      w[-2] = static_cast<uint8_t>(s);
-      w[-1] = static_cast<uint8_t>(s >> 8);
-      const bool emit = s >= e.x_max && e.freq != kProbScale;
-      w -= emit ? 2 : 0;
-      s = emit ? s >> kWordBits : s;
-      const uint32_t q = div_by_magic(s, e.magic);
-      x[l] = (q << kProbBits) + (s - q * e.freq) + e.cum;
-    }
+    for (uint32_t l = in_row; l-- > 0;) w = encode_one(enc[syms[base + l]], x[l], w);
   }
-  // The lanes' final states go in front of the words, lane 0 first: the
-  // decoder's initial states.
-  const uint32_t used = count < lanes ? count : lanes;
-  w -= 4 * used;
-  for (uint32_t l = 0; l < used; ++l) store_le32(w + 4 * l, x[l]);
-  return static_cast<size_t>(stream_end - w);
+  return static_cast<size_t>(stream_end - rans_write_states(x, count < lanes ? count : lanes, w));
 }
 
 const char* block_fault_name(BlockFault f) {

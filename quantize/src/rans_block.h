@@ -17,22 +17,32 @@ struct BlockModel {
   uint32_t symbols = 0;                  // a^g
   uint16_t freq[rans::kMaxSymbols + 1];  // f_s (sum 2^14)
   uint32_t cum[rans::kMaxSymbols + 2];   // c_s = sum of f below s
-  rans::EncSymbol enc[rans::kMaxSymbols + 1];
 
   // From stored element probabilities q (already checked valid). Returns
   // false if the model breaks its invariants (impossible: FORMAT.md).
   bool build(const uint16_t* q, uint32_t alphabet, uint32_t group);
-  void build_encoder();                        // enc[] from freq/cum
   void build_slot_table(uint8_t* slot_symbol) const;  // 2^14 bytes: slot -> symbol
 };
 
 // Encodes count symbols (each with freq > 0 in the model) with `lanes`
 // lanes into the stream that ends at stream_end (the stream is written back
-// to front: the caller's buffer must hold max_stream_bytes before
-// stream_end). Returns the stream's length; it occupies
-// [stream_end - length, stream_end).
-size_t rans_encode_block(const uint8_t* syms, uint32_t count, uint32_t lanes, const rans::EncSymbol* enc,
-                         uint8_t* stream_end);
+// to front: the caller's buffer must hold max_stream_bytes, plus 16 bytes of
+// slack for the SIMD kernels' stores, before stream_end). Returns the
+// stream's length; it occupies [stream_end - length, stream_end). The
+// portable kernel; KernelTable::rans_encode holds the level's (the SIMD ones
+// take 32 lanes and fall back to this for fewer).
+size_t rans_encode_portable(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
+                            uint8_t* stream_end);
+
+// The scalar steps of one row: symbols row_base + l for l = in_row-1 .. 0 on
+// states x[l], words back to front from w; returns the new w. The SIMD
+// kernels run their partial last row (processed first) through it.
+uint8_t* rans_encode_row(const uint8_t* syms, uint32_t row_base, uint32_t in_row, const BlockModel& model,
+                         uint32_t* x, uint8_t* w);
+
+// Writes the lanes' final states in front of the words at w, lane 0 first
+// (the decoder's initial states); returns the stream's start.
+uint8_t* rans_write_states(const uint32_t* x, uint32_t used_lanes, uint8_t* w);
 
 // Why a block's stream does not decode.
 enum class BlockFault : int {

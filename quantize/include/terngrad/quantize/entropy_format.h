@@ -178,18 +178,16 @@ TG_HOST_DEVICE bool symbol_frequencies(const uint16_t* q, uint32_t a, uint32_t g
   const uint32_t nsym = pow_u32(a, g);
   int64_t sum = 0;
   uint32_t top = 0;
+  uint32_t digit[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // s in base a, least significant first (g <= 7)
   for (uint32_t s = 0; s < nsym; ++s) {
     uint64_t w = 1;
-    uint32_t rest = s;
-    for (uint32_t j = 0; j < g; ++j) {
-      w *= q[rest % a];
-      rest /= a;
-    }
+    for (uint32_t j = 0; j < g; ++j) w *= q[digit[j]];
     uint64_t fs = w >> shift;
     if (w != 0 && fs == 0) fs = 1;
     f[s] = static_cast<uint16_t>(fs);
     sum += static_cast<int64_t>(fs);
     if (f[s] > f[top]) top = s;
+    for (uint32_t j = 0; j < g && ++digit[j] == a; ++j) digit[j] = 0;  // s + 1, no divisions
   }
   const int64_t adjusted = static_cast<int64_t>(f[top]) + (int64_t{kProbScale} - sum);
   if (adjusted < 1 || adjusted > int64_t{kProbScale}) return false;

@@ -1,0 +1,178 @@
+// rANS block encoders for AVX-512 and AVX2 (x86-64 only): 32 lanes as two
+// (AVX-512) or four (AVX2) vectors of states, the same stream as
+// rans_encode_portable() (tests/quantize/packed_payload_test.cpp checks at
+// every SIMD level).
+//
+// One row of 32 symbols, last row first: the vectors are stepped high lanes
+// first (lanes 31..16, then 15..0 in the scalar order), and a vector's words
+// are stored as one run in lane-ascending order below the words already
+// written, which is where the scalar encoder's back-to-front stores put them.
+// Per vector: gather each symbol's (freq, cum) and 1/freq (float64), shed a
+// 16-bit word where x >= freq << 18, then x = (q << 14) + (x - q freq) + cum
+// with q = floor(x / freq) from the float64 product: x < 2^32, freq <= 2^14
+// and 1/freq correctly rounded put the product within 2^-20 of x/freq, so
+// its truncation is q or q - 1 (only when x/freq is an integer), and one
+// compare fixes it exactly.
+#include <immintrin.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_kernels.h"
+#include "rans_block.h"
+
+namespace terngrad::quantize::detail {
+
+using namespace rans;
+
+namespace {
+
+// The per-block tables the vector steps gather from.
+struct VectorTables {
+  alignas(64) uint32_t freq_cum[256];  // freq | cum << 16
+  alignas(64) double rcp[256];         // 1 / freq (0 for absent symbols, never gathered)
+  explicit VectorTables(const BlockModel& m) {
+    for (uint32_t s = 0; s < m.symbols; ++s) {
+      freq_cum[s] = m.freq[s] | (m.cum[s] << 16);
+      rcp[s] = m.freq[s] != 0 ? 1.0 / m.freq[s] : 0.0;
+    }
+  }
+};
+
+#define TG_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"), always_inline)) inline
+
+TG_AVX512 __m512i step16(__m512i x, const uint8_t* syms, const VectorTables& t, uint8_t*& w) {
+  const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(syms)));
+  const __m512i fc = _mm512_i32gather_epi32(idx, t.freq_cum, 4);
+  const __m512i freq = _mm512_and_si512(fc, _mm512_set1_epi32(0xFFFF));
+  const __m512i cum = _mm512_srli_epi32(fc, 16);
+  const __mmask16 whole = _mm512_cmpeq_epi32_mask(freq, _mm512_set1_epi32(static_cast<int>(kProbScale)));
+  const __mmask16 emit = _mm512_cmpge_epu32_mask(x, _mm512_slli_epi32(freq, 18)) & static_cast<__mmask16>(~whole);
+  const uint32_t c = static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(emit)));
+  const __m256i words = _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(emit, x));
+  w -= 2 * c;
+  _mm256_mask_storeu_epi16(w, static_cast<__mmask16>((1u << c) - 1), words);
+  x = _mm512_mask_srli_epi32(x, emit, x, 16);
+  const __m512d lo = _mm512_cvtepu32_pd(_mm512_castsi512_si256(x));
+  const __m512d hi = _mm512_cvtepu32_pd(_mm512_extracti64x4_epi64(x, 1));
+  const __m512d rlo = _mm512_i32gather_pd(_mm512_castsi512_si256(idx), t.rcp, 8);
+  const __m512d rhi = _mm512_i32gather_pd(_mm512_extracti64x4_epi64(idx, 1), t.rcp, 8);
+  __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epu32(_mm512_mul_pd(lo, rlo))),
+                                 _mm512_cvttpd_epu32(_mm512_mul_pd(hi, rhi)), 1);
+  __m512i r = _mm512_sub_epi32(x, _mm512_mullo_epi32(q, freq));
+  const __mmask16 fix = _mm512_cmpge_epu32_mask(r, freq);
+  q = _mm512_mask_add_epi32(q, fix, q, _mm512_set1_epi32(1));
+  r = _mm512_mask_sub_epi32(r, fix, r, freq);
+  return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q, kProbBits), r), cum);
+}
+
+#define TG_AVX2 __attribute__((target("avx2,popcnt"), always_inline)) inline
+
+// Lane indices that move the lanes set in an 8-bit mask, in ascending order,
+// to the top of the vector (positions 8 - c .. 7): the words then end right
+// below the ones already written.
+struct RightPack {
+  alignas(32) int32_t idx[256][8];
+  constexpr RightPack() : idx() {
+    for (uint32_t m = 0; m < 256; ++m) {
+      const uint32_t c = static_cast<uint32_t>(std::popcount(m));
+      uint32_t pos = 8 - c;
+      for (uint32_t l = 0; l < 8; ++l)
+        if (m & (1u << l)) idx[m][pos++] = static_cast<int32_t>(l);
+    }
+  }
+};
+constexpr RightPack kRightPack;
+
+TG_AVX2 __m256i step8(__m256i x, const uint8_t* syms, const VectorTables& t, uint8_t*& w) {
+  uint64_t eight;
+  std::memcpy(&eight, syms, sizeof eight);
+  const __m256i id = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
+  const __m256i fc = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.freq_cum), id, 4);
+  const __m256i freq = _mm256_and_si256(fc, _mm256_set1_epi32(0xFFFF));
+  const __m256i cum = _mm256_srli_epi32(fc, 16);
+  const __m256i xmax = _mm256_slli_epi32(freq, 18);
+  const __m256i ge = _mm256_cmpeq_epi32(_mm256_max_epu32(x, xmax), x);  // x >= xmax, unsigned
+  const __m256i whole = _mm256_cmpeq_epi32(freq, _mm256_set1_epi32(static_cast<int>(kProbScale)));
+  const __m256i emit = _mm256_andnot_si256(whole, ge);
+  const uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(emit)));
+  const uint32_t c = static_cast<uint32_t>(std::popcount(m));
+  // The emitting lanes' low halves, right-aligned, as 8 words: store all 16
+  // bytes ending at w (the bytes below the c real words are overwritten later).
+  const __m256i packed = _mm256_permutevar8x32_epi32(
+      x, _mm256_load_si256(reinterpret_cast<const __m256i*>(kRightPack.idx[m])));
+  const __m256i halves = _mm256_shuffle_epi8(
+      packed, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
+                               -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m128i words = _mm256_castsi256_si128(_mm256_permute4x64_epi64(halves, 0x08));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(w - 16), words);
+  w -= 2 * c;
+  x = _mm256_blendv_epi8(x, _mm256_srli_epi32(x, 16), emit);
+  // x as float64: the signed conversion of x - 2^31, plus 2^31 (exact).
+  const __m256i biased = _mm256_xor_si256(x, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m256d two31 = _mm256_set1_pd(2147483648.0);
+  const __m256d lo = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(biased)), two31);
+  const __m256d hi = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(biased, 1)), two31);
+  const __m256d rlo = _mm256_i32gather_pd(t.rcp, _mm256_castsi256_si128(id), 8);
+  const __m256d rhi = _mm256_i32gather_pd(t.rcp, _mm256_extracti128_si256(id, 1), 8);
+  // q < 2^18: the signed truncation is exact.
+  __m256i q = _mm256_set_m128i(_mm256_cvttpd_epi32(_mm256_mul_pd(hi, rhi)), _mm256_cvttpd_epi32(_mm256_mul_pd(lo, rlo)));
+  __m256i r = _mm256_sub_epi32(x, _mm256_mullo_epi32(q, freq));
+  // r < 2 freq <= 2^15: a signed compare is exact.
+  const __m256i fix = _mm256_cmpgt_epi32(r, _mm256_sub_epi32(freq, _mm256_set1_epi32(1)));
+  q = _mm256_sub_epi32(q, fix);  // fix is -1 where q was one short
+  r = _mm256_sub_epi32(r, _mm256_and_si256(fix, freq));
+  return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q, kProbBits), r), cum);
+}
+
+// The partial last row (processed first) through the scalar steps; returns
+// the rows the vectors take.
+uint32_t begin_block(const uint8_t* syms, uint32_t count, const BlockModel& model, uint32_t* x, uint8_t*& w) {
+  for (uint32_t l = 0; l < kMaxLanes; ++l) x[l] = kStateLow;
+  const uint32_t full = count / kMaxLanes, rem = count % kMaxLanes;
+  if (rem != 0) w = rans_encode_row(syms, full * kMaxLanes, rem, model, x, w);
+  return full;
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"))) size_t rans_encode_avx512(
+    const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model, uint8_t* stream_end) {
+  if (lanes != kMaxLanes || count < kMaxLanes) return rans_encode_portable(syms, count, lanes, model, stream_end);
+  const VectorTables t(model);
+  alignas(64) uint32_t x[kMaxLanes];
+  uint8_t* w = stream_end;
+  const uint32_t rows = begin_block(syms, count, model, x, w);
+  __m512i x0 = _mm512_load_si512(x), x1 = _mm512_load_si512(x + 16);
+  for (uint32_t r = rows; r-- > 0;) {
+    const uint8_t* s = syms + r * kMaxLanes;
+    x1 = step16(x1, s + 16, t, w);
+    x0 = step16(x0, s, t, w);
+  }
+  _mm512_store_si512(x, x0);
+  _mm512_store_si512(x + 16, x1);
+  return static_cast<size_t>(stream_end - rans_write_states(x, kMaxLanes, w));
+}
+
+__attribute__((target("avx2,popcnt"))) size_t rans_encode_avx2(const uint8_t* syms, uint32_t count, uint32_t lanes,
+                                                               const BlockModel& model, uint8_t* stream_end) {
+  if (lanes != kMaxLanes || count < kMaxLanes) return rans_encode_portable(syms, count, lanes, model, stream_end);
+  const VectorTables t(model);
+  alignas(32) uint32_t x[kMaxLanes];
+  uint8_t* w = stream_end;
+  const uint32_t rows = begin_block(syms, count, model, x, w);
+  __m256i v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 8 * i));
+  for (uint32_t r = rows; r-- > 0;) {
+    const uint8_t* s = syms + r * kMaxLanes;
+    v[3] = step8(v[3], s + 24, t, w);
+    v[2] = step8(v[2], s + 16, t, w);
+    v[1] = step8(v[1], s + 8, t, w);
+    v[0] = step8(v[0], s, t, w);
+  }
+  for (int i = 0; i < 4; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(x + 8 * i), v[i]);
+  return static_cast<size_t>(stream_end - rans_write_states(x, kMaxLanes, w));
+}
+
+}  // namespace terngrad::quantize::detail
