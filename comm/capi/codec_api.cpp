@@ -29,7 +29,8 @@ void describe(tg_codec& h) {
     h.kind = CodecKind::kFp32;
   } else if (std::holds_alternative<comm::Fp16Params>(config.params)) {
     h.kind = CodecKind::kFp16;
-  } else if (const auto* t = std::get_if<comm::TernGradParams>(&config.params); t != nullptr && t->bucket == 0) {
+  } else if (const auto* t = std::get_if<comm::TernGradParams>(&config.params); t != nullptr && t->bucket == 0 &&
+             t->pack == comm::TernaryPacking::k2Bit) {  // base3/entropy: host pointers only (no device packing yet)
     h.kind = CodecKind::kTernGrad;
     h.clip = t->clip;
     h.share_scale = t->share_scale;

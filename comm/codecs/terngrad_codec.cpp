@@ -9,14 +9,19 @@
 //   share_scale  1: take part in scale sharing (every worker encodes with the
 //                max of all workers' scales, so payloads sum exactly); 0: each
 //                worker uses its own scale. Default 1.
+//   pack         2bit (codec 1), base3 (codec 4) or entropy (codec 5, whose
+//                size depends on the values: payload_bytes() is then a
+//                capacity and encoded_size() reads the length from the
+//                header). The codes are the same; decoders take any packing.
 //
 // Slices (a variable sharded across servers) are encoded with the whole
 // variable's statistics and element positions (quantize::EncodeParams::
 // element_offset), so any sharding gives the whole variable's bytes.
 //
 // Aggregation: payloads that share one scale sum to integer counts, returned
-// as a ternary sum payload (bit_width(2R) bits per element); a single payload
-// is returned as it is; anything else falls back to the float32 sum.
+// as a ternary sum payload (bit_width(2R) bits per element; with
+// pack=entropy rANS-coded when that is smaller); a single payload is
+// returned as it is; anything else falls back to the float32 sum.
 //
 // Statistics cache. Scale sharing needs the statistics twice: local_scale()
 // reports the scale, then encode_slices() quantizes with the shared one.
@@ -48,6 +53,12 @@ quantize::Rounding rounding_of(TernaryRounding r) {
   return r == TernaryRounding::kNearest ? quantize::Rounding::kNearest : quantize::Rounding::kStochastic;
 }
 
+quantize::Packing packing_of(TernaryPacking p) {
+  return p == TernaryPacking::kBase3 ? quantize::Packing::kBase3
+         : p == TernaryPacking::kEntropy ? quantize::Packing::kEntropy
+                                         : quantize::Packing::k2Bit;
+}
+
 class TernGradCodec final : public GradientCodec {
  public:
   explicit TernGradCodec(const TernGradParams& params)
@@ -57,7 +68,7 @@ class TernGradCodec final : public GradientCodec {
   CodecConfig config() const override { return {params_, std::nullopt}; }
   bool sums_without_decoding() const override { return share_scale_; }
 
-  size_t payload_bytes(uint64_t n) const override { return quantize::max_encoded_bytes(n); }
+  size_t payload_bytes(uint64_t n) const override { return quantize::max_encoded_bytes(n, packing_); }
 
   bool wants_shared_scale() const override { return share_scale_; }
 
@@ -78,6 +89,7 @@ class TernGradCodec final : public GradientCodec {
     p.step = ctx.step;
     p.tensor_id = ctx.tensor_id;
     p.rounding = rounding_of(params_.round);
+    p.packing = packing_;
     // A codec configured with share_scale=0 ignores a shared scale, as the
     // codecs that do not want one (fp32, fp16) do.
     if (share_scale_) p.shared_scale = ctx.shared_scale;
@@ -99,15 +111,18 @@ class TernGradCodec final : public GradientCodec {
   }
 
   void validate(std::span<const uint8_t> payload, uint64_t n) const override {
-    const quantize::PayloadHeader h = quantize::inspect(payload);
+    // The header's count first: an entropy-coded payload's body is decoded to
+    // validate it, and its count must not size anything before it is checked.
+    const quantize::PayloadHeader h = quantize::read_header(payload);
     if (h.count != n)
       throw quantize::CodecError(quantize::Errc::kInvalidArgument, "terngrad payload holds " + std::to_string(h.count) +
                                                                        " elements, expected " + std::to_string(n));
+    quantize::inspect(payload);
   }
 
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
-    if (payloads.size() == 1) {  // nothing to sum: the payload itself, 2 bits per element
+    if (payloads.size() == 1) {  // nothing to sum: the payload itself, as packed
       const quantize::PayloadHeader h = quantize::inspect(payloads[0]);
       if (h.count == n) {
         out.assign(payloads[0].begin(), payloads[0].end());
@@ -116,7 +131,9 @@ class TernGradCodec final : public GradientCodec {
     }
     if (!payloads.empty() && payloads.size() <= quantize::kMaxSumContributions && shares_one_scale(payloads, n)) {
       out.resize(quantize::sum_payload_bytes(n, static_cast<uint32_t>(payloads.size())));
-      quantize::sum_payloads(payloads, out);
+      out.resize(quantize::sum_payloads(payloads, out, packing_ == quantize::Packing::kEntropy
+                                                           ? quantize::SumPacking::kEntropy
+                                                           : quantize::SumPacking::kBitPacked));
       return;
     }
     GradientCodec::aggregate(payloads, n, out);
@@ -126,7 +143,7 @@ class TernGradCodec final : public GradientCodec {
     if (quantize::is_sum_payload(aggregate))
       quantize::decode_sum(aggregate, out);
     else if (aggregate.size() >= 4 && quantize::load_le32(aggregate.data()) == quantize::kMagicLe32)
-      quantize::decode(aggregate, out);  // a single worker's payload
+      quantize::decode(aggregate, out);  // a single worker's payload, any packing
     else
       GradientCodec::decode_aggregate(aggregate, out);
   }
@@ -137,10 +154,14 @@ class TernGradCodec final : public GradientCodec {
   static bool shares_one_scale(std::span<const std::span<const uint8_t>> payloads, uint64_t n) {
     uint32_t scale_bits = 0;
     for (size_t i = 0; i < payloads.size(); ++i) {
-      const uint8_t* p = payloads[i].data();
-      if (quantize::check_header(p, payloads[i].size()) != quantize::HeaderFault::kNone) return false;
-      const uint32_t bits = quantize::header_scale_bits(p);
-      if ((quantize::header_flags(p) & quantize::kFlagSharedScale) == 0 || quantize::header_count(p) != n) return false;
+      quantize::PayloadHeader h;
+      try {
+        h = quantize::read_header(payloads[i]);  // any packing; bodies are validated by the sum itself
+      } catch (const quantize::CodecError&) {
+        return false;
+      }
+      const uint32_t bits = quantize::float_bits(h.scale);
+      if (!h.shared_scale() || h.count != n) return false;
       if (i == 0) scale_bits = bits;
       if (bits != scale_bits) return false;
     }
@@ -154,6 +175,7 @@ class TernGradCodec final : public GradientCodec {
   };
 
   TernGradParams params_;
+  quantize::Packing packing_ = packing_of(params_.pack);
   float clip_;
   bool share_scale_;
   std::optional<Cached> cached_;

@@ -10,6 +10,8 @@
 
 #include "cpu_kernels.h"
 #include "entropy_payload.h"
+#include "packed_cpu.h"
+#include <cstring>
 #include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/ternary_math.h"
 
@@ -60,6 +62,102 @@ size_t encode_sum_entropy(std::span<const int16_t> counts, float scale, uint32_t
   h.tensor_id = tensor_id;
   h.seed_field = contributions;
   h.step = step;
+  h.lanes = l.lanes;
+  h.block_log2 = l.block_log2;
+  h.group = g;
+  h.length = len;
+  write_entropy_header(out.data(), h);
+  return len;
+}
+
+namespace {
+
+// Lane j (bits 8j..8j+7) of kPlusOne[b]: code j of 2-bit byte b plus one (0
+// for -1, 1 for 0, 2 for +1); R of them summed give count + R per element.
+struct PlusOne {
+  uint32_t v[256];
+  constexpr PlusOne() : v() {
+    for (uint32_t b = 0; b < 256; ++b)
+      for (uint32_t j = 0; j < 4; ++j) {
+        const uint32_t code = (b >> (2 * j)) & 3u;
+        v[b] |= (code == 0 ? 1u : code == 1 ? 2u : 0u) << (8 * j);
+      }
+  }
+};
+constexpr PlusOne kPlusOne;
+
+// The five count + 1 digits of a base-3 symbol.
+struct PlusOne5 {
+  uint8_t v[243][5];
+  constexpr PlusOne5() : v() {
+    for (uint32_t s = 0; s < 243; ++s)
+      for (uint32_t j = 0, r = s; j < 5; ++j, r /= 3) v[s][j] = static_cast<uint8_t>(r % 3 == 0 ? 1 : r % 3 == 1 ? 2 : 0);
+  }
+};
+constexpr PlusOne5 kPlusOne5;
+
+}  // namespace
+
+size_t sum_to_entropy(std::span<const std::span<const uint8_t>> payloads, const PayloadHeader& first,
+                      std::span<uint8_t> out) {
+  const uint32_t r = static_cast<uint32_t>(payloads.size());
+  if (r == 0 || r > kMaxEntropySumContributions) return 0;
+  const uint64_t n = first.count;
+  // Every body checked (and packed ones decoded to symbols) before any work.
+  std::vector<SymbolPayload> opened(r);
+  for (uint32_t p = 0; p < r; ++p) {
+    if (is_symbol_packed(payloads[p]))
+      opened[p] = open_symbol_payload(payloads[p], n, "the sum");
+    else
+      inspect(payloads[p]);
+  }
+  const rans::Layout l = sum_layout(n, r);
+  const uint32_t a = l.alphabet, g = l.group;
+  const uint64_t per_block = uint64_t{g} << l.block_log2;  // elements; a multiple of 4
+  EntropyWriter writer(l);
+  for_each_block(n, l.blocks(), [&](uint64_t j) {
+    thread_local uint8_t digits[(uint64_t{5} << rans::kEncoderBlockLog2) + 8];
+    thread_local uint8_t syms[uint64_t{1} << rans::kEncoderBlockLog2];
+    const uint64_t e0 = j * per_block, count = l.block_symbols(j), span = count * g;
+    const uint64_t e1 = std::min(n, e0 + span);
+    std::memset(digits, 0, span + 8);
+    for (uint32_t p = 0; p < r; ++p) {
+      if (opened[p].symbols == nullptr) {  // 2-bit: four digits per body byte
+        const uint8_t* body = payloads[p].data() + kHeaderBytes;
+        for (uint64_t k = e0 / 4, i = 0; k < (e1 + 3) / 4; ++k, i += 4) {
+          uint32_t d;
+          std::memcpy(&d, digits + i, 4);
+          d += kPlusOne.v[body[k]];
+          std::memcpy(digits + i, &d, 4);
+        }
+      } else {
+        const uint8_t* sy = opened[p].symbols;
+        for (uint64_t i = e0; i < e1; ++i) digits[i - e0] += kPlusOne5.v[sy[i / 5]][i % 5];
+      }
+    }
+    for (uint64_t i = e1 - e0; i < span; ++i) digits[i] = static_cast<uint8_t>(r);  // padding: count 0
+    uint32_t c[rans::kMaxAlphabet] = {};
+    for (uint64_t s = 0; s < count; ++s) {
+      uint32_t sym = 0, place = 1;
+      for (uint32_t k = 0; k < g; ++k, place *= a) {
+        const uint32_t digit = digits[s * g + k];
+        sym += digit * place;
+        ++c[digit];
+      }
+      syms[s] = static_cast<uint8_t>(sym);
+    }
+    writer.code_block(j, syms, c);
+  });
+  const size_t len = writer.finish(out);
+  if (len == 0) return 0;
+  EntropyHeader h;
+  h.codec = kCodecTernarySumEntropy;
+  h.flags = kFlagSharedScale;
+  h.count = n;
+  h.scale_bits = float_bits(first.scale);
+  h.tensor_id = first.tensor_id;
+  h.seed_field = r;
+  h.step = first.step;
   h.lanes = l.lanes;
   h.block_log2 = l.block_log2;
   h.group = g;

@@ -287,16 +287,26 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
 }
 
 size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out, SumPacking packing) {
-  if (packing == SumPacking::kBitPacked) return sum_payloads(payloads, out);
-  if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_payloads needs at least one payload");
-  if (payloads.size() > kMaxSumContributions)
-    throw CodecError(Errc::kInvalidArgument, "a ternary sum takes at most " + std::to_string(kMaxSumContributions) +
-                                                 " payloads, got " + std::to_string(payloads.size()));
-  const PayloadHeader first = read_header(payloads[0]);
-  std::vector<int16_t> counts(first.count);  // the caller knows n; sum_shared checks the rest against it
-  const float scale = sum_shared(payloads, counts);
-  return encode_sum(counts, scale, static_cast<uint32_t>(payloads.size()), first.tensor_id, first.step,
-                    SumPacking::kEntropy, out);
+  if (packing == SumPacking::kBitPacked || payloads.empty() || payloads.size() > kMaxEntropySumContributions)
+    return sum_payloads(payloads, out);
+  // Headers first: one count and one scale, and room for the codec-2 size
+  // (which bounds codec 6) before anything is decoded.
+  std::vector<PayloadHeader> h(payloads.size());
+  for (size_t p = 0; p < payloads.size(); ++p) {
+    h[p] = read_header(payloads[p]);
+    if (h[p].count != h[0].count || float_bits(h[p].scale) != float_bits(h[0].scale))
+      throw CodecError(Errc::kScaleMismatch, "payload " + std::to_string(p) + " has " + std::to_string(h[p].count) +
+                                                 " elements and scale " + detail::fmt_num(h[p].scale) + ", payload 0 has " +
+                                                 std::to_string(h[0].count) + " and " + detail::fmt_num(h[0].scale) +
+                                                 ": a sum needs one shared scale (encode with shared_scale)");
+  }
+  const uint32_t r = static_cast<uint32_t>(payloads.size());
+  const size_t fixed = sum_payload_bytes(h[0].count, r);
+  if (out.size() < fixed)
+    throw CodecError(Errc::kBufferTooSmall, "output buffer has " + std::to_string(out.size()) + " bytes, the sum of " +
+                                                std::to_string(h[0].count) + " elements needs " + std::to_string(fixed));
+  const size_t len = detail::sum_to_entropy(payloads, h[0], out.first(fixed - 1));  // strictly smaller than codec 2
+  return len != 0 ? len : sum_payloads(payloads, out);
 }
 
 size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out) {

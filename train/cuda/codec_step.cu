@@ -49,7 +49,7 @@ VariableCodec VariableCodec::from(const comm::CodecConfig& config) {
   const auto* t = std::get_if<comm::TernGradParams>(&config.params);
   const bool wrapped = config.error_feedback || config.server_error_feedback;
   if (!wrapped && std::holds_alternative<comm::Fp32Params>(config.params)) return c;
-  if (!wrapped && t != nullptr && t->bucket == 0) {
+  if (!wrapped && t != nullptr && t->bucket == 0 && t->pack == comm::TernaryPacking::k2Bit) {
     c.ternary = true;
     c.clip = t->clip;
     c.share_scale = t->share_scale;
@@ -58,7 +58,7 @@ VariableCodec VariableCodec::from(const comm::CodecConfig& config) {
     return c;
   }
   throw std::invalid_argument("codec \"" + comm::to_spec(config) +
-                              "\" has no GPU path (fp32 and terngrad with one scale per variable do)");
+                              "\" has no GPU path (fp32 and terngrad with one scale per variable and pack=2bit do)");
 }
 
 VariableCodec VariableCodec::parse(const std::string& spec) { return from(comm::parse_codec_config(spec)); }

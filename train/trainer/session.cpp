@@ -13,6 +13,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "npy_io.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/loss.h"
 #include "terngrad/train/models.h"
@@ -436,6 +437,24 @@ void TrainingSession::next_batch(size_t local, int64_t step, Tensor& x, std::vec
   WorkerState& w = worker_[local];
   w.sampler.next_batch(cfg_.batch_size, w.idx);
   fill_batch(data_.train, w.idx, data_.train_pre, stream_seed(cfg_.seed, step, w.global, Purpose::kAugment), x, labels);
+}
+
+void TrainingSession::save_gradients(size_t local, int64_t step) const {
+  if (cfg_.save_gradients.empty() || step % cfg_.save_gradients_every != 0) return;
+  const std::filesystem::path dir = std::filesystem::path(cfg_.save_gradients) / ("step-" + std::to_string(step));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--save_gradients: cannot create " + dir.string() + ": " + ec.message());
+  const ParamSet& ps = model_->params();
+  for (size_t v = 0; v < ps.size(); ++v) {
+    std::vector<uint64_t> shape(ps.params[v].value.shape.begin(), ps.params[v].value.shape.end());
+    std::string name = ps.params[v].name;
+    std::replace(name.begin(), name.end(), '/', '_');
+    char index[16];
+    std::snprintf(index, sizeof index, "%02zu-", v);
+    tools::write_tensor((dir / (index + name + ".npy")).string(), tools::TensorFormat::kNpy, shape,
+                        worker_[local].grads[v].data);
+  }
 }
 
 float TrainingSession::compute_gradient(size_t local, int64_t step, const VariableReady& ready) {

@@ -126,6 +126,9 @@ class TrainingSession {
   // The batch compute_gradient draws at `step` (advancing the sampler), for a
   // backend that computes the gradient elsewhere (--device=gpu).
   void next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels);
+  // --save_gradients: worker `local`'s gradient of every variable at `step`
+  // as .npy files (train_config.h says where), if step is one to save.
+  void save_gradients(size_t local, int64_t step) const;
   // Local scale of each variable (0 for codecs without scale sharing).
   const std::vector<float>& local_scales(size_t local) const { return worker_[local].scales; }
   // Encodes worker `local`'s gradient: slices[v] cut variable v, outs[v][i]

@@ -117,6 +117,13 @@ const std::vector<Flag>& flags() {
                "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M], server_ef(<codec>) (comm/codec_config.h)",
        TG_STR(codec)},
       {"train_dir", "checkpoints, metrics.jsonl, model.safetensors", TG_STR(train_dir)},
+      {"save_gradients", "directory for worker 0's gradients as .npy (step-S/<v>-<name>.npy; tg-codec reads them)",
+       TG_STR(save_gradients)},
+      {"save_gradients_every", "steps between saved gradients (from step 0)",
+       [](TrainConfig& c, const std::string& v) {
+         c.save_gradients_every = to_int("save_gradients_every", v);
+         if (c.save_gradients_every < 1) bad("save_gradients_every", v, "a positive integer");
+       }},
       {"seed", "seed of init, data order, augmentation, dropout and the codec",
        [](TrainConfig& c, const std::string& v) {
          const int64_t s = to_int("seed", v);

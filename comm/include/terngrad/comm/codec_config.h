@@ -39,17 +39,25 @@ struct Fp16Params {
   bool operator==(const Fp16Params&) const = default;
 };
 
-// "terngrad:clip=C,share_scale=S[,bucket=B][,round=stochastic|nearest]":
+// "terngrad:clip=C,share_scale=S[,bucket=B][,round=stochastic|nearest]
+//  [,pack=2bit|base3|entropy]":
 // stochastic ternarization (Wen et al. 2017), 2 bits per element.
 // round=nearest replaces the random draw by deterministic rounding (+-s iff
 // |g| > s/2): biased but contractive, the form error feedback needs
 // (ef(terngrad:round=nearest); quantize/ternary_math.h says why).
+// pack= chooses how the codes travel (quantize/FORMAT.md), not which codes:
+// 2bit (the paper's 4 per byte), base3 (5 per byte, 1.6 bits) or entropy
+// (rANS-coded, ~1.2 bits on Gaussian gradients, the payload's size then
+// depends on the values); with entropy the ps's shared-scale sum is
+// entropy-coded as well. Training is bit-identical across packings.
 enum class TernaryRounding { kStochastic, kNearest };
+enum class TernaryPacking { k2Bit, kBase3, kEntropy };
 struct TernGradParams {
   float clip = 2.5f;        // c in s = min(max|g|, c * sigma); 0 disables clipping
   bool share_scale = true;  // workers encode with the max of their scales, so payloads sum as counts
   uint32_t bucket = 0;      // elements per scale (a multiple of 4); 0: one scale per variable (the paper)
   TernaryRounding round = TernaryRounding::kStochastic;
+  TernaryPacking pack = TernaryPacking::k2Bit;
   bool operator==(const TernGradParams&) const = default;
 };
 

@@ -86,6 +86,12 @@ struct TrainConfig {
 
   // Bookkeeping.
   std::string train_dir = "";     // checkpoints, metrics.jsonl, model.safetensors ("" = none)
+  // Real gradients for codec studies: every save_gradients_every steps
+  // (from step 0), worker 0's gradient of each variable (what its codec
+  // encodes) as <save_gradients>/step-<S>/<v>-<name>.npy, float32 with the
+  // variable's shape, written atomically; tg-codec reads them. "" = off.
+  std::string save_gradients = "";
+  int64_t save_gradients_every = 1000;
   uint64_t seed = 1;
   int64_t eval_interval_steps = 0;  // 0 = only at the end
   int64_t eval_batch_size = 500;
