@@ -15,6 +15,7 @@
 // values sent travel exactly (a -0.0 is a zero: it decodes to +0.0).
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,12 +45,17 @@ inline uint64_t load64(const uint8_t* p) {
 
 class VarSizeCodec final : public terngrad::comm::GradientCodec {
  public:
-  // threshold: as given in the spec ("" for none), printed back by spec().
-  explicit VarSizeCodec(std::string threshold = "")
-      : threshold_text_(std::move(threshold)), threshold_(threshold_text_.empty() ? 0.0f : std::stof(threshold_text_)) {}
+  // threshold: as given in the spec ("" for none), printed back by spec();
+  // name: the name it is registered under; sent, when given, adds up the
+  // used bytes of every payload encoded (what a caller should send).
+  explicit VarSizeCodec(std::string threshold = "", std::string name = kName, std::atomic<uint64_t>* sent = nullptr)
+      : threshold_text_(std::move(threshold)),
+        threshold_(threshold_text_.empty() ? 0.0f : std::stof(threshold_text_)),
+        name_(std::move(name)),
+        sent_(sent) {}
 
   std::string spec() const override {
-    return threshold_text_.empty() ? kName : std::string(kName) + ":threshold=" + threshold_text_;
+    return threshold_text_.empty() ? name_ : name_ + ":threshold=" + threshold_text_;
   }
   size_t payload_bytes(uint64_t n) const override { return used_bytes(n, n); }
   bool variable_size() const override { return true; }
@@ -94,6 +100,7 @@ class VarSizeCodec final : public terngrad::comm::GradientCodec {
         std::memcpy(values + 4 * k++, &g[i], 4);
       }
       store64(p + 16, used_bytes(g.size(), k));
+      if (sent_) *sent_ += used_bytes(g.size(), k);
     }
   }
 
@@ -146,6 +153,8 @@ class VarSizeCodec final : public terngrad::comm::GradientCodec {
 
   std::string threshold_text_;
   float threshold_;
+  std::string name_;
+  std::atomic<uint64_t>* sent_;
 
   static void add(std::span<const uint8_t> p, std::span<float> out) {
     const uint8_t* values = p.data() + kHeader + bitmap_bytes(out.size());
@@ -159,16 +168,21 @@ class VarSizeCodec final : public terngrad::comm::GradientCodec {
   }
 };
 
+// The threshold of a spec's parameters ("" for none); other keys throw.
+inline std::string threshold_of(const terngrad::comm::CodecSpec& s) {
+  std::string threshold;
+  for (const auto& [key, value] : s.params) {
+    if (key != "threshold") throw std::invalid_argument(s.name + ": unknown key " + key + " (it takes threshold=T)");
+    threshold = value;
+  }
+  return threshold;
+}
+
 // Registers "varsize_test" once per process (register_codec refuses a name twice).
 inline void register_varsize_test_codec() {
   static const bool registered = [] {
     terngrad::comm::register_codec(kName, [](const terngrad::comm::CodecSpec& s) {
-      std::string threshold;
-      for (const auto& [key, value] : s.params) {
-        if (key != "threshold") throw std::invalid_argument(std::string(kName) + ": unknown key " + key);
-        threshold = value;
-      }
-      return std::make_unique<VarSizeCodec>(threshold);
+      return std::make_unique<VarSizeCodec>(threshold_of(s));
     });
     return true;
   }();
