@@ -116,10 +116,12 @@ class GradientCodec {
   // The bytes a just-encoded payload of n elements uses, read from the start
   // of written (the buffer encode_slices() wrote, possibly longer than the
   // payload); at most payload_bytes(n). The default, for fixed-size codecs,
-  // is payload_bytes(n). Throws (std::invalid_argument or the codec's error)
-  // naming the problem where written is shorter than that or does not start
-  // with a payload of this codec of n elements. It reads a header, it does
-  // not validate the body: validate() does that.
+  // is payload_bytes(n), and throws std::invalid_argument where written is
+  // shorter. A variable-size codec reads its header and throws
+  // (std::invalid_argument or the codec's error) naming the problem where
+  // written does not start with a payload of this codec of n elements or is
+  // shorter than the length the header says. It reads a header, it does not
+  // validate the body: validate() does that.
   virtual size_t encoded_size(std::span<const uint8_t> written, uint64_t n) const;
 
   // Scale sharing: codecs that return true want every worker's local_scale()
