@@ -25,6 +25,9 @@ using comm::EncodeContext;
 void describe(tg_codec& h) {
   const comm::CodecConfig config = h.codec->config();
   if (config.error_feedback) return;  // stateful: host pointers only
+  // The device encoders write fixed-size payloads and cannot say how long a
+  // variable-size one is: host pointers only (device_api_cuda.cpp says so).
+  if (h.codec->variable_size()) return;
   if (std::holds_alternative<comm::Fp32Params>(config.params)) {
     h.kind = CodecKind::kFp32;
   } else if (std::holds_alternative<comm::Fp16Params>(config.params)) {
@@ -113,6 +116,14 @@ tg_status tg_codec_payload_bytes(const tg_codec_t* codec, uint64_t n, size_t* ou
     const tg_codec& h = handle_of(codec);
     require(out_bytes, "out_bytes");
     *out_bytes = h.codec->payload_bytes(n);
+  });
+}
+
+tg_status tg_codec_variable_size(const tg_codec_t* codec, int* out_variable) {
+  return guarded(__func__, Operation::kOther, [&] {
+    const tg_codec& h = handle_of(codec);
+    require(out_variable, "out_variable");
+    *out_variable = h.codec->variable_size() ? 1 : 0;
   });
 }
 

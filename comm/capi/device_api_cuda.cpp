@@ -31,7 +31,12 @@ cudaStream_t stream_of(void* stream) { return static_cast<cudaStream_t>(stream);
 
 DeviceState& state_of(tg_codec& h) {
   if (h.kind == CodecKind::kOther)
-    throw ApiError(TG_ERR_UNSUPPORTED, "codec " + h.codec->spec() + " has no device path");
+    throw ApiError(TG_ERR_UNSUPPORTED,
+                   "codec " + h.codec->spec() + " has no device path" +
+                       (h.codec->variable_size()
+                            ? std::string(": its payloads' length depends on the values (a variable-size codec), "
+                                          "which the device functions cannot report; use the host functions")
+                            : std::string()));
   if (!h.device) h.device.reset(new DeviceState);
   return *h.device;
 }

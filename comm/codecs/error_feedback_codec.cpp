@@ -85,6 +85,10 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     if (!prepared || prepared->data != grad.data() || prepared->size != grad.size()) prepare(grad);
     const std::span<const float> p(corrected_);
     inner_->encode_slices(p, ctx, slices, outs);  // throws before any state changes
+    // The residual is against what is sent: a variable-size payload's used
+    // bytes, read (and so checked) before any state changes.
+    sent_bytes_.resize(slices.size());
+    for (size_t i = 0; i < slices.size(); ++i) sent_bytes_[i] = inner_->encoded_size(outs[i], slices[i].count);
     const size_t n = grad.size();
     const DecodeContext dctx{ctx.tensor_id, ctx.step, ctx.presums};
 
@@ -102,7 +106,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
       for (size_t i = 0; i < n; ++i) e[i] = -pp[i];
       for (size_t i = 0; i < slices.size(); ++i)
-        inner_->decode_accumulate_with(outs[i].first(inner_->payload_bytes(slices[i].count)), dctx,
+        inner_->decode_accumulate_with(outs[i].first(sent_bytes_[i]), dctx,
                                        residual_span().subspan(slices[i].begin, slices[i].count));
       negated_ = true;
       return;
@@ -112,7 +116,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     negated_ = false;  // prepare() read the residual as it was; it is rewritten whole below
     for (size_t i = 0; i < slices.size(); ++i) {
       const std::span<float> part = std::span<float>(sent_).subspan(slices[i].begin, slices[i].count);
-      inner_->decode_with(outs[i].first(inner_->payload_bytes(slices[i].count)), dctx, part);
+      inner_->decode_with(outs[i].first(sent_bytes_[i]), dctx, part);
     }
     momentum_.swap(momentum_next_);
     for (size_t i = 0; i < n; ++i) {
@@ -231,6 +235,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   std::vector<float> residual_, momentum_;
   bool negated_ = false;
   std::vector<float> corrected_, momentum_next_, sent_;  // scratch of one step
+  std::vector<size_t> sent_bytes_;                        // per slice, of one step
   std::optional<Prepared> prepared_;
 };
 

@@ -15,6 +15,10 @@ class ForwardingCodec : public GradientCodec {
   explicit ForwardingCodec(std::unique_ptr<GradientCodec> inner) : inner_(std::move(inner)) {}
 
   size_t payload_bytes(uint64_t n) const override { return inner_->payload_bytes(n); }
+  bool variable_size() const override { return inner_->variable_size(); }
+  size_t encoded_size(std::span<const uint8_t> written, uint64_t n) const override {
+    return inner_->encoded_size(written, n);
+  }
   bool sums_without_decoding() const override { return inner_->sums_without_decoding(); }
   bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
   float local_scale(std::span<const float> grad) override { return inner_->local_scale(grad); }

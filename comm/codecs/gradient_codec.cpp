@@ -13,7 +13,15 @@ size_t GradientCodec::encode(std::span<const float> grad, const EncodeContext& c
   const ElementRange whole{0, grad.size()};
   const std::span<uint8_t> outs[1] = {out};
   encode_slices(grad, ctx, std::span<const ElementRange>(&whole, 1), outs);
-  return payload_bytes(grad.size());
+  return encoded_size(out, grad.size());
+}
+
+size_t GradientCodec::encoded_size(std::span<const uint8_t> written, uint64_t n) const {
+  const size_t bytes = payload_bytes(n);
+  if (written.size() < bytes)
+    throw std::invalid_argument(spec() + " encoded_size: a payload of " + std::to_string(n) + " elements has " +
+                                std::to_string(bytes) + " bytes, the buffer only " + std::to_string(written.size()));
+  return bytes;
 }
 
 void GradientCodec::aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,

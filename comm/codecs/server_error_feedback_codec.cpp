@@ -96,7 +96,9 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
     ec.seed = server_seed(ctx.begin);
     if (encoder_->wants_shared_scale()) ec.shared_scale = encoder_->local_scale(corrected_);
     sent_.resize(encoder_->payload_bytes(n));
-    encoder_->encode(corrected_, ec, sent_);  // throws (non-finite sum) before anything changes
+    // throws (non-finite sum) before anything changes; a variable-size
+    // codec's payload is cut to the bytes it uses, all that is sent back
+    sent_.resize(encoder_->encode(corrected_, ec, sent_));
     decoded_.resize(n);
     encoder_->decode(sent_, decoded_);
     // Commit: nothing below throws.

@@ -610,7 +610,10 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (!reader->Read(&chunk) || !chunk.has_header())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
     const rpc::PushHeader h = chunk.header();
-    std::vector<uint64_t> expect;  // payload bytes per shard of this ps
+    // Payload bytes per shard of this ps: exact for fixed-size codecs, the
+    // most a variable-size codec writes (its header says how long; validate()
+    // below checks that against the bytes received).
+    std::vector<uint64_t> expect;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (ended()) return ended_status();
@@ -660,10 +663,22 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     uint64_t received = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
       const uint32_t s = ids[i];
-      if (!parts[i].complete() || parts[i].bytes().size() != expect[s])
+      if (shards[s].codec->variable_size()) {
+        // Any length its codec can write: 1 to the capacity (never above:
+        // take() refused that already), all of it received.
+        const uint64_t got = parts[i].filled();
+        if (!parts[i].complete() || got == 0 || got > expect[s])
+          return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                              "Push from " + who + ": shard " + std::to_string(s) + " has " + std::to_string(got) +
+                                  (parts[i].started() && !parts[i].complete()
+                                       ? " of the " + std::to_string(parts[i].bytes().size()) + " announced"
+                                       : std::string()) +
+                                  " payload bytes; its variable-size codec writes 1 to " + std::to_string(expect[s]));
+      } else if (!parts[i].complete() || parts[i].bytes().size() != expect[s]) {
         return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " has " +
                                                         std::to_string(parts[i].filled()) + " of the " +
                                                         std::to_string(expect[s]) + " payload bytes its codec writes");
+      }
       try {
         shards[s].codec->validate(detail::as_bytes(parts[i].bytes()), shards[s].view.count);
       } catch (const std::exception& e) {

@@ -78,6 +78,7 @@ def _declare(lib):
     fn("tg_codec_destroy", None, _codec_p)
     fn("tg_codec_spec", _c_tg_status, _codec_p, ctypes.c_char_p, size, ctypes.POINTER(size))
     fn("tg_codec_payload_bytes", _c_tg_status, _codec_p, u64, ctypes.POINTER(size))
+    fn("tg_codec_variable_size", _c_tg_status, _codec_p, ctypes.POINTER(ctypes.c_int))
     fn("tg_codec_wants_shared_scale", _c_tg_status, _codec_p, ctypes.POINTER(ctypes.c_int))
     fn("tg_codec_local_scale", _c_tg_status, _codec_p, _f32_p, u64, ctypes.POINTER(ctypes.c_float))
     fn("tg_codec_encode", _c_tg_status, _codec_p, _f32_p, u64, u32, u32, u64,

@@ -145,8 +145,18 @@ class Codec:
         check(lib.tg_codec_wants_shared_scale(self._h(), ctypes.byref(out)))
         return bool(out.value)
 
+    @property
+    def variable_size(self):
+        """True if the payload's length depends on the values (an
+        entropy-coded payload): payload_bytes(n) is then only its upper
+        bound, and encode() returns the bytes actually used."""
+        out = ctypes.c_int()
+        check(lib.tg_codec_variable_size(self._h(), ctypes.byref(out)))
+        return bool(out.value)
+
     def payload_bytes(self, n):
-        """Exact size of the payload for n elements."""
+        """Size of the payload for n elements: exact for fixed-size codecs,
+        the most encode() writes (the capacity) for variable-size ones."""
         if n < 0:
             raise ValueError("n must be >= 0, got %d" % n)
         out = ctypes.c_size_t()
@@ -161,18 +171,28 @@ class Codec:
         return out.value
 
     def encode(self, grad, *, tensor_id=0, step=0, seed=0, shared_scale=None, out=None):
-        """Encodes grad into out (a new uint8 array or tensor, like grad, if
-        None) and returns out. The random stream is a pure function of
-        (seed, step, tensor_id, element index): give each worker its own seed.
-        shared_scale: the max over workers of local_scale(), or None."""
+        """Encodes grad and returns the payload. Into out (a uint8 array,
+        tensor or bytearray of at least payload_bytes(n)) when given, else
+        into a new uint8 array or tensor, like grad. The payload is the bytes
+        written: out itself when they fill it, else its first bytes (a view
+        of out, sharing its memory: out[:written]); variable-size codecs
+        write fewer than payload_bytes(n). The random stream is a pure
+        function of (seed, step, tensor_id, element index): give each worker
+        its own seed. shared_scale: the max over workers of local_scale(),
+        or None."""
         ptr, n = _float_view(grad, "grad", writable=False)
-        size = self.payload_bytes(n)
         if out is None:
-            out = _new_bytes(size, like=grad)
+            out = _new_bytes(self.payload_bytes(n), like=grad)
         optr, cap, _keep = _byte_view(out, "out", writable=True)
         scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
-        check(lib.tg_codec_encode(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap, None))
-        return out
+        written = ctypes.c_size_t()
+        check(lib.tg_codec_encode(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap,
+                                  ctypes.byref(written)))
+        if written.value == cap:
+            return out
+        if isinstance(out, (bytearray, memoryview)):
+            return memoryview(out).cast("B")[:written.value]
+        return out.reshape(-1)[:written.value]  # contiguous (checked above): a view
 
     def decode(self, payload, out=None, *, n=None):
         """out = decoded payload; out is a float32 array/tensor, or None with

@@ -10,6 +10,9 @@ What terngrad_hook does with each gradient bucket (a flat float32 tensor):
      4 bytes per bucket (blocking: the bucket's gradients are final already);
   2. payload = codec.encode(bucket, shared_scale=max): 40 + ceil(n/4) bytes;
   3. all_gather of the payloads (every worker's has the same size);
+     a variable-size codec's (Codec.variable_size) differ: their lengths
+     are all-gathered first (8 bytes each), the payloads padded with zeros
+     to the longest, and each worker's decoded with its own length;
   4. bucket = sum of decode(payload_w) / world_size, in the returned Future.
 Every worker decodes the same payloads in the same order, so all replicas
 get bit-identical averaged gradients (parameters stay in sync).
@@ -24,7 +27,9 @@ so the same seed, data and world size give the same training run.
 Both hooks count what they hand to the collectives in state.bytes_sent
 (per worker; the all-gather's input, not the world_size-times larger output):
 the default hook passes 4 bytes per element to all_reduce, TernGrad 2 bits
-per element plus the 40-byte header and the 4-byte scale per bucket.
+per element plus the 40-byte header and the 4-byte scale per bucket; a
+variable-size codec its 8-byte length plus the longest payload (padding
+included) per bucket.
 """
 import torch
 import torch.distributed as dist
@@ -119,6 +124,9 @@ def terngrad_hook(state, bucket):
         shared = float(scale.item())
     payload = codec.encode(grad, tensor_id=bucket.index(), step=state.iteration,
                            seed=state.worker_seed(dist.get_rank(group)), shared_scale=shared)
+    lengths = [payload.numel()] * world
+    if codec.variable_size:
+        payload, lengths = _pad_to_longest(state, group, world, payload)
     gathered = [torch.empty_like(payload) for _ in range(world)]
     state._count(payload)
     fut = dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
@@ -126,11 +134,25 @@ def terngrad_hook(state, bucket):
 
     def average(_):
         grad.zero_()
-        for p in gathered:
-            codec.decode_accumulate(p, grad)
+        for p, length in zip(gathered, lengths):
+            codec.decode_accumulate(p[:length], grad)
         return grad.div_(world)
 
     return fut.then(average)
+
+
+def _pad_to_longest(state, group, world, payload):
+    """A variable-size payload's all-gather: every worker's length (blocking,
+    as the scale's all_reduce), and this payload padded with zeros to the
+    longest, which all_gather needs. Returns (padded payload, lengths)."""
+    length = torch.tensor([payload.numel()], dtype=torch.int64)
+    state._count(length)
+    lengths = [torch.empty_like(length) for _ in range(world)]
+    dist.all_gather(lengths, length, group=group)
+    lengths = [int(t.item()) for t in lengths]
+    padded = torch.zeros(max(lengths), dtype=torch.uint8)
+    padded[:payload.numel()] = payload
+    return padded, lengths
 
 
 __all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "terngrad_hook"]

@@ -68,6 +68,12 @@ static void test_create(void) {
   CHECK_OK(tg_codec_payload_bytes(t, 1000, &bytes));
   CHECK(bytes == 40 + 250);
   CHECK_ERROR(tg_codec_payload_bytes(NULL, 1, &bytes), TG_ERR_INVALID_ARGUMENT, "codec is NULL");
+  /* Fixed-size payloads (tests/capi/capi_variable_size_test.cpp has a variable-size codec). */
+  int variable = -1;
+  CHECK_OK(tg_codec_variable_size(t, &variable));
+  CHECK(variable == 0);
+  CHECK_ERROR(tg_codec_variable_size(t, NULL), TG_ERR_INVALID_ARGUMENT, "out_variable");
+  CHECK_ERROR(tg_codec_variable_size(NULL, &variable), TG_ERR_INVALID_ARGUMENT, "codec is NULL");
   tg_codec_destroy(t);
   tg_codec_destroy(NULL);
 

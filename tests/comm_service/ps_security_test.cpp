@@ -6,7 +6,9 @@
 // session a replica registered with. Reads do not change what another
 // replica gets; a duplicate push is not counted twice; a refused or retried
 // Init leaves a running ps alone, and a restarted chief ends the run with
-// what to do. TLS: a plaintext client cannot talk to a TLS ps.
+// what to do. TLS: a plaintext client cannot talk to a TLS ps. A pushed
+// payload's length is its codec's: exactly payload_bytes for fixed-size
+// codecs, 1 to payload_bytes for variable-size ones.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
@@ -28,6 +30,7 @@
 #include "terngrad/comm/worker_client.h"
 
 #include "serving_ps.h"
+#include "varsize_test_codec.h"
 
 namespace tc = terngrad::comm;
 namespace rpc = terngrad::comm::rpc;
@@ -89,7 +92,8 @@ struct RawCaller {
     if (!token.empty()) ctx.AddMetadata(tc::kAuthMetadataKey, token);
   }
 
-  grpc::Status init(uint32_t replica, uint32_t total, bool sync = true, uint64_t fingerprint = kFingerprint) {
+  grpc::Status init(uint32_t replica, uint32_t total, bool sync = true, uint64_t fingerprint = kFingerprint,
+                    const std::string& codec = "fp32") {
     grpc::ClientContext ctx;
     prepare(ctx);
     rpc::InitReply reply;
@@ -100,7 +104,7 @@ struct RawCaller {
     rpc::Variable* v = h->add_variables();
     v->set_name("w");
     v->set_size(kElements);
-    v->set_codec("fp32");
+    v->set_codec(codec);
     rpc::Shard* s = h->add_shards();
     s->set_variable(0);
     s->set_begin(0);
@@ -514,4 +518,66 @@ TEST(PsSecurity, APsOffLoopbackWithoutASecretWarnsLoudly) {
   ::testing::internal::CaptureStderr();
   EXPECT_THROW(tc::ParameterServer("10.255.255.1:0", o, nullptr), tc::PeerError);
   EXPECT_EQ(::testing::internal::GetCapturedStderr().find("WARNING"), std::string::npos);
+}
+
+namespace {
+// A 1-replica sync run of `codec` on a fresh ps, replica 0 registered.
+void start_single(RawCaller& chief, const std::string& codec) {
+  ASSERT_TRUE(chief.init(0, 1, true, kFingerprint, codec).ok());
+  ASSERT_TRUE(chief.register_as(0).ok());
+}
+
+void expect_refused_saying(const grpc::Status& s, std::initializer_list<std::string> parts) {
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << s.error_message();
+  for (const std::string& part : parts) EXPECT_NE(s.error_message().find(part), std::string::npos) << s.error_message();
+}
+}  // namespace
+
+// A fixed-size codec's payload has exactly its size: one byte short or over
+// is refused, naming the replica, shard, length and the size.
+TEST(PsSecurity, AFixedSizePayloadOfAnotherLengthIsRefused) {
+  PsTask ps(1, std::nullopt);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  ASSERT_NO_FATAL_FAILURE(start_single(chief, "fp32"));
+  const std::string p = fp32_payload(1.0f);  // 16 + 4 * 64 = 272 bytes
+  expect_refused_saying(chief.push(0, 0, p.substr(0, p.size() - 1)),
+                        {"worker 0", "shard 0 has 271 of the 272 payload bytes its codec writes"});
+  expect_refused_saying(chief.push(0, 0, p + "x"), {"worker 0", "shard 0", "announces 273 bytes", "272"});
+  rpc::PushReply reply;
+  ASSERT_TRUE(chief.push(0, 0, p, &reply).ok());
+  EXPECT_EQ(reply.outcome(), rpc::PushReply::APPLIED);
+}
+
+// A variable-size codec's payload may be shorter than the capacity (its
+// header says how long, and the codec's validate() checks that); an empty
+// one or one over the capacity is refused before the codec sees it.
+TEST(PsSecurity, AVariableSizePayloadMayBeShorterButNotEmptyNorOverTheCapacity) {
+  varsize_test::register_varsize_test_codec();
+  PsTask ps(1, std::nullopt);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  ASSERT_NO_FATAL_FAILURE(start_single(chief, varsize_test::kName));
+  auto codec = tc::make_codec(varsize_test::kName);
+  const uint64_t capacity = codec->payload_bytes(kElements);
+  std::vector<float> g(kElements, 0.0f);
+  g[3] = 1.5f, g[40] = -2.0f;
+  std::string p(capacity, '\0');
+  p.resize(codec->encode(g, {}, {reinterpret_cast<uint8_t*>(p.data()), p.size()}));
+  ASSERT_LT(p.size(), capacity);
+
+  expect_refused_saying(chief.push(0, 0, ""), {"worker 0", "shard 0 has 0 payload bytes",
+                                               "variable-size codec writes 1 to " + std::to_string(capacity)});
+  expect_refused_saying(chief.push(0, 0, std::string(capacity + 1, '\0')),
+                        {"worker 0", "shard 0", "announces " + std::to_string(capacity + 1), std::to_string(capacity)});
+  // Within the limits, the codec decides: a payload cut short is malformed.
+  expect_refused_saying(chief.push(0, 0, p.substr(0, p.size() - 4)), {"worker 0", "shard 0", "malformed payload"});
+  // A refused push changed nothing: the sound one is step 0's only payload.
+  rpc::PushReply reply;
+  ASSERT_TRUE(chief.push(0, 0, p, &reply).ok());
+  EXPECT_EQ(reply.outcome(), rpc::PushReply::APPLIED);
+  std::vector<uint8_t> sum;
+  ASSERT_TRUE(chief.pull(0, 0, &sum).ok());
+  const std::span<const uint8_t> views[1] = {{reinterpret_cast<const uint8_t*>(p.data()), p.size()}};
+  std::vector<uint8_t> want;
+  codec->aggregate(views, kElements, want);
+  EXPECT_EQ(sum, want);
 }

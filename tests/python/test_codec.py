@@ -79,6 +79,24 @@ class CodecTest(unittest.TestCase):
         c.encode(self.g, out=buf)
         self.assertEqual(bytes(buf), bytes(p))
 
+    def test_payload_is_the_bytes_written(self):
+        # Fixed-size codecs fill payload_bytes(n); a larger out gives its
+        # first bytes, a view of out (variable-size codecs write fewer:
+        # tests/capi/capi_variable_size_test.cpp; the DDP hook's handling:
+        # test_ddp_hook.py).
+        c = terngrad.Codec("terngrad")
+        self.assertFalse(c.variable_size)
+        size = c.payload_bytes(self.g.size)
+        for out in (np.zeros(size + 5, np.uint8), bytearray(size + 5)):
+            p = c.encode(self.g, out=out)
+            self.assertEqual(len(p), size)
+            self.assertEqual(bytes(p), bytes(c.encode(self.g)))
+            np.testing.assert_array_equal(c.decode(p, n=self.g.size), c.decode(c.encode(self.g), n=self.g.size))
+        arr = np.zeros(size + 5, np.uint8)
+        view = c.encode(self.g, out=arr)
+        view[0] ^= 1
+        self.assertEqual(arr[0], view[0])  # shares out's memory
+
     def test_error_feedback_state_resumes(self):
         a, b = terngrad.Codec("ef(fp16):momentum=0.5"), terngrad.Codec("ef(fp16):momentum=0.5")
         self.assertEqual(a.state(), b"")

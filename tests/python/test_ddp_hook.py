@@ -6,7 +6,11 @@ workers, each worker's payload encoded with seed (seed << 16) | rank,
 step = iteration and tensor_id = bucket index, then decoded from the bytes
 (FORMAT.md), summed and averaged. Also: replicas stay bit-identical, and the
 bytes handed to the collectives are 4 + payload_bytes(n) per bucket, about
-16x below the default all-reduce's 4n. Exits 77 (ctest SKIP) without torch.
+16x below the default all-reduce's 4n. A variable-size codec (a pure-Python
+stand-in: libterngrad ships none yet) gives each worker a payload of its own
+length: the hook still averages every worker's decoding, and counts the
+lengths and the padded payloads it hands over. Exits 77 (ctest SKIP)
+without torch.
 """
 import os
 import sys
@@ -55,6 +59,54 @@ def run(rank, state, hook, record):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     return model
+
+
+THRESHOLD = 0.01
+
+
+class SparseStandInCodec:
+    """A variable-size codec in Python: the int32 indices, then the float32
+    values, of the elements above THRESHOLD in magnitude."""
+    wants_shared_scale = False
+    variable_size = True
+
+    def encode(self, grad, **_):
+        idx = torch.nonzero(grad.abs() > THRESHOLD).reshape(-1)
+        return torch.cat([idx.to(torch.int32).view(torch.uint8), grad[idx].contiguous().view(torch.uint8)])
+
+    def decode_accumulate(self, payload, grad):
+        k = payload.numel() // 8
+        grad[payload[:4 * k].clone().view(torch.int32).long()] += payload[4 * k:].clone().view(torch.float32)
+        return grad
+
+
+class StandInState(tgt.TernGradState):
+    def codec(self, bucket_index):
+        return SparseStandInCodec()
+
+
+def check_variable_size(rank):
+    """The hook with SparseStandInCodec: outputs and bytes (module doc)."""
+    state = StandInState(spec="fp32")
+    record = []
+    model = run(rank, state, tgt.terngrad_hook, record)
+    expected_bytes, uneven = 0, 0
+    for _, _, grad_in, grad_out in record:
+        inputs = gather(grad_in)
+        want = torch.zeros_like(grad_in)
+        lengths = []
+        for g in inputs:
+            keep = g.abs() > THRESHOLD
+            want[keep] += g[keep]
+            lengths.append(8 * int(keep.sum()))
+        want.div_(WORLD)
+        assert torch.equal(grad_out, want), "variable-size: hook output differs in %d elements" % int(
+            (grad_out != want).sum())
+        expected_bytes += 8 + max(lengths)
+        uneven += len(set(lengths)) > 1
+    assert uneven > 0, "every bucket's payloads had one length: the test shows nothing"
+    assert state.bytes_sent == expected_bytes, (state.bytes_sent, expected_bytes)
+    del model
 
 
 def gather(t):
@@ -109,6 +161,7 @@ def worker(rank, init_file):
         print("ddp hook: %d buckets over %d steps match the float64 reference; %d parameters, "
               "%.0f vs %.0f bytes/step (%.2fx)" % (len(record), STEPS, n, baseline.bytes_per_step(),
                                                    state.bytes_per_step(), ratio))
+    check_variable_size(rank)
     # A DDP module outliving its process group can hang in its destructor
     # (torch 1.13, gloo): release it while the group is alive, then part together.
     del model

@@ -43,7 +43,7 @@ class AsyncLoop final : public ReplicaLoop {
       const float loss = r_.step.compute_gradient(global);
       if (!std::isfinite(loss))
         throw std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global));
-      r_.step.encode(global, no_scales, r_.wire.slices, r_.wire.outs);
+      r_.step.encode(global, no_scales, r_.wire);
       r_.client.push(global, loss, r_.wire.views);
 
       const int64_t done = global + 1;

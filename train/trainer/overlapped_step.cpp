@@ -141,7 +141,7 @@ comm::WorkerClient::Sums OverlappedStep::run(int64_t step, StepClock& clock) {
   client_.begin_step(step, wire_.sums);
   const std::vector<float> no_scales(s_.num_variables(), 0.0f);
   auto encode = [&](float loss, size_t v, const std::vector<float>& shared) {
-    replica_.encode_variable(step, v, shared, wire_.slices[v], wire_.outs[v]);
+    replica_.encode_into(step, v, shared, wire_);
     queue_variable(loss, v);
   };
   std::optional<ScaleSharingEncoder> sharing;

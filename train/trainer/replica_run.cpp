@@ -28,6 +28,7 @@ void ReplicaRun::after_step(int64_t done, double loss, double lr) {
   const TrainConfig& cfg = s_.cfg();
   loss_ = loss;
   ++steps_run_;
+  sent_bytes_ += wire_.step_bytes();  // what the step pushed: a variable-size codec's vary
   progress_.update(done, loss);
   if (!log_ || cfg.log_every_n_steps <= 0 || (done % cfg.log_every_n_steps != 0 && done != cfg.max_steps)) return;
   const comm::Traffic t = client_.traffic();
@@ -35,7 +36,7 @@ void ReplicaRun::after_step(int64_t done, double loss, double lr) {
   JsonObject o;
   o.add("event", "train").add("step", done).add("loss", loss).add("learning_rate", lr)
       .add("examples_per_sec", secs > 0 ? steps_run_ * cfg.batch_size * replicas_per_step_ / secs : 0.0)
-      .add("bytes_sent_per_worker", wire_.payload_bytes)
+      .add("bytes_sent_per_worker", sent_per_step())
       .add("bytes_recv_per_worker", per_step(t.payload_received, t0_.payload_received))
       .add("wire_bytes_sent_per_worker", per_step(t.message_sent, t0_.message_sent))
       .add("wire_bytes_recv_per_worker", per_step(t.message_received, t0_.message_received));
@@ -48,6 +49,10 @@ void ReplicaRun::after_step(int64_t done, double loss, double lr) {
 
 double ReplicaRun::per_step(uint64_t total, uint64_t at_start) const {
   return steps_run_ > 0 ? static_cast<double>(total - at_start) / static_cast<double>(steps_run_) : 0.0;
+}
+
+double ReplicaRun::sent_per_step() const {
+  return steps_run_ > 0 ? sent_bytes_ / static_cast<double>(steps_run_) : 0.0;
 }
 
 bool ReplicaRun::evaluation_due(int64_t done) const {
@@ -72,7 +77,7 @@ TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_
   result_.examples_per_sec = train_secs > 0 ? result_.examples * replicas_per_step_ / train_secs : 0;
   result_.final_loss = loss_;
   for (const Param& p : s_.params().params) result_.fp32_bytes_per_worker_step += 4.0 * p.value.size();
-  result_.bytes_sent_per_worker_step = wire_.payload_bytes;
+  result_.bytes_sent_per_worker_step = sent_per_step();
   result_.bytes_recv_per_worker_step = per_step(t.payload_received, t0_.payload_received);
   result_.wire_bytes_sent_per_worker_step = per_step(t.message_sent, t0_.message_sent);
   result_.wire_bytes_recv_per_worker_step = per_step(t.message_received, t0_.message_received);

@@ -51,6 +51,9 @@ class ReplicaRun {
   using Clock = std::chrono::steady_clock;
   // Bytes per step run of a traffic counter since training began.
   double per_step(uint64_t total, uint64_t at_start) const;
+  // Payload and pre-round bytes this replica pushed, per step run: the mean
+  // of what it measured after each step (Wire::step_bytes()).
+  double sent_per_step() const;
 
   TrainingSession& s_;
   comm::WorkerClient& client_;
@@ -62,6 +65,7 @@ class ReplicaRun {
   TrainResult result_;
   StepClock clock_, replicas_;
   int64_t steps_run_ = 0;
+  double sent_bytes_ = 0;  // summed over the steps run
   double loss_ = 0;
   const Clock::time_point t_train_;
   const comm::Traffic t0_;

@@ -3,10 +3,13 @@
 
 namespace terngrad::train::detail {
 
-void ReplicaStep::encode(int64_t step, const std::vector<float>& shared,
-                         const std::vector<std::vector<comm::ElementRange>>& slices,
-                         const std::vector<std::vector<std::span<uint8_t>>>& outs) {
-  for (size_t v = 0; v < slices.size(); ++v) encode_variable(step, v, shared, slices[v], outs[v]);
+void ReplicaStep::encode_into(int64_t step, size_t v, const std::vector<float>& shared, Wire& wire) {
+  encode_variable(step, v, shared, wire.slices[v], wire.outs[v]);
+  wire.encoded(v);
+}
+
+void ReplicaStep::encode(int64_t step, const std::vector<float>& shared, Wire& wire) {
+  for (size_t v = 0; v < wire.slices.size(); ++v) encode_into(step, v, shared, wire);
 }
 
 std::unique_ptr<ReplicaStep> make_replica_step(TrainingSession& s) {

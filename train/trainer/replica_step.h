@@ -25,6 +25,7 @@
 
 #include "session.h"
 #include "terngrad/comm/placement.h"
+#include "wire.h"
 
 namespace terngrad::train::detail {
 
@@ -47,10 +48,11 @@ class ReplicaStep {
   virtual void encode_variable(int64_t step, size_t v, const std::vector<float>& shared,
                                std::span<const comm::ElementRange> slices,
                                std::span<const std::span<uint8_t>> outs) = 0;
-  // encode_variable() of every variable (TrainingSession::encode's contract).
-  void encode(int64_t step, const std::vector<float>& shared,
-              const std::vector<std::vector<comm::ElementRange>>& slices,
-              const std::vector<std::vector<std::span<uint8_t>>>& outs);
+  // encode_variable() of variable v into the wire's payloads, whose views
+  // then hold the bytes to push (Wire::encoded()).
+  void encode_into(int64_t step, size_t v, const std::vector<float>& shared, Wire& wire);
+  // encode_into() of every variable (TrainingSession::encode's contract).
+  void encode(int64_t step, const std::vector<float>& shared, Wire& wire);
   // The pulled sum of one shard, decoded into the step's update.
   virtual void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) = 0;
   // Once every shard's sum is decoded: the update averaged over `replicas`,

@@ -133,7 +133,7 @@ class SyncLoop final : public ReplicaLoop {
     }
     // 3. Encode what to push.
     t = Clock::now();
-    r_.step.encode(step, shared, r_.wire.slices, r_.wire.outs);
+    r_.step.encode(step, shared, r_.wire);
     one.s[StepClock::kEncode] += since(t);
     // 4. Push; the ps sums each shard of the first R replicas; pull the sums.
     t = Clock::now();

@@ -92,10 +92,13 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   const size_t V = s.num_variables();
 
   // Every variable travels whole (one slice): the in-process view of one ps.
+  // The payload buffers hold the codecs' capacity; what a worker sends is
+  // the used part (a variable-size codec's varies with the values).
   std::vector<std::vector<comm::ElementRange>> slices(V);
   std::vector<std::vector<std::vector<uint8_t>>> payloads(N, std::vector<std::vector<uint8_t>>(V));
   std::vector<std::vector<std::vector<std::span<uint8_t>>>> outs(N, std::vector<std::vector<std::span<uint8_t>>>(V));
-  double sent_per_step = 0, fp32_per_step = 0;
+  std::vector<std::vector<size_t>> used(N, std::vector<size_t>(V));  // [worker][variable]: bytes sent this step
+  double fp32_per_step = 0;
   for (size_t v = 0; v < V; ++v) {
     const uint64_t n = s.params().params[v].value.size();
     slices[v] = {{0, n}};
@@ -103,7 +106,6 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       payloads[w][v].resize(s.codec(w, v).payload_bytes(n));
       outs[w][v] = {payloads[w][v]};
     }
-    sent_per_step += payloads[0][v].size();
     fp32_per_step += 4.0 * n;
   }
   // Multi-round codecs: each worker's pre-round vectors, [round][worker][variable]
@@ -120,7 +122,6 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       s.presum_sums(v)[round].resize(k);
       presum_bytes += 4.0 * static_cast<double>(k);
     }
-  sent_per_step += presum_bytes;
   std::vector<std::vector<uint8_t>> aggregates(V);
 
   const int64_t start_step = s.restore();
@@ -139,9 +140,10 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   GradSet sum = s.make_grads();
   std::vector<float> losses(N), shared(V, 0.0f);
   double recv_total = 0;
+  uint64_t payload_total = 0;  // bytes every worker sent over the steps run (exact: integers)
+  int64_t steps_sent = 0;
   detail::InProcessRun run(s, N, t_start);
   run.result().fp32_bytes_per_worker_step = fp32_per_step;
-  run.result().bytes_sent_per_worker_step = sent_per_step;
   const detail::InProcessRun::Hooks hooks{[&s](TrainResult& r) { s.evaluate_into(r); }, nullptr};
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
@@ -169,12 +171,20 @@ TrainResult run_training(const TrainConfig& cfg_in) {
       }
     }
     // 3. Every worker encodes what it would push.
-    parallel_for(N, step, "encode", [&](int64_t w) { s.encode(static_cast<size_t>(w), step, shared, slices, outs[w]); });
-    // 4. The server's sum per variable, in worker order, and what every worker pulls.
+    parallel_for(N, step, "encode", [&](int64_t w) {
+      s.encode(static_cast<size_t>(w), step, shared, slices, outs[w]);
+      for (size_t v = 0; v < V; ++v)
+        used[w][v] = s.codec(w, v).encoded_size(payloads[w][v], slices[v][0].count);
+    });
+    for (int w = 0; w < N; ++w)
+      for (size_t v = 0; v < V; ++v) payload_total += used[w][v];
+    ++steps_sent;
+    // 4. The server's sum per variable, in worker order, of what every
+    // worker sent, and what every worker pulls.
     parallel_for(static_cast<int64_t>(V), step, "server sum", [&](int64_t vi) {
       const size_t v = static_cast<size_t>(vi);
       std::vector<std::span<const uint8_t>> views;
-      for (int w = 0; w < N; ++w) views.emplace_back(payloads[w][v]);
+      for (int w = 0; w < N; ++w) views.push_back(std::span<const uint8_t>(payloads[w][v]).first(used[w][v]));
       const comm::GradientCodec& c = s.codec(0, v);
       const uint64_t n = sum[v].data.size();
       const comm::AggregateContext ctx{static_cast<uint32_t>(v), static_cast<uint32_t>(step), 0};
@@ -186,6 +196,10 @@ TrainResult run_training(const TrainConfig& cfg_in) {
     recv_total += recv;
     // 5. The same averaged update on every worker's (identical) copy.
     s.apply(step, sum, N);
+    // Measured, not the capacity: the mean over workers and steps run.
+    run.result().bytes_sent_per_worker_step =
+        static_cast<double>(payload_total) / (static_cast<double>(N) * static_cast<double>(steps_sent)) +
+        presum_bytes;
 
     double loss = 0;
     for (float l : losses) loss += l;

@@ -104,7 +104,8 @@ TG_API int tg_cuda_available(void);
  * "randomk:ratio=0.01", and any of them under error feedback, "ef(topk)"
  * (comm/include/terngrad/comm/codec_config.h lists every key). An unknown
  * name, key or value is TG_ERR_INVALID_ARGUMENT with a message listing what
- * is accepted. Device pointers take fp32, fp16 and terngrad without ef(). */
+ * is accepted. Device pointers take fp32, fp16 and terngrad without ef()
+ * and with fixed-size payloads. */
 TG_API tg_status tg_codec_create(const char* spec, tg_codec_t** out_codec);
 /* Releases a codec (NULL is a no-op). */
 TG_API void tg_codec_destroy(tg_codec_t* codec);
@@ -116,8 +117,18 @@ TG_API void tg_codec_destroy(tg_codec_t* codec);
 TG_API tg_status tg_codec_spec(const tg_codec_t* codec, char* buf, size_t capacity,
                                size_t* out_length);
 
-/* Exact bytes tg_codec_encode() writes for n elements. */
+/* Bytes tg_codec_encode() writes for n elements: exact for fixed-size
+ * codecs, the most it writes (the capacity to allocate) for variable-size
+ * ones (tg_codec_variable_size). */
 TG_API tg_status tg_codec_payload_bytes(const tg_codec_t* codec, uint64_t n, size_t* out_bytes);
+
+/* *out_variable = 1 if the length of the codec's payloads depends on the
+ * values (an entropy-coded payload), else 0. Such a payload is the first
+ * *out_written bytes tg_codec_encode() reports: send and decode those (an
+ * all-gather exchanges the lengths too); tg_codec_payload_bytes() is only
+ * their upper bound. The device functions refuse these codecs
+ * (TG_ERR_UNSUPPORTED). */
+TG_API tg_status tg_codec_variable_size(const tg_codec_t* codec, int* out_variable);
 
 /* *out_wants = 1 if the codec takes part in scale sharing (terngrad with
  * share_scale=1), else 0. */
@@ -134,7 +145,9 @@ TG_API tg_status tg_codec_local_scale(tg_codec_t* codec, const float* grad, uint
  * step and tensor_id make each (step, tensor) draw independent.
  * shared_scale: NULL, or the max over workers of tg_codec_local_scale()
  * (must be >= this tensor's own scale); ignored by codecs that do not want
- * one. *out_written (optional) receives the bytes written. */
+ * one. *out_written (optional) receives the bytes of the payload: exactly
+ * tg_codec_payload_bytes(n) for fixed-size codecs, at most that for
+ * variable-size ones; out beyond them is unspecified and not part of it. */
 TG_API tg_status tg_codec_encode(tg_codec_t* codec, const float* grad, uint64_t n,
                                  uint32_t tensor_id, uint32_t step, uint64_t seed,
                                  const float* shared_scale, uint8_t* out, size_t capacity,
@@ -170,7 +183,8 @@ TG_API tg_status tg_codec_local_scale_device(tg_codec_t* codec, const float* d_g
 
 /* As tg_codec_encode on device memory (d_grad 4-byte aligned); shared_scale
  * is a host pointer. Enqueued on the stream; the payload bytes equal the
- * host path's. */
+ * host path's (fixed-size codecs only: *out_written is
+ * tg_codec_payload_bytes(n)). */
 TG_API tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
                                         uint32_t tensor_id, uint32_t step, uint64_t seed,
                                         const float* shared_scale, uint8_t* d_out,

@@ -101,8 +101,28 @@ class GradientCodec {
   // values): what the server sends back is then as compact as what it got.
   virtual bool sums_without_decoding() const { return false; }
 
-  // Bytes encode() writes for n elements (payload sizes are exact, not estimates).
+  // Bytes encode() writes for n elements: exact for fixed-size codecs (every
+  // payload of n elements has this size), the capacity (the most encode
+  // writes, never exceeded) for variable-size ones. Callers size buffers with
+  // it either way.
   virtual size_t payload_bytes(uint64_t n) const = 0;
+
+  // Whether a payload's length depends on the values (an entropy-coded
+  // payload), not only on n. Then payload_bytes(n) is a capacity, the payload
+  // says in its own header how long it is, and callers send, check and sum
+  // only encoded_size() bytes of what encode_slices() wrote.
+  virtual bool variable_size() const { return false; }
+
+  // The bytes a just-encoded payload of n elements uses, read from the start
+  // of written (the buffer encode_slices() wrote, possibly longer than the
+  // payload); at most payload_bytes(n). The default, for fixed-size codecs,
+  // is payload_bytes(n), and throws std::invalid_argument where written is
+  // shorter. A variable-size codec reads its header and throws
+  // (std::invalid_argument or the codec's error) naming the problem where
+  // written does not start with a payload of this codec of n elements or is
+  // shorter than the length the header says. It reads a header, it does not
+  // validate the body: validate() does that.
+  virtual size_t encoded_size(std::span<const uint8_t> written, uint64_t n) const;
 
   // Scale sharing: codecs that return true want every worker's local_scale()
   // max-reduced and passed back as EncodeContext::shared_scale.
@@ -126,7 +146,9 @@ class GradientCodec {
   virtual bool slices_whole_variable_only() const { return false; }
 
   // Encodes slices of one variable: grad is the whole variable, outs[i]
-  // receives slices[i] (payload_bytes(slices[i].count) bytes). A slice's
+  // receives slices[i] (holds at least payload_bytes(slices[i].count) bytes;
+  // a variable-size codec writes encoded_size() of them, the rest is
+  // unspecified and is not sent). A slice's
   // payload does not depend on how the variable is cut: statistics, scale and
   // random draws are the whole variable's, so the slices of any sharding
   // decode to the whole variable's decoding. Slices start at multiples of
@@ -137,7 +159,9 @@ class GradientCodec {
   virtual void encode_slices(std::span<const float> grad, const EncodeContext& ctx,
                              std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs) = 0;
 
-  // The whole variable as one payload; returns payload_bytes(grad.size()).
+  // The whole variable as one payload; returns the bytes of out it uses,
+  // encoded_size(out, grad.size()) (payload_bytes(grad.size()) for
+  // fixed-size codecs).
   size_t encode(std::span<const float> grad, const EncodeContext& ctx, std::span<uint8_t> out);
 
   // out = decoded payload / out += decoded payload. A malformed payload throws
