@@ -69,6 +69,11 @@ class TernGradCodec final : public GradientCodec {
   bool sums_without_decoding() const override { return share_scale_; }
 
   size_t payload_bytes(uint64_t n) const override { return quantize::max_encoded_bytes(n, packing_); }
+  bool variable_size() const override { return packing_ == quantize::Packing::kEntropy; }
+  size_t encoded_size(std::span<const uint8_t> written, uint64_t n) const override {
+    if (!variable_size()) return GradientCodec::encoded_size(written, n);
+    return quantize::payload_length(written);  // the header's own length (an entropy or a base-3 payload)
+  }
 
   bool wants_shared_scale() const override { return share_scale_; }
 

@@ -99,3 +99,26 @@ TEST(VariableSizeTrainer, AReplicaPushesOnlyTheUsedBytesOfEachShard) {
   EXPECT_EQ(pushed, static_cast<double>(g_sent.load()));
   EXPECT_EQ(wire.step_bytes(), pushed);  // no pre-rounds for this codec
 }
+
+// terngrad:pack= changes the bytes, never the codes: training is identical
+// (the same loss every step, so the same final loss and accuracy), and the
+// entropy-coded payloads are the smallest.
+TEST(VariableSizeTrainer, TernGradPackingsTrainIdenticallyWithFewerBytes) {
+  tt::TrainConfig c = small_run();
+  c.max_steps = 6;
+  c.size_to_binarize = 1;  // every variable ternarized, biases too
+  c.codec = "";
+  c.grad_bits = 2;
+  std::vector<tt::TrainResult> r;
+  for (const char* spec : {"terngrad", "terngrad:pack=base3", "terngrad:pack=entropy"}) {
+    c.codec = spec;
+    r.push_back(tt::run_training(c));
+  }
+  for (size_t k = 1; k < r.size(); ++k) {
+    EXPECT_EQ(r[k].final_loss, r[0].final_loss) << k;
+    EXPECT_EQ(r[k].top1, r[0].top1) << k;
+  }
+  EXPECT_LT(r[1].bytes_sent_per_worker_step, r[0].bytes_sent_per_worker_step);
+  EXPECT_LT(r[2].bytes_sent_per_worker_step, r[1].bytes_sent_per_worker_step);
+  EXPECT_LT(r[2].bytes_recv_per_worker_step, r[0].bytes_recv_per_worker_step);
+}
