@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Independent pure-Python encoder for the TernGrad 2-bit format (quantize/FORMAT.md).
+"""Independent pure-Python encoder for the TernGrad payloads (quantize/FORMAT.md): codecs 1, 2, 4, 5, 6.
 
 Written from the spec, not from the C++ code: Philox4x32-10, the canonical
 float64 statistics order, float32 probability arithmetic (emulated with struct),
 2-bit packing and the CRC-32 header. Used two ways:
 
   reference_encoder.py example          print the FORMAT.md worked example
+  reference_encoder.py packed-example   print the worked examples of codecs 4, 5 and 6
+  reference_encoder.py check-packed TG_CODEC TG_SUM_VECTOR
+                                        the same for codecs 4, 5 (tg-codec encode
+                                        --pack) and 6 (tg-sum-vector), the worked
+                                        examples and random inputs
   reference_encoder.py check TG_CODEC   encode random tensors with this script
                                         and with `tg-codec encode`, require
                                         byte-identical payloads
@@ -367,11 +372,93 @@ def check(tg_codec):
     return 0
 
 
+def check_packed(tg_codec, sum_vector):
+    """Codecs 4, 5 and 6: the worked examples and random inputs, this script against the C++ encoders."""
+    rng = random.Random(4321)
+    failures, cases = 0, 0
+
+    def compare(what, got, want):
+        nonlocal failures, cases
+        cases += 1
+        if got != want:
+            diff = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), "length")
+            print(f"FAIL {what}: C++ {len(got)} bytes (codec {got[5] if len(got) > 5 else '?'}), "
+                  f"Python {len(want)} (codec {want[5] if len(want) > 5 else '?'}), first difference at {diff}")
+            failures += 1
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, out = os.path.join(tmp, "x.f32"), os.path.join(tmp, "x.tgrd")
+
+        def tg_encode(x, pack, clip, seed, step, tid, nearest=False, shared=None):
+            with open(raw, "wb") as f:
+                f.write(struct.pack(f"<{len(x)}f", *x))
+            args = [tg_codec, "encode", raw, out, "--pack", pack, "--clip", repr(clip), "--seed", str(seed),
+                    "--step", str(step), "--tensor-id", str(tid)]
+            if nearest:
+                args += ["--round", "nearest"]
+            if shared is not None:
+                args += ["--shared-scale", repr(shared)]
+            subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+            with open(out, "rb") as f:
+                return f.read()
+
+        def tg_sum(counts, r, scale, tid, step):
+            with open(raw, "wb") as f:
+                f.write(struct.pack(f"<{len(counts)}h", *counts))
+            subprocess.run([sum_vector, raw, str(r), repr(scale), str(tid), str(step), out], check=True)
+            with open(out, "rb") as f:
+                return f.read()
+
+        # The worked examples (FORMAT.md).
+        x = [0.5, -1.0, 0.25, 0.0, -0.125, 2.0]
+        compare("codec-4 example", tg_encode(x, "base3", 0.0, 42, 7, 3), encode_base3(x, 0.0, 42, 7, 3))
+        x = example_entropy_input()
+        want = encode_entropy(x, 0.0, 0, 7, 3, nearest=True)
+        if want[5] != 5:
+            print("FAIL codec-5 example: the spec's encoder did not choose codec 5")
+            failures += 1
+        compare("codec-5 example", tg_encode(x, "entropy", 0.0, 0, 7, 3, nearest=True), want)
+        c = example_sum_counts()
+        want = encode_sum_entropy(c, 0.5, 2, 3, 7)
+        if want[5] != 6:
+            print("FAIL codec-6 example: the spec's encoder did not choose codec 6")
+            failures += 1
+        compare("codec-6 example", tg_sum(c, 2, 0.5, 3, 7), want)
+
+        # Random worker payloads: Gaussian with rare outliers, and sparse ones;
+        # 90000 elements are two blocks of 32 lanes (the second one short).
+        for n in (0, 1, 4, 5, 6, 99, 1283, 5003, 90000):
+            for sparse in (False, True):
+                x = [0.0 if sparse and rng.random() < 0.9 else f32(rng.gauss(0.0, 1e-3) * (30 if rng.random() < 0.01 else 1))
+                     for _ in range(n)]
+                seed, step, tid = rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(32)
+                nearest = sparse and n % 2 == 1
+                for pack, enc in (("base3", encode_base3), ("entropy", encode_entropy)):
+                    compare(f"{pack} n={n} sparse={sparse} nearest={nearest}",
+                            tg_encode(x, pack, 2.5, seed, step, tid, nearest),
+                            enc(x, 2.5, seed, step, tid, nearest=nearest))
+        x = [f32(rng.gauss(0.0, 1.0)) for _ in range(20000)]
+        compare("entropy with a shared scale", tg_encode(x, "entropy", 2.5, 5, 6, 7, shared=9.5),
+                encode_entropy(x, 2.5, 5, 6, 7, shared_scale=9.5))
+
+        # Random sums: R from 1 to 128 (127 is the last codec-6 one), mostly small counts.
+        for r, n in ((1, 0), (1, 7), (1, 3000), (2, 40000), (3, 5000), (4, 100003), (7, 999), (8, 2000),
+                     (50, 1000), (127, 3000), (128, 500)):
+            counts = [0 if rng.random() < 0.7 else max(-r, min(r, round(rng.gauss(0, r / 3)))) for _ in range(n)]
+            scale, tid, step = f32(rng.uniform(0.01, 3.0)), rng.getrandbits(32), rng.getrandbits(32)
+            compare(f"sum R={r} n={n}", tg_sum(counts, r, scale, tid, step),
+                    encode_sum_entropy(counts, scale, r, tid, step))
+    print(f"{cases - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "example":
         worked_example()
     elif len(sys.argv) >= 2 and sys.argv[1] == "packed-example":
         packed_examples()
+    elif len(sys.argv) == 4 and sys.argv[1] == "check-packed":
+        sys.exit(check_packed(sys.argv[2], sys.argv[3]))
     elif len(sys.argv) == 3 and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2]))
     else:
