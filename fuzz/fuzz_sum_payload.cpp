@@ -7,7 +7,9 @@
 //
 // Input: mode byte (bit 0: recompute the header CRC; bit 1: set an
 // entropy-coded header's length field to the input's length), payload.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -66,9 +68,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const float v = out[i];
     bool found = v == 0.0f;  // count 0, or any count when the scale is 0
     if (!found && h.scale > 0.0f) {
-      const double k = std::nearbyint(static_cast<double>(v) / static_cast<double>(h.scale));
-      for (double c = k - 1; c <= k + 1 && !found; ++c)
-        found = std::fabs(c) <= static_cast<double>(r) && h.scale * static_cast<float>(c) == v;
+      // float32(s * count) may round, or overflow to +-inf for a huge scale:
+      // the nearest integer to v / s, clamped to [-R, R], and its neighbours.
+      const double ratio = static_cast<double>(v) / static_cast<double>(h.scale);
+      const int64_t k = std::isfinite(ratio) ? std::clamp<int64_t>(std::llround(std::clamp(ratio, -1e9, 1e9)), -r, r)
+                                             : (ratio > 0 ? r : -r);
+      for (int64_t c = k - 1; c <= k + 1 && !found; ++c)
+        found = c >= -r && c <= r && h.scale * static_cast<float>(c) == v;
     }
     if (!found) {
       std::fprintf(stderr, "fuzz: decode_sum() gave %g at %zu, not scale %g times a count in [-%lld, %lld]\n",
