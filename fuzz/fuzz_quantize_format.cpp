@@ -1,17 +1,41 @@
-// The quantize library's self-describing payload reader (quantize/FORMAT.md):
-// inspect() validates header, length, codes and padding; when it accepts,
-// decode(), decode_accumulate() and accumulate_counts() must accept the same
-// bytes and agree on the element count.
+// The quantize library's self-describing payload reader (quantize/FORMAT.md),
+// every packing of a worker's payload (codec 1, base-3 codec 4, entropy-coded
+// codec 5): inspect() validates header, length, codes and padding; when it
+// accepts, decode(), decode_accumulate(), accumulate_counts(), sum_shared()
+// and sum_payloads() (both packings, then decode_sum()) must accept the same
+// bytes, agree on the element count and give only the values a ternary
+// payload can hold: 0 or +-s per element, a count in [-R, R] per sum.
 //
-// Input: mode byte (bit 0: recompute the header CRC), payload.
+// Input: mode byte (bit 0: recompute the header CRC; bit 1: set an
+// entropy-coded header's length field to the input's length), payload.
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <vector>
 
 #include "fixups.h"
 #include "fuzz_input.h"
 #include "outcome.h"
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/ternary_sum.h"
+
+namespace {
+
+// An entropy-coded payload of B bytes may legitimately describe up to about
+// 374000 * B elements (blocks of 2^20 zero symbols cost 14 bytes each; the
+// encoders' 2^14-symbol blocks give ~6000 * B), and every entry point below
+// that has no output sized by the caller (inspect) or that is handed one
+// here decodes or allocates that many. A caller bounds n by what it
+// expects (codec.h); the harness does the same with read_header()'s count,
+// so a fuzzed 20-byte claim of 2^30 elements costs no gigabytes per run.
+constexpr uint64_t kMaxElements = uint64_t{1} << 22;
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "fuzz: %s\n", what);
+  std::abort();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace tq = terngrad::quantize;
@@ -19,22 +43,67 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bytes in(data, size);
   const uint8_t mode = take_u8(in);
   std::vector<uint8_t> payload(in.begin(), in.end());
+  if (mode & 0x02) fix_entropy_length(payload);
   if (mode & 0x01) fix_tgrd_crc(payload);
 
   const tq::HeaderFault fault = tq::check_header(payload.data(), payload.size());
   (void)tq::header_fault_name(fault);
+  try {
+    (void)tq::payload_length(payload);
+  } catch (const tq::CodecError&) {
+  }
+  tq::PayloadHeader quick;
+  if (!accepts([&] { quick = tq::read_header(payload); })) {
+    // inspect() reads the header the same way: it must refuse too.
+    if (accepts([&] { tq::inspect(payload); })) fail("inspect() accepted a payload read_header() refused");
+    return 0;
+  }
+  if (quick.count > kMaxElements) return 0;
   tq::PayloadHeader h;
   if (!accepts([&] { h = tq::inspect(payload); })) return 0;
-  if (fault != tq::HeaderFault::kNone) {
+  // check_header() is codec 1's; it must agree when inspect() read codec 1.
+  if (h.codec == tq::kCodecTernary2Bit && fault != tq::HeaderFault::kNone) {
     std::fprintf(stderr, "fuzz: inspect() accepted a header check_header() calls %s\n", tq::header_fault_name(fault));
     std::abort();
   }
-  // The length check bounds count by 4 * payload bytes, so this is small.
-  std::vector<float> out(h.count);
+  if (h.codec != tq::kCodecTernary2Bit && h.codec != tq::kCodecTernaryBase3 && h.codec != tq::kCodecTernaryEntropy)
+    fail("inspect() accepted an unknown codec id");
+  if (h.count != quick.count) fail("read_header() and inspect() disagree on the element count");
+  const float s = h.scale;
+  auto ternary = [&](const std::vector<float>& v, const char* what) {
+    for (float x : v)
+      if (!(x == 0.0f || x == s || x == -s)) {
+        std::fprintf(stderr, "fuzz: %s gave %g, not 0 or +-%g\n", what, static_cast<double>(x), static_cast<double>(s));
+        std::abort();
+      }
+  };
+  std::vector<float> out(h.count, 7.0f);
   must_accept("decode", [&] { tq::decode(payload, out); });
-  must_accept("decode_accumulate", [&] { tq::decode_accumulate(payload, out); });
+  ternary(out, "decode");
+  std::vector<float> acc(h.count, 0.0f);
+  must_accept("decode_accumulate", [&] { tq::decode_accumulate(payload, acc); });
+  ternary(acc, "decode_accumulate");
+  if (acc != out) fail("decode_accumulate() into zeros differs from decode()");
   std::vector<int16_t> counts(h.count);
   must_accept("accumulate_counts", [&] { tq::accumulate_counts(payload, counts); });
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (s * static_cast<float>(counts[i]) != out[i] || counts[i] < -1 || counts[i] > 1)
+      fail("accumulate_counts() disagrees with decode()");
+  // The payload summed with itself: every count doubled, as sum_shared()
+  // and both sum packings (codec 2, or codec 6 when smaller) must say.
+  const std::span<const uint8_t> two[] = {payload, payload};
+  std::vector<int16_t> sum(h.count);
+  must_accept("sum_shared", [&] { tq::sum_shared(two, sum); });
+  for (size_t i = 0; i < sum.size(); ++i)
+    if (sum[i] != 2 * counts[i]) fail("sum_shared() of a payload with itself is not twice its counts");
+  for (tq::SumPacking packing : {tq::SumPacking::kBitPacked, tq::SumPacking::kEntropy}) {
+    std::vector<uint8_t> packed(tq::sum_payload_bytes(h.count, 2));
+    must_accept("sum_payloads", [&] { packed.resize(tq::sum_payloads(two, packed, packing)); });
+    std::vector<float> values(h.count);
+    must_accept("decode_sum", [&] { tq::decode_sum(packed, values); });
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] != s * static_cast<float>(sum[i])) fail("decode_sum() of sum_payloads() differs from sum_shared()");
+  }
   // One element too many: the decoders must refuse the size, not write past it.
   std::vector<float> wrong(h.count + 1);
   if (accepts([&] { tq::decode(payload, wrong); })) {

@@ -156,6 +156,35 @@ void quantize_seeds() {
     tq::encode_sum(counts, 0.25f, r, 5, 6, out);
     put("sum_payload", "r" + std::to_string(r), cat({{0}, out}));
   }
+  // Codecs 4 and 5 (base-3, entropy-coded): the same encoder with another
+  // packing. 400 elements are the fewest where entropy coding comes out
+  // smaller than base-3 for this gradient; 5000 take several lanes.
+  for (size_t n : {size_t{7}, size_t{400}, size_t{5000}}) {
+    const auto g = gradient(n, 0.1f);
+    for (tq::Packing pk : {tq::Packing::kBase3, tq::Packing::kEntropy}) {
+      tq::EncodeParams p;
+      p.seed = 9;
+      p.step = 2;
+      p.packing = pk;
+      Buf out(tq::max_encoded_bytes(n, pk));
+      out.resize(tq::encode(g, p, out));
+      const std::string name = std::string(tq::packing_name(pk)) + "_n" + std::to_string(n) + "_codec" +
+                               std::to_string(out[tq::kHeaderCodecOffset]);
+      put("quantize_format", name, cat({{0}, out}));
+      put("quantize_format", name + "_fixups", cat({{3}, out}));
+    }
+  }
+  // Codec 6 (entropy-coded sum): mostly-zero counts, for R with 5, 3, 2 and 1
+  // digits per symbol.
+  for (uint32_t r : {1u, 2u, 4u, 8u}) {
+    std::vector<int16_t> counts(600, 0);
+    for (size_t i = 0; i < counts.size(); i += 7) counts[i] = static_cast<int16_t>(static_cast<int>(i % (2 * r + 1)) - static_cast<int>(r));
+    Buf out(tq::sum_payload_bytes(counts.size(), r));
+    out.resize(tq::encode_sum(counts, 0.25f, r, 5, 6, tq::SumPacking::kEntropy, out));
+    const std::string name = "entropy_r" + std::to_string(r) + "_codec" + std::to_string(out[tq::kHeaderCodecOffset]);
+    put("sum_payload", name, cat({{0}, out}));
+    put("sum_payload", name + "_fixups", cat({{3}, out}));
+  }
 }
 
 void npy_seeds() {

@@ -269,6 +269,20 @@ PayloadHeader header_only(std::span<const uint8_t> p, size_t index) {
   return read_header_fields(p.data());
 }
 
+// The output must hold the codec-2 sum of n elements (sum_payload_bytes(),
+// the most either packing writes). Checked before the int16 counts are sized
+// from a header's n: a codec-5 payload of B bytes can claim ~374000 * B
+// elements (blocks of 2^20 zeros cost 14 bytes), and a caller's output is
+// sized from the n it expects.
+void require_sum_room(uint64_t n, uint32_t contributions, std::span<uint8_t> out) {
+  if (n > (uint64_t{1} << 58) || out.size() < sum_payload_bytes(n, contributions))  // 2^58: n * 16 bits fits
+    throw CodecError(Errc::kBufferTooSmall, "output buffer has " + std::to_string(out.size()) +
+                                                " bytes, the sum of " + std::to_string(n) + " elements from " +
+                                                std::to_string(contributions) + " payloads needs " +
+                                                (n > (uint64_t{1} << 58) ? std::string("more")
+                                                                         : std::to_string(sum_payload_bytes(n, contributions))));
+}
+
 }  // namespace
 
 size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
@@ -301,10 +315,8 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
                                                  ": a sum needs one shared scale (encode with shared_scale)");
   }
   const uint32_t r = static_cast<uint32_t>(payloads.size());
+  require_sum_room(h[0].count, r, out);
   const size_t fixed = sum_payload_bytes(h[0].count, r);
-  if (out.size() < fixed)
-    throw CodecError(Errc::kBufferTooSmall, "output buffer has " + std::to_string(out.size()) + " bytes, the sum of " +
-                                                std::to_string(h[0].count) + " elements needs " + std::to_string(fixed));
   const size_t len = detail::sum_to_entropy(payloads, h[0], out.first(fixed - 1));  // strictly smaller than codec 2
   return len != 0 ? len : sum_payloads(payloads, out);
 }
@@ -318,6 +330,7 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
       throw CodecError(Errc::kInvalidArgument, "a ternary sum takes at most " + std::to_string(kMaxSumContributions) +
                                                    " payloads, got " + std::to_string(payloads.size()));
     const PayloadHeader first = read_header(payloads[0]);
+    require_sum_room(first.count, r, out);
     std::vector<int16_t> counts(first.count);
     const float scale = sum_shared(payloads, counts);
     return encode_sum(counts, scale, r, first.tensor_id, first.step, out);

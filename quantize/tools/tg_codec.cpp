@@ -198,17 +198,28 @@ struct CodeHistogram {
   uint64_t plus = 0, zero = 0, minus = 0;
 };
 
-// Counts the codes of the first n elements of a validated payload.
+// Counts the codes of a validated payload of n elements, whatever its
+// packing (codec 1, 4 or 5): through accumulate_counts(), which reads every
+// packing, rather than the 2-bit body, which only codec 1 has.
 CodeHistogram count_codes(std::span<const uint8_t> payload, uint64_t n) {
   CodeHistogram h;
-  const uint8_t* body = payload.data() + q::kHeaderBytes;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t code = (body[i / 4] >> (2 * (i % 4))) & 3u;
-    if (code == q::kCodePlus) ++h.plus;
-    else if (code == q::kCodeMinus) ++h.minus;
+  std::vector<int16_t> signs(static_cast<size_t>(n), 0);
+  q::accumulate_counts(payload, signs);
+  for (int16_t v : signs) {
+    if (v > 0) ++h.plus;
+    else if (v < 0) ++h.minus;
     else ++h.zero;
   }
   return h;
+}
+
+const char* codec_description(uint8_t codec) {
+  switch (codec) {
+    case q::kCodecTernary2Bit: return "ternary, 2 bits per element";
+    case q::kCodecTernaryBase3: return "ternary, base-3: 5 elements per byte";
+    case q::kCodecTernaryEntropy: return "ternary, rANS entropy-coded";
+  }
+  return "unknown";
 }
 
 std::string percent(uint64_t part, uint64_t whole) {
@@ -284,6 +295,11 @@ int cmd_encode(const ParsedArgs& a) {
     else if (*r != "stochastic")
       throw UsageError("--round: expected stochastic or nearest, got '" + *r + "'");
   }
+  if (const std::string* pk = a.value("--pack")) {
+    const std::optional<q::Packing> packing = q::parse_packing(*pk);
+    if (!packing) throw UsageError("--pack: expected 2bit, base3 or entropy, got '" + *pk + "'");
+    params.packing = *packing;
+  }
   tensor_format(a, in);  // reject a bad --format before reading anything
 
   const Tensor t = read_input(a, in);
@@ -291,7 +307,7 @@ int cmd_encode(const ParsedArgs& a) {
   const float local = about_file(in, [&] { return q::local_scale(st, params.clip_factor); });
   const float scale = about_file(in, [&] { return q::resolve_scale(st, params); });
 
-  std::vector<uint8_t> payload(q::max_encoded_bytes(t.data.size()));
+  std::vector<uint8_t> payload(q::max_encoded_bytes(t.data.size(), params.packing));
   const auto t0 = std::chrono::steady_clock::now();
   const size_t written = about_file(in, [&] { return q::encode(t.data, params, payload); });
   const auto t1 = std::chrono::steady_clock::now();
@@ -319,6 +335,8 @@ int cmd_encode(const ParsedArgs& a) {
   std::printf("scale:        %.9g (%s)\n", static_cast<double>(scale), how.c_str());
   std::printf("bytes in:     %" PRIu64 "\n", n * sizeof(float));
   std::printf("bytes out:    %zu\n", written);
+  std::printf("codec:        %u (%s)\n", static_cast<unsigned>(payload[q::kHeaderCodecOffset]),
+              codec_description(payload[q::kHeaderCodecOffset]));
   std::printf("compression:  %.2fx\n",
               static_cast<double>(n * sizeof(float)) / static_cast<double>(written));
   print_histogram(count_codes(payload, n), n);
@@ -373,7 +391,7 @@ int cmd_inspect(const ParsedArgs& a) {
   std::printf("file:         %s\n", path.c_str());
   std::printf("magic:        %c%c%c%c\n", b[0], b[1], b[2], b[3]);
   std::printf("version:      %u\n", static_cast<unsigned>(h.version));
-  std::printf("codec:        %u (ternary, 2 bits per element)\n", static_cast<unsigned>(h.codec));
+  std::printf("codec:        %u (%s)\n", static_cast<unsigned>(h.codec), codec_description(h.codec));
   std::string flags = h.shared_scale() ? "shared-scale" : "";
   if (h.nearest()) flags += flags.empty() ? "nearest-rounding" : ", nearest-rounding";
   std::printf("flags:        0x%02x (%s)\n", static_cast<unsigned>(h.flags), flags.empty() ? "none" : flags.c_str());
@@ -384,16 +402,20 @@ int cmd_inspect(const ParsedArgs& a) {
   std::printf("tensor id:    %" PRIu32 "\n", h.tensor_id);
   std::printf("seed:         %" PRIu64 "\n", h.seed);
   std::printf("step:         %" PRIu32 "\n", h.step);
-  std::printf("header crc:   0x%08" PRIx32 " (ok)\n", q::load_le32(b + q::kHeaderCrcOffset));
-  std::printf("body bytes:   %zu\n", p.bytes.size() - q::kHeaderBytes);
+  const size_t header_bytes = b[q::kHeaderSizeOffset];  // 40, or 52 for codec 5 (validated)
+  std::printf("header crc:   0x%08" PRIx32 " (ok)\n", q::load_le32(b + header_bytes - 4));
+  std::printf("body bytes:   %zu\n", p.bytes.size() - header_bytes);
+  if (h.count > 0)
+    std::printf("bits/element: %.4f (whole payload)\n",
+                8.0 * static_cast<double>(p.bytes.size()) / static_cast<double>(h.count));
   print_histogram(count_codes(p.bytes, h.count), h.count);
-  // The value of a code is scale * sign; computed here rather than by a full
-  // decode so that dumping a few values of a huge payload stays cheap.
+  // Values from a full decode: every packing, one path (the payload is
+  // already validated and its count bounded by read_payload()).
   const uint64_t shown = std::min(dump, h.count);
-  for (uint64_t i = 0; i < shown; ++i) {
-    const uint32_t code = (b[q::kHeaderBytes + i / 4] >> (2 * (i % 4))) & 3u;
-    const float v = h.scale * static_cast<float>(q::code_sign(code));
-    std::printf("[%" PRIu64 "] %.9g\n", i, static_cast<double>(v));
+  if (shown > 0) {
+    std::vector<float> values(static_cast<size_t>(h.count));
+    q::decode(p.bytes, values);
+    for (uint64_t i = 0; i < shown; ++i) std::printf("[%" PRIu64 "] %.9g\n", i, static_cast<double>(values[i]));
   }
   return 0;
 }
@@ -499,6 +521,9 @@ const std::vector<Command>& commands() {
        "  --round stochastic|nearest\n"
        "                    how codes are chosen: drawn (TernGrad, unbiased; default) or\n"
        "                    deterministic nearest rounding (for error feedback)\n"
+       "  --pack 2bit|base3|entropy\n"
+       "                    how the codes travel (FORMAT.md): codec 1 (default), codec 4\n"
+       "                    (5 per byte) or codec 5 (rANS; codec 4 when not smaller)\n"
        "  --format npy|raw  input format (default: by extension, .npy or raw)\n",
        {{"--clip", true},
         {"--seed", true},
@@ -506,6 +531,7 @@ const std::vector<Command>& commands() {
         {"--tensor-id", true},
         {"--shared-scale", true},
         {"--round", true},
+        {"--pack", true},
         {"--format", true}},
        cmd_encode},
       {"decode", "tg-codec decode IN.tgrd OUT [--shape D1,D2,...] [--accumulate]",

@@ -349,3 +349,54 @@ TEST(EntropySum, RefusesAMalformedSum) {
   std::vector<float> wrong(n - 1);
   EXPECT_THROW(q::decode_sum(out, wrong), q::CodecError);
 }
+
+namespace {
+// A valid codec-5 payload of `count` zeros in the fewest bytes: blocks of
+// 2^20 symbols, one lane, q = (4096, 0, 0), so every symbol has frequency
+// 2^14 and each block's stream is its one lane state 2^16 (no words).
+std::vector<uint8_t> all_zero_entropy_payload(uint64_t count) {
+  rans::Layout l{count, 3, 5, 1, 20};
+  std::vector<uint8_t> p(q::kEntropyHeaderBytes + l.blocks() * (l.entry_bytes() + 4));
+  for (uint64_t j = 0; j < l.blocks(); ++j) {
+    uint8_t* d = p.data() + q::kEntropyHeaderBytes + j * l.entry_bytes();
+    q::store_le32(d, 4);
+    d[4] = 0x00;
+    d[5] = 0x10;  // q_0 = 4096
+    q::store_le32(p.data() + q::kEntropyHeaderBytes + l.directory_bytes() + 4 * j, rans::kStateLow);
+  }
+  q::EntropyHeader h;
+  h.codec = q::kCodecTernaryEntropy;
+  h.count = count;
+  h.scale_bits = 0x3f800000u;
+  h.lanes = 1;
+  h.block_log2 = 20;
+  h.group = 5;
+  h.length = p.size();
+  q::write_entropy_header(p.data(), h);
+  return p;
+}
+}  // namespace
+
+TEST(EntropySum, AnOutputTooSmallForTheClaimedCountIsRefusedBeforeAllocating) {
+  // 183 KB claiming 2^36 elements: the sum's int16 counts would be 128 GiB.
+  // sum_payloads() sized them from the first header before checking `out`
+  // (found while writing the codec-6 fuzz harness); now the output's size is
+  // checked first, as encode_sum() would check it.
+  const auto small = all_zero_entropy_payload(1000);
+  std::vector<float> zeros(1000, 5.0f);
+  q::decode(small, zeros);  // the construction is a valid payload
+  EXPECT_EQ(zeros, std::vector<float>(1000, 0.0f));
+  const auto huge = all_zero_entropy_payload(uint64_t{1} << 36);
+  ASSERT_LT(huge.size(), 200000u);
+  EXPECT_EQ(q::read_header(huge).count, uint64_t{1} << 36);
+  const std::span<const uint8_t> one[] = {huge};
+  std::vector<uint8_t> out(1000);
+  for (q::SumPacking packing : {q::SumPacking::kBitPacked, q::SumPacking::kEntropy}) {
+    try {
+      q::sum_payloads(one, out, packing);
+      ADD_FAILURE() << "accepted";
+    } catch (const q::CodecError& e) {
+      EXPECT_EQ(e.code(), q::Errc::kBufferTooSmall) << e.what();
+    }
+  }
+}

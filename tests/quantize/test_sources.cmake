@@ -16,6 +16,7 @@ set(TG_QUANTIZE_TEST_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fp16_convert_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dense_sum_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/packed_payload_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/packed_format_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/forced_simd_level.cpp)
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")

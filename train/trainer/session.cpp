@@ -441,7 +441,8 @@ void TrainingSession::next_batch(size_t local, int64_t step, Tensor& x, std::vec
 
 void TrainingSession::save_gradients(size_t local, int64_t step) const {
   if (cfg_.save_gradients.empty() || step % cfg_.save_gradients_every != 0) return;
-  const std::filesystem::path dir = std::filesystem::path(cfg_.save_gradients) / ("step-" + std::to_string(step));
+  const std::filesystem::path dir = std::filesystem::path(cfg_.save_gradients) / ("step-" + std::to_string(step)) /
+                                    ("worker-" + std::to_string(worker_[local].global));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("--save_gradients: cannot create " + dir.string() + ": " + ec.message());

@@ -127,6 +127,7 @@ class TrainingSession {
   // backend that computes the gradient elsewhere (--device=gpu).
   void next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels);
   // --save_gradients: worker `local`'s gradient of every variable at `step`
+  // (step-S/worker-W/ of the directory)
   // as .npy files (train_config.h says where), if step is one to save.
   void save_gradients(size_t local, int64_t step) const;
   // Local scale of each variable (0 for codecs without scale sharing).

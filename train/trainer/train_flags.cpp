@@ -117,7 +117,7 @@ const std::vector<Flag>& flags() {
                "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M], server_ef(<codec>) (comm/codec_config.h)",
        TG_STR(codec)},
       {"train_dir", "checkpoints, metrics.jsonl, model.safetensors", TG_STR(train_dir)},
-      {"save_gradients", "directory for worker 0's gradients as .npy (step-S/<v>-<name>.npy; tg-codec reads them)",
+      {"save_gradients", "directory for every worker's gradients as .npy (step-S/worker-W/<v>-<name>.npy; tg-codec reads them)",
        TG_STR(save_gradients)},
       {"save_gradients_every", "steps between saved gradients (from step 0)",
        [](TrainConfig& c, const std::string& v) {

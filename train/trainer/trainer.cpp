@@ -149,7 +149,7 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
     // 1. Every worker: batch, gradient (+ weight decay), local scales.
     parallel_for(N, step, "gradient", [&](int64_t w) { losses[w] = s.compute_gradient(static_cast<size_t>(w), step); });
-    s.save_gradients(0, step);  // --save_gradients: real gradients for codec studies
+    for (int w = 0; w < N; ++w) s.save_gradients(static_cast<size_t>(w), step);  // --save_gradients: codec studies
     // 2. Scale sharing: the max over workers (what an all-reduce(max) gives).
     for (size_t v = 0; v < V; ++v) {
       shared[v] = 0.0f;

@@ -87,9 +87,10 @@ struct TrainConfig {
   // Bookkeeping.
   std::string train_dir = "";     // checkpoints, metrics.jsonl, model.safetensors ("" = none)
   // Real gradients for codec studies: every save_gradients_every steps
-  // (from step 0), worker 0's gradient of each variable (what its codec
-  // encodes) as <save_gradients>/step-<S>/<v>-<name>.npy, float32 with the
-  // variable's shape, written atomically; tg-codec reads them. "" = off.
+  // (from step 0), every worker's gradient of each variable (what its codec
+  // encodes) as <save_gradients>/step-<S>/worker-<W>/<v>-<name>.npy, float32
+  // with the variable's shape, written atomically; tg-codec reads them.
+  // In-process runs only. "" = off.
   std::string save_gradients = "";
   int64_t save_gradients_every = 1000;
   uint64_t seed = 1;
