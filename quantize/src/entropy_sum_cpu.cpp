@@ -26,6 +26,49 @@ rans::Layout sum_layout(uint64_t n, uint32_t contributions) {
   return l;
 }
 
+// Codes block j from its count + R digits (count * g of them, padding
+// included): g digits per symbol, base a, and the digits' histogram.
+void code_digits(EntropyWriter& writer, const rans::Layout& l, uint64_t j, const uint8_t* digits) {
+  thread_local uint8_t syms[uint64_t{1} << rans::kEncoderBlockLog2];
+  const uint32_t a = l.alphabet, g = l.group;
+  const uint64_t count = l.block_symbols(j);
+  uint32_t c[rans::kMaxAlphabet] = {};
+  for (uint64_t s = 0; s < count; ++s) {
+    uint32_t sym = 0, place = 1;
+    for (uint32_t k = 0; k < g; ++k, place *= a) {
+      const uint32_t digit = digits[s * g + k];
+      sym += digit * place;
+      ++c[digit];
+    }
+    syms[s] = static_cast<uint8_t>(sym);
+  }
+  writer.code_block(j, syms, c);
+}
+
+// Lays the coded blocks out behind a codec-6 header; 0 if they do not fit.
+size_t finish_sum(EntropyWriter& writer, const rans::Layout& l, float scale, uint32_t contributions, uint32_t tensor_id,
+                  uint32_t step, std::span<uint8_t> out) {
+  const size_t len = writer.finish(out);
+  if (len == 0) return 0;
+  EntropyHeader h;
+  h.codec = kCodecTernarySumEntropy;
+  h.flags = kFlagSharedScale;
+  h.count = l.count;
+  h.scale_bits = float_bits(scale);
+  h.tensor_id = tensor_id;
+  h.seed_field = contributions;
+  h.step = step;
+  h.lanes = l.lanes;
+  h.block_log2 = l.block_log2;
+  h.group = l.group;
+  h.length = len;
+  write_entropy_header(out.data(), h);
+  return len;
+}
+
+// Digits of a block: at most 5 * 2^14 (R = 1), with slack for 4-byte adds.
+constexpr uint64_t kMaxBlockDigits = (uint64_t{5} << rans::kEncoderBlockLog2) + 8;
+
 }  // namespace
 
 size_t encode_sum_entropy(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
@@ -33,41 +76,17 @@ size_t encode_sum_entropy(std::span<const int16_t> counts, float scale, uint32_t
   if (contributions > kMaxEntropySumContributions) return 0;
   const uint64_t n = counts.size();
   const rans::Layout l = sum_layout(n, contributions);
-  const uint32_t a = l.alphabet, g = l.group;
   const int32_t r = static_cast<int32_t>(contributions);
+  const uint64_t per_block = uint64_t{l.group} << l.block_log2;
   EntropyWriter writer(l);
   for_each_block(n, l.blocks(), [&](uint64_t j) {
-    thread_local uint8_t syms[uint64_t{1} << rans::kEncoderBlockLog2];
-    uint32_t c[rans::kMaxAlphabet] = {};
-    const uint64_t s0 = j << l.block_log2, count = l.block_symbols(j);
-    for (uint64_t s = 0; s < count; ++s) {
-      uint32_t sym = 0, place = 1;
-      for (uint32_t k = 0; k < g; ++k, place *= a) {
-        const uint64_t i = (s0 + s) * g + k;
-        const uint32_t digit = i < n ? static_cast<uint32_t>(counts[i] + r) : static_cast<uint32_t>(r);
-        sym += digit * place;
-        ++c[digit];
-      }
-      syms[s] = static_cast<uint8_t>(sym);
-    }
-    writer.code_block(j, syms, c);
+    thread_local uint8_t digits[kMaxBlockDigits];
+    const uint64_t e0 = j * per_block, span = l.block_symbols(j) * uint64_t{l.group};
+    for (uint64_t i = 0; i < span; ++i)
+      digits[i] = static_cast<uint8_t>(e0 + i < n ? counts[e0 + i] + r : r);  // padding: count 0
+    code_digits(writer, l, j, digits);
   });
-  const size_t len = writer.finish(out);
-  if (len == 0) return 0;
-  EntropyHeader h;
-  h.codec = kCodecTernarySumEntropy;
-  h.flags = kFlagSharedScale;
-  h.count = n;
-  h.scale_bits = float_bits(scale);
-  h.tensor_id = tensor_id;
-  h.seed_field = contributions;
-  h.step = step;
-  h.lanes = l.lanes;
-  h.block_log2 = l.block_log2;
-  h.group = g;
-  h.length = len;
-  write_entropy_header(out.data(), h);
-  return len;
+  return finish_sum(writer, l, scale, contributions, tensor_id, step, out);
 }
 
 namespace {
@@ -112,13 +131,11 @@ size_t sum_to_entropy(std::span<const std::span<const uint8_t>> payloads, const 
       inspect(payloads[p]);
   }
   const rans::Layout l = sum_layout(n, r);
-  const uint32_t a = l.alphabet, g = l.group;
-  const uint64_t per_block = uint64_t{g} << l.block_log2;  // elements; a multiple of 4
+  const uint64_t per_block = uint64_t{l.group} << l.block_log2;  // elements; a multiple of 4
   EntropyWriter writer(l);
   for_each_block(n, l.blocks(), [&](uint64_t j) {
-    thread_local uint8_t digits[(uint64_t{5} << rans::kEncoderBlockLog2) + 8];
-    thread_local uint8_t syms[uint64_t{1} << rans::kEncoderBlockLog2];
-    const uint64_t e0 = j * per_block, count = l.block_symbols(j), span = count * g;
+    thread_local uint8_t digits[kMaxBlockDigits];
+    const uint64_t e0 = j * per_block, span = l.block_symbols(j) * uint64_t{l.group};
     const uint64_t e1 = std::min(n, e0 + span);
     std::memset(digits, 0, span + 8);
     for (uint32_t p = 0; p < r; ++p) {
@@ -136,34 +153,9 @@ size_t sum_to_entropy(std::span<const std::span<const uint8_t>> payloads, const 
       }
     }
     for (uint64_t i = e1 - e0; i < span; ++i) digits[i] = static_cast<uint8_t>(r);  // padding: count 0
-    uint32_t c[rans::kMaxAlphabet] = {};
-    for (uint64_t s = 0; s < count; ++s) {
-      uint32_t sym = 0, place = 1;
-      for (uint32_t k = 0; k < g; ++k, place *= a) {
-        const uint32_t digit = digits[s * g + k];
-        sym += digit * place;
-        ++c[digit];
-      }
-      syms[s] = static_cast<uint8_t>(sym);
-    }
-    writer.code_block(j, syms, c);
+    code_digits(writer, l, j, digits);
   });
-  const size_t len = writer.finish(out);
-  if (len == 0) return 0;
-  EntropyHeader h;
-  h.codec = kCodecTernarySumEntropy;
-  h.flags = kFlagSharedScale;
-  h.count = n;
-  h.scale_bits = float_bits(first.scale);
-  h.tensor_id = first.tensor_id;
-  h.seed_field = r;
-  h.step = first.step;
-  h.lanes = l.lanes;
-  h.block_log2 = l.block_log2;
-  h.group = g;
-  h.length = len;
-  write_entropy_header(out.data(), h);
-  return len;
+  return finish_sum(writer, l, first.scale, r, first.tensor_id, first.step, out);
 }
 
 SumView open_sum_entropy(std::span<const uint8_t> payload, std::optional<uint64_t> expect_count) {
