@@ -191,23 +191,20 @@ SumView open_sum_entropy(std::span<const uint8_t> payload, std::optional<uint64_
 
 void decode_sum_symbols(const SumView& sv, std::span<float> out) {
   const rans::Layout& l = sv.layout;
-  const uint32_t a = l.alphabet, g = l.group;
+  const uint32_t a = l.alphabet, g = l.group, nsym = rans::pow_u32(a, g);
   const int32_t r = static_cast<int32_t>(sv.header.contributions);
-  // One float per digit value: float32(s * count), as codec 2 decodes.
-  std::vector<float> value(a);
-  for (uint32_t d = 0; d < a; ++d) value[d] = sv.header.scale * static_cast<float>(static_cast<int32_t>(d) - r);
-  const uint64_t n = l.count;
+  // The g values of every symbol, float32(s * count) each as codec 2 decodes.
+  std::vector<float> table(uint64_t{nsym} * g);
+  for (uint32_t sym = 0; sym < nsym; ++sym)
+    for (uint32_t k = 0, rest = sym; k < g; ++k, rest /= a)
+      table[uint64_t{sym} * g + k] = sv.header.scale * static_cast<float>(static_cast<int32_t>(rest % a) - r);
+  const uint64_t n = l.count, full = n / g;  // symbols whose g elements all exist
   float* o = out.data();
   for_each_block(n, l.blocks(), [&](uint64_t j) {
-    const uint64_t s0 = j << l.block_log2, s1 = s0 + l.block_symbols(j);
-    for (uint64_t s = s0; s < s1; ++s) {
-      uint32_t sym = sv.symbols[s];
-      for (uint32_t k = 0; k < g; ++k, sym /= a) {
-        const uint64_t i = s * g + k;
-        if (i < n) o[i] = value[sym % a];
-      }
-    }
+    const uint64_t s0 = j << l.block_log2, s1 = std::min(full, s0 + l.block_symbols(j));
+    for (uint64_t s = s0; s < s1; ++s) std::memcpy(o + s * g, &table[uint64_t{sv.symbols[s]} * g], sizeof(float) * g);
   });
+  for (uint64_t i = full * g; i < n; ++i) o[i] = table[uint64_t{sv.symbols[full]} * g + (i - full * g)];
 }
 
 }  // namespace terngrad::quantize::detail

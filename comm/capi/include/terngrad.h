@@ -100,6 +100,8 @@ TG_API int tg_cuda_available(void);
 
 /* Creates a codec from a spec: "terngrad" (clip=2.5, share_scale=1),
  * "terngrad:clip=0" (s = max|g|), "terngrad:clip=2.5,share_scale=0",
+ * "terngrad:pack=base3" (1.6 bits), "terngrad:pack=entropy" (rANS-coded:
+ * a variable-size codec, tg_codec_variable_size),
  * "fp16", "fp32", "qsgd:levels=7", "sign:scale=mean", "topk:ratio=0.01",
  * "randomk:ratio=0.01", and any of them under error feedback, "ef(topk)"
  * (comm/include/terngrad/comm/codec_config.h lists every key). An unknown
