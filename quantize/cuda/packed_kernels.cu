@@ -83,8 +83,12 @@ template <bool kCount, bool kVec>
 __global__ void __launch_bounds__(kSymbolsThreads)
     symbols_kernel(const float* __restrict__ x, uint64_t n, uint8_t* __restrict__ syms,
                    uint32_t* __restrict__ counts, const Workspace::Device* dev, RngStream rng, bool nearest) {
-  // NaN/Inf input or a refused shared scale: no header was written, no body either.
-  if (error_pending(dev)) return;
+  // NaN/Inf input or a refused shared scale: no header was written, no body
+  // either. Read once for the block: all its threads reach the reduction below.
+  __shared__ int go;
+  if (threadIdx.x == 0) go = error_pending(dev) ? 0 : 1;
+  __syncthreads();
+  if (go == 0) return;
   const float scale = dev->view.scale;
   const bool all_zero = !(scale > 0.0f);  // every code 0, as encode_byte would give (pack_kernel's shortcut)
   const TernaryQuantizer q = make_quantizer(scale);
