@@ -61,6 +61,11 @@ static_assert(qr::group_for_alphabet(kAlphabet) == kGroup, "codec 5 groups 5 tri
 static_assert(kSymbols <= 256, "the cumulative sums give each of 32 lanes 8 symbols");
 constexpr uint32_t kEntryBytes = 4 + 2 * kAlphabet;  // Layout::entry_bytes()
 constexpr int kSymbolsThreads = 256;
+// The symbols kernel cuts a rANS block into kSubBlocks CUDA blocks of one
+// unit (20 elements, 4 symbols) per thread, so that mid-sized tensors still
+// fill the device; their counts meet in the rANS block's by integer atomics.
+constexpr uint32_t kSubBlocks = kBlockSymbols / 4 / kSymbolsThreads;  // 16
+static_assert(kSubBlocks * kSymbolsThreads * 4 == kBlockSymbols, "sub-blocks tile a rANS block");
 constexpr int kFinishThreads = 1024;
 constexpr int kBodyThreads = 256;
 // A block's stream is read from shared memory when it fits (a typical block
@@ -77,10 +82,12 @@ __device__ __forceinline__ uint32_t base3_of(uint64_t w, int m) {
   return (v & 3u) + 3u * ((v >> 2) & 3u) + 9u * ((v >> 4) & 3u) + 27u * ((v >> 6) & 3u) + 81u * ((v >> 8) & 3u);
 }
 
-// Block b of symbols: units of 20 elements (5 code bytes, 4 symbols) per
-// thread. kVec: x is 16-byte aligned, so a whole unit is five float4 loads.
+// Sub-block t of rANS block b = blockIdx.x / kSubBlocks: one unit of 20
+// elements (5 code bytes, 4 symbols) per thread. kVec: x is 16-byte aligned,
+// so a whole unit is five float4 loads. kCount: adds the block's + and -
+// codes to counts[3b + 1], counts[3b + 2] (zeroed before the launch).
 template <bool kCount, bool kVec>
-__global__ void __launch_bounds__(kSymbolsThreads)
+__global__ void __launch_bounds__(kSymbolsThreads, 4)
     symbols_kernel(const float* __restrict__ x, uint64_t n, uint8_t* __restrict__ syms,
                    uint32_t* __restrict__ counts, const Workspace::Device* dev, RngStream rng, bool nearest) {
   // NaN/Inf input or a refused shared scale: no header was written, no body
@@ -93,17 +100,20 @@ __global__ void __launch_bounds__(kSymbolsThreads)
   const bool all_zero = !(scale > 0.0f);  // every code 0, as encode_byte would give (pack_kernel's shortcut)
   const TernaryQuantizer q = make_quantizer(scale);
   const uint64_t nsym = base3_body_bytes(n);
-  const uint64_t b = blockIdx.x;
+  const uint64_t b = blockIdx.x / kSubBlocks;
+  const uint32_t first_unit = (blockIdx.x % kSubBlocks) * kSymbolsThreads;
   const uint64_t s0 = b * kBlockSymbols;
   const uint64_t left = nsym - s0;
   const uint32_t bsym = static_cast<uint32_t>(left < kBlockSymbols ? left : kBlockSymbols);
   const uint32_t units = (bsym + 3) / 4;
+  if (first_unit >= units) return;  // the last rANS block's empty tail: uniform for the block
   uint32_t plus = 0, minus = 0;
-  for (uint32_t u = threadIdx.x; u < units; u += kSymbolsThreads) {
+  {
+    const uint32_t u = first_unit + threadIdx.x;  // may pass `units`: then it writes and counts nothing
     const uint64_t unit = s0 / 4 + u;
     const uint64_t e0 = 20 * unit;  // first element; code bytes 5 unit .. 5 unit + 4
     uint64_t w = 0;
-    if (!all_zero) {
+    if (!all_zero && u < units) {
       float v[20];
       if (kVec && e0 + 20 <= n) {
         const float4* p = reinterpret_cast<const float4*>(x + e0);
@@ -132,6 +142,7 @@ __global__ void __launch_bounds__(kSymbolsThreads)
 #pragma unroll
     for (int m = 0; m < 4; ++m)
       if (4 * u + m < bsym) syms[s0 + 4 * u + m] = static_cast<uint8_t>(base3_of(w, m));
+    // Units past the block's last symbol hold only absent elements: w = 0.
     if (kCount) {
       plus += __popcll(w & 0x5555555555ull);
       minus += __popcll(w & 0xAAAAAAAAAAull);
@@ -144,10 +155,10 @@ __global__ void __launch_bounds__(kSymbolsThreads)
     __syncthreads();
     const uint32_t mi = Reduce(tmp).Sum(minus);
     if (threadIdx.x == 0) {
-      // Padding digits of the last symbol count as the zero value, as on the CPU.
-      counts[3 * b] = kGroup * bsym - p - mi;
-      counts[3 * b + 1] = p;
-      counts[3 * b + 2] = mi;
+      // Integer sums: the same totals in any order. rans_encode_kernel derives
+      // the zeros (padding digits count as the zero value, as on the CPU).
+      atomicAdd(&counts[3 * b + 1], p);
+      atomicAdd(&counts[3 * b + 2], mi);
     }
   }
 }
@@ -205,7 +216,8 @@ __global__ void __launch_bounds__(32)
   // The model, with the CPU's own functions (write_entropy_body / BlockModel::build).
   int ok = 0;
   if (lane == 0) {
-    const uint32_t c[kAlphabet] = {counts[3 * b], counts[3 * b + 1], counts[3 * b + 2]};
+    const uint32_t plus = counts[3 * b + 1], minus = counts[3 * b + 2];
+    const uint32_t c[kAlphabet] = {kGroup * count - plus - minus, plus, minus};
     uint16_t q[kAlphabet];
     ok = qr::quantize_element_probs(c, kAlphabet, qr::element_prob_bits(kGroup), q) &&
                  qr::symbol_frequencies(q, kAlphabet, kGroup, sh_freq)
@@ -232,12 +244,23 @@ __global__ void __launch_bounds__(32)
   uint32_t written = 0;  // word bytes at the end of the slot
   const uint32_t rows = (count + lanes - 1) / lanes;
   const unsigned below = (1u << lane) - 1u;
+  // The symbol of a row does not depend on the state: the next row's is
+  // fetched while this one's step runs (a lane outside a row keeps a copy of
+  // symbol 0's constants and does not use it).
+  auto fetch = [&](uint32_t r) {
+    const uint32_t base = r * lanes;
+    const uint32_t in_row = count - base < lanes ? count - base : lanes;
+    return sh_enc[lane < in_row ? sh_syms[base + lane] : 0];
+  };
+  qr::EncSymbol next = fetch(rows - 1);
   for (uint32_t r = rows; r-- > 0;) {
     const uint32_t base = r * lanes;
     const uint32_t in_row = count - base < lanes ? count - base : lanes;
+    const qr::EncSymbol cur = next;
+    if (r > 0) next = fetch(r - 1);
     bool emit = false;
     uint16_t word = 0;
-    if (lane < in_row) emit = qr::rans_encode_step(x, sh_enc[sh_syms[base + lane]], &word);
+    if (lane < in_row) emit = qr::rans_encode_step(x, cur, &word);
     const unsigned mask = __ballot_sync(0xFFFFFFFFu, emit);
     const uint32_t cnt = __popc(mask);
     if (emit) {
@@ -792,16 +815,20 @@ void launch_packed_encode(const float* d_x, uint64_t n, bool entropy, const RngS
   Workspace::Device* dev = ws.device();
   uint8_t* syms = d_out + kHeaderBytes;  // the base-3 body: codec 4's payload, codec 5's fallback
   const bool vec = reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0;
+  if (blocks * kSubBlocks > 0x7FFFFFFFull)
+    fail(Errc::kInvalidArgument, "tensor of " + std::to_string(n) + " elements is too large for the packed encode");
+  const unsigned sym_grid = static_cast<unsigned>(blocks * kSubBlocks);
   if (entropy) {
+    TG_CUDA_CHECK(cudaMemsetAsync(sc.counts, 0, 3 * sizeof(uint32_t) * blocks, stream));
     if (vec)
-      launch_symbols<true, true>(d_x, n, syms, sc.counts, dev, rng, nearest, grid, stream);
+      launch_symbols<true, true>(d_x, n, syms, sc.counts, dev, rng, nearest, sym_grid, stream);
     else
-      launch_symbols<true, false>(d_x, n, syms, sc.counts, dev, rng, nearest, grid, stream);
+      launch_symbols<true, false>(d_x, n, syms, sc.counts, dev, rng, nearest, sym_grid, stream);
   } else {
     if (vec)
-      launch_symbols<false, true>(d_x, n, syms, sc.counts, dev, rng, nearest, grid, stream);
+      launch_symbols<false, true>(d_x, n, syms, sc.counts, dev, rng, nearest, sym_grid, stream);
     else
-      launch_symbols<false, false>(d_x, n, syms, sc.counts, dev, rng, nearest, grid, stream);
+      launch_symbols<false, false>(d_x, n, syms, sc.counts, dev, rng, nearest, sym_grid, stream);
     return;
   }
   const uint32_t lanes = qr::encoder_lanes(nsym);
