@@ -24,6 +24,14 @@
 //                                  scale (a worker group of one: the flow without a host sync)
 //   decode             2(n/4) + 4n validate the body, read it again, write n floats
 //   decode_accumulate  2(n/4) + 8n the same, reading and writing the accumulator
+//   encode_base3       8n + n/5    codec 4: the stats pass, the quantize pass, 5 elements a byte
+//   encode_entropy     8n + L      codec 5 (L = its payload's bytes): the same two passes
+//                                  over the input, the payload written; the symbols,
+//                                  stream slots and the copy are the codec's own traffic
+//   decode_base3       2(n/5) + 4n validate the body, read it again, write n floats
+//   decode_entropy     L + 4n      read the payload once, write n floats (the
+//                                  symbols' round trip through scratch is the codec's)
+// The packed decodes run decode_any_async (the header picks the codec on the device).
 // Baselines in the same binary: mem_read (the reduction, 4n) and mem_copy
 // (device-to-device cudaMemcpyAsync, reported as 8n: both sides).
 //
@@ -52,6 +60,7 @@
 #include "cuda_bandwidth_probe.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/cuda.h"
+#include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/format.h"
 
 namespace tq = terngrad::quantize;
@@ -105,6 +114,10 @@ struct SizeState {
   float* out = nullptr;       // decode target, accumulator, copy destination
   uint32_t* sink = nullptr;   // read-only reduction result
   float* scale = nullptr;     // local_scale_async output, encode_shared_async input
+  uint8_t* base3 = nullptr;    // codec-4 payload (decode_base3's input)
+  uint8_t* entropy = nullptr;  // codec-5 payload (decode_entropy's input)
+  uint8_t* packed_out = nullptr;  // the packed encodes' output while timed
+  size_t entropy_bytes = 0;       // its length
   std::unique_ptr<tc::Workspace> ws;
   double floor_bw = 0.0;  // bytes/s, best read-only round before the benchmarks
   ~SizeState() {
@@ -113,6 +126,9 @@ struct SizeState {
     cudaFree(out);
     cudaFree(sink);
     cudaFree(scale);
+    cudaFree(base3);
+    cudaFree(entropy);
+    cudaFree(packed_out);
   }
 };
 
@@ -208,13 +224,36 @@ void validate(SizeState& s, const std::vector<float>& x) {
     check_same(n, "local scale", std::vector<float>{tq::local_scale(cst, p.clip_factor)},
                std::vector<float>{own});
     check_same(n, "shared-scale payload", cpu_shared, download(s.payload, cpu_shared.size()));
+    // The packed payloads: bytes and length as the CPU's, decoded as the CPU decodes them.
+    for (tq::Packing packing : {tq::Packing::kBase3, tq::Packing::kEntropy}) {
+      tq::EncodeParams pp = p;
+      pp.packing = packing;
+      const size_t cap = tq::max_encoded_bytes(n, packing);
+      std::vector<uint8_t> cpu_packed(cap);
+      cpu_packed.resize(tq::encode(x, pp, cpu_packed));
+      uint8_t* dst = packing == tq::Packing::kBase3 ? s.base3 : s.entropy;
+      const size_t len = tc::encode(s.x, n, pp, dst, cap, ws, g_stream);
+      const std::string name = tq::packing_name(packing);
+      check_same(n, (name + " payload").c_str(), cpu_packed, download(dst, len));
+      if (packing == tq::Packing::kEntropy) s.entropy_bytes = len;
+      std::vector<float> cpu_dec(n);
+      tq::decode(cpu_packed, cpu_dec);
+      tc::decode_any_async(dst, len, s.out, n, ws, g_stream);
+      ws.check(g_stream);
+      check_same(n, (name + " decode").c_str(), cpu_dec, download(s.out, n));
+    }
     // Leave the plain payload for the decode benchmarks.
     tc::encode_async(s.x, n, p, s.payload, cpu_payload.size(), ws, g_stream);
     ws.check(g_stream);
 
-    std::printf("  %-4s scale %.4g = %.2f sigma: GPU == CPU (payload, stats, decode, accumulate, shared)\n",
+    std::printf("  %-4s scale %.4g = %.2f sigma: GPU == CPU (payload, stats, decode, accumulate, shared, "
+                "base3, entropy: %.3f bits/element%s)\n",
                 size_label(n).c_str(), static_cast<double>(tq::bits_float(tq::load_le32(cpu_payload.data() + 16))),
-                static_cast<double>(tq::bits_float(tq::load_le32(cpu_payload.data() + 16))) / cst.stddev);
+                static_cast<double>(tq::bits_float(tq::load_le32(cpu_payload.data() + 16))) / cst.stddev,
+                8.0 * static_cast<double>(s.entropy_bytes) / static_cast<double>(std::max<size_t>(n, 1)),
+                download(s.entropy, tq::kHeaderCodecOffset + 1)[tq::kHeaderCodecOffset] == tq::kCodecTernaryEntropy
+                    ? ""
+                    : ", base-3 fallback");
   } catch (const tq::CodecError& e) {
     wrong(n, std::string("codec error: ") + e.what());
   }
@@ -323,6 +362,48 @@ void bm_decode_accumulate(benchmark::State& st, size_t n) {
   require_clean(st, s);
 }
 
+// --- packed payloads (codec 4 and 5) ---------------------------------------------
+
+tq::EncodeParams packed_params(tq::Packing packing) {
+  tq::EncodeParams p = bench_params();
+  p.packing = packing;
+  return p;
+}
+
+void bm_encode_base3(benchmark::State& st, size_t n) {
+  SizeState& s = state_for(n);
+  const tq::EncodeParams p = packed_params(tq::Packing::kBase3);
+  run_timed(st, s, 8.0 * static_cast<double>(n) + static_cast<double>(tq::base3_body_bytes(n)), [&] {
+    tc::encode_async(s.x, n, p, s.packed_out, tq::max_encoded_bytes(n, p.packing), *s.ws, g_stream);
+  });
+  require_clean(st, s);
+}
+
+void bm_encode_entropy(benchmark::State& st, size_t n) {
+  SizeState& s = state_for(n);
+  const tq::EncodeParams p = packed_params(tq::Packing::kEntropy);
+  run_timed(st, s, 8.0 * static_cast<double>(n) + static_cast<double>(s.entropy_bytes), [&] {
+    tc::encode_async(s.x, n, p, s.packed_out, tq::max_encoded_bytes(n, p.packing), *s.ws, g_stream);
+  });
+  require_clean(st, s);
+  st.counters["bits_per_element"] = 8.0 * static_cast<double>(s.entropy_bytes) / static_cast<double>(n);
+}
+
+void bm_decode_base3(benchmark::State& st, size_t n) {
+  SizeState& s = state_for(n);
+  const size_t len = tq::max_encoded_bytes(n, tq::Packing::kBase3);
+  run_timed(st, s, 2.0 * static_cast<double>(tq::base3_body_bytes(n)) + 4.0 * static_cast<double>(n),
+            [&] { tc::decode_any_async(s.base3, len, s.out, n, *s.ws, g_stream); });
+  require_clean(st, s);
+}
+
+void bm_decode_entropy(benchmark::State& st, size_t n) {
+  SizeState& s = state_for(n);
+  run_timed(st, s, static_cast<double>(s.entropy_bytes) + 4.0 * static_cast<double>(n),
+            [&] { tc::decode_any_async(s.entropy, s.entropy_bytes, s.out, n, *s.ws, g_stream); });
+  require_clean(st, s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -364,6 +445,9 @@ int main(int argc, char** argv) {
     s->out = device_alloc<float>(n);
     s->sink = device_alloc<uint32_t>(1);
     s->scale = device_alloc<float>(1);
+    s->base3 = device_alloc<uint8_t>(tq::max_encoded_bytes(n, tq::Packing::kBase3));
+    s->entropy = device_alloc<uint8_t>(tq::max_encoded_bytes(n, tq::Packing::kEntropy));
+    s->packed_out = device_alloc<uint8_t>(tq::max_encoded_bytes(n, tq::Packing::kEntropy));
     s->ws = std::make_unique<tc::Workspace>(n);
     std::vector<float> x(n);
     terngrad::bench::fill_gradient(x.data(), n, kInputSeed);
@@ -391,6 +475,8 @@ int main(int argc, char** argv) {
       {"stats", bm_stats},       {"encode", bm_encode},
       {"encode_shared", bm_encode_shared},
       {"decode", bm_decode},     {"decode_accumulate", bm_decode_accumulate},
+      {"encode_base3", bm_encode_base3},   {"encode_entropy", bm_encode_entropy},
+      {"decode_base3", bm_decode_base3},   {"decode_entropy", bm_decode_entropy},
   };
   for (const auto& [name, fn] : ops)
     for (size_t n : sizes)

@@ -37,30 +37,7 @@ __global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payloa
     }
     return;
   }
-  const uint64_t count = header_count(payload);
-  if (count != n) {
-    // A well-formed payload of another tensor: a caller's shape error, as on the CPU.
-    if (claim_error(dev, op, Errc::kInvalidArgument) == 1) {
-      dev->view.err.detail = kCountMismatchDetail;
-      dev->view.err.u0 = count;
-      dev->view.err.u1 = n;
-    }
-    return;
-  }
-  const uint32_t scale_bits = header_scale_bits(payload);
-  if (track_counts_scale) {
-    // Counts from payloads of different scales cannot be summed exactly.
-    if (dev->view.counts_scale_set != 0 && dev->view.counts_scale_bits != scale_bits) {
-      if (claim_error(dev, op, Errc::kScaleMismatch) == 1) {
-        dev->view.err.f0 = bits_float(dev->view.counts_scale_bits);
-        dev->view.err.f1 = bits_float(scale_bits);
-      }
-      return;
-    }
-    dev->view.counts_scale_bits = scale_bits;
-    dev->view.counts_scale_set = 1;
-  }
-  dev->payload_scale = bits_float(scale_bits);
+  accept_header(dev, op, header_count(payload), n, header_scale_bits(payload), track_counts_scale);
 }
 
 // Validates body bytes 4w .. 4w+3 per thread per grid-stride step. kWord: the
@@ -68,8 +45,9 @@ __global__ void header_kernel(const uint8_t* __restrict__ payload, size_t payloa
 template <bool kWord>
 __global__ void __launch_bounds__(kBodyBlock)
     validate_kernel(const uint8_t* __restrict__ body, uint64_t n, Workspace::Device* dev,
-                    uint32_t op) {
+                    uint32_t op, uint32_t gate) {
   if (error_pending(dev)) return;  // header refused: the body is not worth reading
+  if (gate != 0 && dev->payload_codec != gate) return;  // *_any_async: another codec's payload
   const uint64_t nbytes = body_bytes(n);
   const uint64_t groups = (nbytes + 3) / 4;
   const uint32_t pad = padding_mask(n);
@@ -112,8 +90,9 @@ __device__ __forceinline__ float decoded(float s, uint32_t byte, int pos) {
 template <BodyOp kOp, bool kVec, typename T>
 __global__ void __launch_bounds__(kBodyBlock)
     body_kernel(const uint8_t* __restrict__ body, uint64_t n, T* __restrict__ out,
-                const Workspace::Device* dev) {
+                const Workspace::Device* dev, uint32_t gate) {
   if (error_pending(dev)) return;  // bad header or body: write nothing
+  if (gate != 0 && dev->payload_codec != gate) return;  // *_any_async: another codec's payload
   const uint64_t nbytes = body_bytes(n);
   const float s = dev->payload_scale;
   for (const uint64_t k : grid_stride_range(nbytes)) {
@@ -158,21 +137,21 @@ __global__ void __launch_bounds__(kBodyBlock)
 
 template <bool kWord>
 void launch_validate(const uint8_t* body, uint64_t n, Workspace::Device* dev, uint32_t op,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, uint32_t gate = 0) {
   static const int resident =
       resident_blocks(reinterpret_cast<const void*>(&validate_kernel<kWord>), kBodyBlock);
   const unsigned grid = grid_for((body_bytes(n) + 3) / 4, kBodyBlock, resident);
-  validate_kernel<kWord><<<grid, kBodyBlock, 0, stream>>>(body, n, dev, op);
+  validate_kernel<kWord><<<grid, kBodyBlock, 0, stream>>>(body, n, dev, op, gate);
   TG_CHECK_LAUNCH("validate_kernel");
 }
 
 template <BodyOp kOp, bool kVec, typename T>
 void launch_body(const uint8_t* body, uint64_t n, T* out, const Workspace::Device* dev,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, uint32_t gate = 0) {
   static const int resident =
       resident_blocks(reinterpret_cast<const void*>(&body_kernel<kOp, kVec, T>), kBodyBlock);
   const unsigned grid = grid_for(body_bytes(n), kBodyBlock, resident);
-  body_kernel<kOp, kVec, T><<<grid, kBodyBlock, 0, stream>>>(body, n, out, dev);
+  body_kernel<kOp, kVec, T><<<grid, kBodyBlock, 0, stream>>>(body, n, out, dev, gate);
   TG_CHECK_LAUNCH("body_kernel");
 }
 
@@ -211,9 +190,65 @@ void run_decode(const char* fn, const uint8_t* d_payload, size_t payload_bytes, 
     launch_body<kOp, false, T>(body, n, d_out, dev, stream);
 }
 
+// Any packing: the header kernel picks the codec on the device; the codec-1
+// kernels above and the packed ones each return unless it is theirs.
+template <BodyOp kOp, typename T>
+void run_decode_any(const char* fn, const uint8_t* d_payload, size_t payload_bytes, T* d_out, uint64_t n,
+                    Workspace& ws, cudaStream_t stream) {
+  const std::string name(fn);
+  if (n > ws.max_elements())
+    fail(Errc::kInvalidArgument, name + ": n = " + std::to_string(n) +
+                                     " exceeds the workspace's max_elements " +
+                                     std::to_string(ws.max_elements()));
+  if (d_payload == nullptr) fail(Errc::kInvalidArgument, name + ": d_payload is null");
+  require_device_pointer(d_out, n, alignof(T), (name + ": d_out").c_str());
+
+  const uint32_t op = next_op_id();
+  Workspace::Device* dev = ws.device();
+  constexpr bool kCounts = kOp == BodyOp::kCounts;
+  launch_any_header(d_payload, payload_bytes, n, ws, op, kCounts, stream);
+  // Codec 5's directory checks (and its count and scale checks) run even for
+  // n = 0; the rest has nothing to read or write then.
+  launch_packed_validate(d_payload, payload_bytes, n, ws, op, kCounts, stream);
+  if (n == 0) return;
+  // Codec 1: its validation and body kernels, gated. Its body starts at byte
+  // 40 whenever the header kernel accepted it.
+  const uint8_t* body = d_payload + kHeaderBytes;
+  if (reinterpret_cast<uintptr_t>(body) % 4 == 0)
+    launch_validate<true>(body, n, dev, op, stream, kCodecTernary2Bit);
+  else
+    launch_validate<false>(body, n, dev, op, stream, kCodecTernary2Bit);
+  constexpr size_t kVecAlign = 4 * sizeof(T);
+  if (reinterpret_cast<uintptr_t>(d_out) % kVecAlign == 0)
+    launch_body<kOp, true, T>(body, n, d_out, dev, stream, kCodecTernary2Bit);
+  else
+    launch_body<kOp, false, T>(body, n, d_out, dev, stream, kCodecTernary2Bit);
+  // Codecs 4 and 5: their symbols, expanded.
+  launch_packed_body(d_payload, n, kOp == BodyOp::kDecode ? 0 : kOp == BodyOp::kAccumulate ? 1 : 2, d_out, ws,
+                     stream);
+}
+
 }  // namespace
 
 }  // namespace detail
+
+void decode_any_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n, Workspace& ws,
+                      cudaStream_t stream) {
+  detail::run_decode_any<detail::BodyOp::kDecode>("decode_any_async", d_payload, payload_bytes, d_out, n, ws,
+                                                  stream);
+}
+
+void decode_accumulate_any_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,
+                                 Workspace& ws, cudaStream_t stream) {
+  detail::run_decode_any<detail::BodyOp::kAccumulate>("decode_accumulate_any_async", d_payload, payload_bytes,
+                                                      d_out, n, ws, stream);
+}
+
+void accumulate_counts_any_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts, uint64_t n,
+                                 Workspace& ws, cudaStream_t stream) {
+  detail::run_decode_any<detail::BodyOp::kCounts>("accumulate_counts_any_async", d_payload, payload_bytes,
+                                                  d_counts, n, ws, stream);
+}
 
 void decode_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,
                   Workspace& ws, cudaStream_t stream) {

@@ -40,13 +40,38 @@ struct ErrorRecord {
   int detail;             // HeaderFault, kCountMismatchDetail or kSharedScaleDetail
   float f0;               // shared scale / scale recorded for the counts / bad d_scales value
   float f1;               // own scale / this payload's scale
-  uint32_t reserved;
+  uint32_t u2;            // entropy header faults: the log2 block symbols (for the directory message)
 };
 
 inline constexpr int kCountMismatchDetail = 1000;  // kInvalidArgument: header count != n
 inline constexpr int kSharedScaleDetail = 1001;    // kInvalidArgument: shared scale < own
 inline constexpr int kDeviceScaleDetail = 1002;    // kInvalidArgument: d_scales[u0] = f0 not finite >= +0
+// Packed payloads (codecs 4 and 5, packed_kernels.cu). Header faults carry
+// the fault in detail (base + the fault enum) and its values in u0/u1/u2; body
+// faults are keyed errors (kInvalidCode) whose detail says how to read the key.
+inline constexpr int kBase3HeaderDetail = 2000;    // kMalformedPayload: + Base3Fault
+inline constexpr int kEntropyHeaderDetail = 2100;  // kMalformedPayload: + EntropyFault
+inline constexpr int kBase3BodyDetail = 2200;      // kInvalidCode: key = byte << 8 | value (> 242, or bad padding); u0 = n
+inline constexpr int kEntropyBlockDetail = 2201;   // kInvalidCode: key = block << 4 | EntropyBlockFault; u0 = blocks
+inline constexpr int kEntropyPaddingDetail = 2202; // kInvalidCode: u0 = digit index, u1 = its value
+inline constexpr int kEntropyModelDetail = 2203;   // kInvalidArgument: an encoder model broke its invariants (a bug)
 inline constexpr unsigned kPaddingPosition = 4;
+
+// A base-3 header's faults, in check_base3_header()'s order (packed_cpu.cpp).
+enum class Base3Fault : int {
+  kNone = 0, kTooShort, kBadMagic, kBadVersion, kBadHeaderSize, kUnknownFlags, kBadCrc, kBadScale, kLengthMismatch,
+};
+// An entropy header's faults, in check_entropy_header()'s order
+// (entropy_payload.cpp), then check_symbol_header()'s flags check.
+enum class EntropyFault : int {
+  kNone = 0, kTooShort, kBadMagic, kBadVersion, kBadCodec, kBadHeaderSize, kBadCrc, kBadScale, kCountTooLarge,
+  kBadLanes, kBadBlockLog2, kBadGroup, kReservedByte, kLengthMismatch, kDirectoryTooLarge, kStreamsMismatch,
+  kUnknownFlags,
+};
+// A codec-5 block's faults: rans_block.h's BlockFault values, then the model's.
+enum class EntropyBlockFault : int {
+  kNone = 0, kStreamTooShort, kOddStream, kBadState, kOverrun, kTrailingWords, kFinalState, kBadProbs, kBadModel,
+};
 inline constexpr unsigned kNonFiniteNaN = 0, kNonFinitePosInf = 1, kNonFiniteNegInf = 2;
 
 // The part of the device state the host reads back in one copy. Everything
@@ -59,6 +84,7 @@ struct HostView {
   TensorStats stats;  // of the last stats_async / local_scale_async / encode*_async
   float scale;        // of the last encode_async
   uint32_t reserved;
+  uint64_t encoded_bytes;  // length of the last encode*_async's payload (any packing)
 };
 inline constexpr size_t kCheckWindowBytes = offsetof(HostView, stats);
 
@@ -75,6 +101,15 @@ struct Workspace::Device {
   detail::HostView view;
   float payload_scale;    // header scale of the payload being decoded
   uint32_t max_abs_bits;  // max |x| bits of the running stats pass; 0 between operations
+  // The *_any_async decoders: the codec id their header kernel accepted (1, 4
+  // or 5; 0 while none), which the later kernels of the operation gate on, and
+  // a codec-5 payload's lanes and log2 block symbols.
+  uint32_t payload_codec;
+  uint32_t payload_lanes;
+  uint32_t payload_block_log2;
+  // The entropy encode's verdict (packed_kernels.cu): 1 = the rANS payload is
+  // strictly smaller than base-3 and is written, 0 = the base-3 payload stays.
+  uint32_t encode_entropy;
 };
 
 namespace detail {
@@ -94,6 +129,61 @@ inline Partials partials_of(const Workspace& ws) {
   auto* base = reinterpret_cast<char*>(ws.device()) + kPartialsOffset;
   auto* sum = reinterpret_cast<double*>(base);
   return Partials{sum, sum + stats_chunks(ws.max_elements())};
+}
+
+// Scratch of the entropy-coded payloads (codec 5), after the partials:
+//   slots     encode: one rANS stream slot of kStreamSlotBytes per block of
+//             2^14 symbols (streams are written back to front, before their
+//             length is known); decode: the decoded symbols (n/5 bytes).
+//   counts    encode: per block the counts of 0, +, - (u32 x 3).
+//   probs     encode: per block the element probabilities (u16 x 3).
+//   bytes     encode: per block the stream's length.
+//   offsets   per block, the stream's offset in the payload: encode (blocks of
+//             2^14 symbols) and decode (blocks of 2^4 symbols at the least, the
+//             smallest a valid payload may use), + 1.
+// About 0.5 byte per element of max_elements: the price of encoding every
+// block at once without knowing the streams' lengths beforehand.
+inline constexpr uint64_t kEncodeBlockSymbols = uint64_t{1} << 14;  // rans::kEncoderBlockLog2
+inline constexpr uint64_t kStreamSlotBytes = 4 * 32 + 2 * kEncodeBlockSymbols;  // Layout::max_stream_bytes
+inline uint64_t packed_symbols(uint64_t n) { return (n + 4) / 5; }
+inline uint64_t encode_blocks(uint64_t n) { return (packed_symbols(n) + kEncodeBlockSymbols - 1) / kEncodeBlockSymbols; }
+inline uint64_t decode_blocks_max(uint64_t n) { return (packed_symbols(n) + 15) / 16; }
+
+struct PackedScratch {
+  uint8_t* slots;
+  uint32_t* counts;
+  uint16_t* probs;
+  uint32_t* bytes;
+  uint64_t* offsets;
+};
+
+struct PackedScratchLayout {
+  size_t slots, counts, probs, bytes, offsets, end;  // byte offsets from the workspace base
+};
+
+inline size_t round_up_256(size_t v) { return (v + 255) / 256 * 256; }
+
+inline PackedScratchLayout packed_scratch_layout(uint64_t max_elements) {
+  PackedScratchLayout l;
+  const uint64_t blocks = encode_blocks(max_elements);
+  l.slots = round_up_256(kPartialsOffset + 2 * sizeof(double) * stats_chunks(max_elements));
+  const uint64_t slot_bytes = blocks * kStreamSlotBytes;
+  const uint64_t sym_bytes = packed_symbols(max_elements);
+  l.counts = round_up_256(l.slots + (slot_bytes > sym_bytes ? slot_bytes : sym_bytes));
+  l.probs = round_up_256(l.counts + 3 * sizeof(uint32_t) * blocks);
+  l.bytes = round_up_256(l.probs + 3 * sizeof(uint16_t) * blocks);
+  l.offsets = round_up_256(l.bytes + sizeof(uint32_t) * blocks);
+  const uint64_t offsets = (decode_blocks_max(max_elements) > blocks ? decode_blocks_max(max_elements) : blocks) + 1;
+  l.end = l.offsets + sizeof(uint64_t) * offsets;
+  return l;
+}
+
+inline PackedScratch packed_scratch_of(const Workspace& ws) {
+  const PackedScratchLayout l = packed_scratch_layout(ws.max_elements());
+  auto* base = reinterpret_cast<uint8_t*>(ws.device());
+  return PackedScratch{base + l.slots, reinterpret_cast<uint32_t*>(base + l.counts),
+                       reinterpret_cast<uint16_t*>(base + l.probs), reinterpret_cast<uint32_t*>(base + l.bytes),
+                       reinterpret_cast<uint64_t*>(base + l.offsets)};
 }
 
 #if defined(__CUDACC__)
@@ -117,6 +207,37 @@ __device__ __forceinline__ int claim_error(Workspace::Device* d, uint32_t op, Er
 __device__ __forceinline__ void record_keyed_error(Workspace::Device* d, uint32_t op, Errc code,
                                                    unsigned long long key) {
   if (claim_error(d, op, code) != 0) atomicMax(&d->view.err.inv_key, ~key);
+}
+
+// The checks of a well-formed header shared by every decoder's header kernel
+// (one thread): its count must be n, and with track_counts_scale its scale
+// that of the counts summed so far. Then records the payload's scale.
+// Returns false after recording the error.
+__device__ __forceinline__ bool accept_header(Workspace::Device* dev, uint32_t op, uint64_t count, uint64_t n,
+                                              uint32_t scale_bits, bool track_counts_scale) {
+  if (count != n) {
+    // A well-formed payload of another tensor: a caller's shape error, as on the CPU.
+    if (claim_error(dev, op, Errc::kInvalidArgument) == 1) {
+      dev->view.err.detail = kCountMismatchDetail;
+      dev->view.err.u0 = count;
+      dev->view.err.u1 = n;
+    }
+    return false;
+  }
+  if (track_counts_scale) {
+    // Counts from payloads of different scales cannot be summed exactly.
+    if (dev->view.counts_scale_set != 0 && dev->view.counts_scale_bits != scale_bits) {
+      if (claim_error(dev, op, Errc::kScaleMismatch) == 1) {
+        dev->view.err.f0 = bits_float(dev->view.counts_scale_bits);
+        dev->view.err.f1 = bits_float(scale_bits);
+      }
+      return false;
+    }
+    dev->view.counts_scale_bits = scale_bits;
+    dev->view.counts_scale_set = 1;
+  }
+  dev->payload_scale = bits_float(scale_bits);
+  return true;
 }
 #endif
 
@@ -175,9 +296,32 @@ struct FinishParams {
   // Elements the header announces: n, or the slice's count when the stats
   // cover a whole tensor and the payload one slice of it.
   uint64_t header_count = 0;
+  // The 40-byte header's codec id: 1, or 4 for base-3 and for the entropy
+  // packing, whose finishing kernel replaces it when rANS wins.
+  uint8_t codec = 1;
+  // view.encoded_bytes: the payload's length (entropy: base-3's, until then).
+  uint64_t encoded_bytes = 0;
 };
 void launch_stats(const float* d_x, uint64_t n, const FinishParams& fp, Workspace& ws,
                   cudaStream_t stream, uint32_t op);
+
+// ---- packed payloads (packed_kernels.cu) ----
+
+// The body of a codec-4 payload, or of a codec-5 payload with its base-3
+// fallback, of x[0, n) after launch_stats wrote the codec-4 header at d_out.
+// rng as codec 1's pack kernel; nothing is written while an error is pending.
+void launch_packed_encode(const float* d_x, uint64_t n, bool entropy, const RngStream& rng, bool nearest,
+                          uint8_t* d_out, Workspace& ws, cudaStream_t stream, uint32_t op);
+
+// The *_any_async decoders' kernels: the header kernel (every codec), then
+// each codec's validation and body kernels, which return at once unless the
+// header kernel accepted their codec. kind: 0 decode, 1 accumulate, 2 counts.
+void launch_any_header(const uint8_t* d_payload, size_t payload_bytes, uint64_t n, Workspace& ws, uint32_t op,
+                       bool track_counts_scale, cudaStream_t stream);
+void launch_packed_validate(const uint8_t* d_payload, size_t payload_bytes, uint64_t n, Workspace& ws, uint32_t op,
+                            bool track_counts_scale, cudaStream_t stream);
+void launch_packed_body(const uint8_t* d_payload, uint64_t n, int kind, void* d_out, Workspace& ws,
+                        cudaStream_t stream);
 
 }  // namespace detail
 

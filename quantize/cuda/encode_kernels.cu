@@ -99,10 +99,15 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   if (d_out == nullptr)
     fail(Errc::kInvalidArgument, name + ": d_out is null (the header needs " +
                                      std::to_string(kHeaderBytes) + " bytes even for n = 0)");
-  if (out_capacity < max_encoded_bytes(n))
+  if (params.packing != Packing::k2Bit && params.packing != Packing::kBase3 &&
+      params.packing != Packing::kEntropy)
+    fail(Errc::kInvalidArgument, name + ": unknown packing " +
+                                     std::to_string(static_cast<int>(params.packing)));
+  const size_t needed = max_encoded_bytes(n, params.packing);
+  if (out_capacity < needed)
     fail(Errc::kBufferTooSmall, name + ": out_capacity " + std::to_string(out_capacity) +
-                                    " bytes is below the " + std::to_string(max_encoded_bytes(n)) +
-                                    " bytes needed for n = " + std::to_string(n));
+                                    " bytes is below the " + std::to_string(needed) + " bytes needed for n = " +
+                                    std::to_string(n) + " (packing " + packing_name(params.packing) + ")");
   if (!(params.clip_factor >= 0.0f) || std::isinf(params.clip_factor))
     fail(Errc::kInvalidArgument,
          name + ": clip_factor must be a finite number >= 0 (0 disables clipping), got " +
@@ -129,11 +134,20 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   fp.nearest = params.rounding == Rounding::kNearest;
   fp.header_out = d_out;
   fp.header_count = n;
+  // Base-3 and entropy start from the codec-4 header (the entropy encode's
+  // fallback); the entropy finishing kernel replaces it when rANS is smaller.
+  fp.codec = params.packing == Packing::k2Bit ? kCodecTernary2Bit : kCodecTernaryBase3;
+  fp.encoded_bytes = needed;
 
   const uint32_t op = detail::next_op_id();
   detail::launch_stats(d_stats, n_stats, fp, ws, stream, op);
   if (n == 0) return;  // header-only payload
   const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
+  if (params.packing != Packing::k2Bit) {
+    detail::launch_packed_encode(d_x, n, params.packing == Packing::kEntropy, rng, fp.nearest, d_out, ws, stream,
+                                 op);
+    return;
+  }
   uint8_t* body = d_out + kHeaderBytes;
   if (reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0)
     detail::launch_pack<true>(d_x, n, body, ws.device(), rng, fp.nearest, stream);
@@ -172,6 +186,20 @@ void check_slice(uint64_t n_whole, uint64_t count, const EncodeParams& params, c
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream) {
   encode_impl(d_x, n, d_x, n, params, DeviceScales{}, d_out, out_capacity, ws, stream, "encode_async");
+}
+
+size_t encode(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out, size_t out_capacity,
+              Workspace& ws, cudaStream_t stream) {
+  encode_impl(d_x, n, d_x, n, params, DeviceScales{}, d_out, out_capacity, ws, stream, "encode");
+  return ws.encoded_bytes(stream);
+}
+
+size_t encode_slice(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
+                    uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  check_slice(n_whole, count, params, "encode_slice");
+  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, DeviceScales{}, d_out,
+              out_capacity, ws, stream, "encode_slice");
+  return ws.encoded_bytes(stream);
 }
 
 void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,

@@ -212,9 +212,13 @@ __global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
     scale = shared;
   }
   dev->view.scale = scale;
+  dev->view.encoded_bytes = a.fp.encoded_bytes;
   const uint8_t flags = (shared_ok ? kFlagSharedScale : uint8_t{0}) | (a.fp.nearest ? kFlagNearest : uint8_t{0});
-  write_header_bits(a.fp.header_out, flags, a.fp.header_count, float_bits(scale), a.fp.tensor_id,
-                    a.fp.nearest ? uint64_t{0} : a.fp.seed, a.fp.step);
+  // Codec 1, or 4 (base-3, and the entropy packing's fallback until its
+  // finishing kernel decides): the same 40-byte layout.
+  ::terngrad::quantize::detail::write_header_layout(a.fp.header_out, a.fp.codec, flags, a.fp.header_count,
+                                                    float_bits(scale), a.fp.tensor_id,
+                                                    a.fp.nearest ? uint64_t{0} : a.fp.seed, a.fp.step);
 }
 
 }  // namespace

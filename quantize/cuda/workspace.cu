@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device_state.cuh"
+#include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/format.h"
 
 namespace terngrad::quantize::cuda {
@@ -84,10 +85,126 @@ std::string fmt_float(float v) {
 
 namespace {
 
+std::string str(unsigned long long v) { return std::to_string(v); }
+
+// The CPU's messages (packed_cpu.cpp check_base3_header, entropy_payload.cpp
+// check_entropy_header and read_entropy_symbols, rans_block.cpp
+// block_fault_name), from the values the device recorded.
+[[noreturn]] void throw_base3_header(const ErrorRecord& e) {
+  const auto f = static_cast<Base3Fault>(e.detail - kBase3HeaderDetail);
+  const uint64_t count = e.u0;
+  const std::string prefix = "malformed base-3 payload (" + str(e.u1) + " bytes): ";
+  std::string why;
+  switch (f) {
+    case Base3Fault::kTooShort: why = "shorter than the 40-byte header"; break;
+    case Base3Fault::kBadMagic: why = "bad magic (expected \"TGRD\")"; break;
+    case Base3Fault::kBadVersion: why = "unsupported format version (expected 1)"; break;
+    case Base3Fault::kBadHeaderSize: why = "header size field is not 40"; break;
+    case Base3Fault::kUnknownFlags: why = "reserved flag bits are set"; break;
+    case Base3Fault::kBadCrc: why = "header CRC-32 mismatch (corrupt header)"; break;
+    case Base3Fault::kBadScale: why = "scale is negative, NaN or Inf"; break;
+    case Base3Fault::kLengthMismatch:
+      why = "payload length disagrees with the element count " + str(count) + " (expected " +
+            (count > (uint64_t{1} << 62) ? std::string("at most 2^62 elements")
+                                         : str(base3_payload_bytes(count)) + " bytes") +
+            ")";
+      break;
+    default: why = "unknown fault " + std::to_string(e.detail - kBase3HeaderDetail); break;
+  }
+  fail(Errc::kMalformedPayload, prefix + why);
+}
+
+[[noreturn]] void throw_entropy_header(const ErrorRecord& e) {
+  const auto f = static_cast<EntropyFault>(e.detail - kEntropyHeaderDetail);
+  std::string why;
+  switch (f) {
+    case EntropyFault::kTooShort: why = str(e.u0) + " bytes, shorter than the 52-byte header"; break;
+    case EntropyFault::kBadMagic: why = "bad magic (expected \"TGRD\")"; break;
+    case EntropyFault::kBadVersion: why = "format version " + str(e.u0) + " (expected 1)"; break;
+    case EntropyFault::kBadHeaderSize: why = "header size field " + str(e.u0) + " (expected 52)"; break;
+    case EntropyFault::kBadCrc: why = "header CRC-32 mismatch (corrupt header)"; break;
+    case EntropyFault::kBadScale: {
+      char hex[9];
+      std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(e.u0));
+      why = std::string("scale is negative, NaN or Inf (bits 0x") + hex + ")";
+      break;
+    }
+    case EntropyFault::kCountTooLarge: why = "element count " + str(e.u0) + " above 2^62"; break;
+    case EntropyFault::kBadLanes: why = "lanes " + str(e.u0) + " (expected 1..32)"; break;
+    case EntropyFault::kBadBlockLog2: why = "log2 block symbols " + str(e.u0) + " (expected 4..20)"; break;
+    case EntropyFault::kBadGroup:
+      why = "elements per symbol " + str(e.u0) + " (expected 5 for 3 element values)";
+      break;
+    case EntropyFault::kReservedByte: why = "reserved byte 39 is " + str(e.u0); break;
+    case EntropyFault::kLengthMismatch:
+      why = "length field says " + str(e.u0) + " bytes, the payload has " + str(e.u1) +
+            " (truncated or padded payload)";
+      break;
+    case EntropyFault::kDirectoryTooLarge: {
+      const uint64_t symbols = (e.u0 + 4) / 5;
+      const uint64_t per = uint64_t{1} << e.u2;
+      why = str(e.u0) + " elements make " + str((symbols + per - 1) >> e.u2) +
+            " blocks, whose directory does not fit " + str(e.u1) + " bytes";
+      break;
+    }
+    case EntropyFault::kStreamsMismatch:
+      why = "the directory's streams total " + str(e.u0) + " bytes, the payload holds " + str(e.u1) +
+            " after the directory";
+      break;
+    case EntropyFault::kUnknownFlags: why = "reserved flag bits are set"; break;
+    default: why = "unknown fault " + std::to_string(e.detail - kEntropyHeaderDetail); break;
+  }
+  fail(Errc::kMalformedPayload, "malformed entropy-coded payload: " + why);
+}
+
+const char* entropy_block_fault_name(EntropyBlockFault f) {
+  switch (f) {
+    case EntropyBlockFault::kNone: return "no fault";
+    case EntropyBlockFault::kStreamTooShort: return "stream shorter than its lanes' initial states";
+    case EntropyBlockFault::kOddStream: return "stream holds a partial 16-bit word";
+    case EntropyBlockFault::kBadState: return "an initial lane state is below 2^16";
+    case EntropyBlockFault::kOverrun:
+      return "the symbols need more words than the stream holds (truncated stream)";
+    case EntropyBlockFault::kTrailingWords: return "words left over after the last symbol";
+    case EntropyBlockFault::kFinalState:
+      return "a lane does not end in the encoders' initial state 2^16 (corrupt stream)";
+    case EntropyBlockFault::kBadProbs: return "element probabilities do not sum to 2^12";
+    case EntropyBlockFault::kBadModel: return "element probabilities give no usable symbol model";
+  }
+  return "unknown fault";
+}
+
+[[noreturn]] void throw_packed_body(const ErrorRecord& e, unsigned long long key) {
+  if (e.detail == kBase3BodyDetail) {
+    const unsigned long long byte = key >> 8;
+    const unsigned value = static_cast<unsigned>(key & 0xFF);
+    const bool padding = value <= kBase3MaxByte;  // a byte <= 242 is refused only for its padding digits
+    fail(Errc::kInvalidCode, "corrupt base-3 payload: body byte " + str(byte) + " is " + std::to_string(value) +
+                                 (padding ? ": its digits beyond element " + str(e.u0 - 1) + " are not 0"
+                                          : std::string(" (above 242 = 3^5 - 1)")));
+  }
+  if (e.detail == kEntropyBlockDetail) {
+    const unsigned long long block = key >> 4;
+    fail(Errc::kInvalidCode, "entropy-coded payload, block " + str(block) + " of " + str(e.u0) + ": " +
+                                 entropy_block_fault_name(static_cast<EntropyBlockFault>(key & 15)));
+  }
+  // kEntropyPaddingDetail
+  fail(Errc::kInvalidCode, "entropy-coded payload: padding digit " + str(e.u0) + " of the last symbol is " +
+                               str(e.u1) + " instead of the zero value 0");
+}
+
 // Turns a pending record into the exception check() throws.
 [[noreturn]] void throw_record(const ErrorRecord& e) {
   const auto code = static_cast<Errc>(static_cast<int>(e.tag & 0xFFFFFFFFull));
   const unsigned long long key = ~e.inv_key;
+  if (code == Errc::kMalformedPayload && e.detail >= kBase3HeaderDetail && e.detail < kEntropyHeaderDetail)
+    throw_base3_header(e);
+  if (code == Errc::kMalformedPayload && e.detail >= kEntropyHeaderDetail && e.detail < kBase3BodyDetail)
+    throw_entropy_header(e);
+  if (code == Errc::kInvalidCode && e.detail >= kBase3BodyDetail && e.detail <= kEntropyPaddingDetail)
+    throw_packed_body(e, key);
+  if (code == Errc::kInvalidArgument && e.detail == kEntropyModelDetail)
+    fail(Errc::kInvalidArgument, "internal error: an entropy model broke its invariants (CUDA encoder)");
   switch (code) {
     case Errc::kNonFinite: {
       const unsigned long long index = key >> 2;
@@ -147,8 +264,8 @@ Workspace::Workspace(uint64_t max_elements) : max_elements_(max_elements) {
   if (max_elements > (uint64_t{1} << 58))
     detail::fail(Errc::kInvalidArgument,
                  "Workspace max_elements " + std::to_string(max_elements) + " exceeds 2^58");
-  const size_t bytes =
-      detail::kPartialsOffset + 2 * sizeof(double) * detail::stats_chunks(max_elements);
+  // Partials, then the packed payloads' scratch (device_state.cuh).
+  const size_t bytes = detail::packed_scratch_layout(max_elements).end;
   void* p = nullptr;
   TG_CUDA_CHECK(cudaMalloc(&p, bytes));
   dev_ = static_cast<Device*>(p);
@@ -190,5 +307,9 @@ void Workspace::check(cudaStream_t stream) { settle(*this, stream); }
 TensorStats Workspace::stats(cudaStream_t stream) { return settle(*this, stream).stats; }
 
 float Workspace::scale(cudaStream_t stream) { return settle(*this, stream).scale; }
+
+size_t Workspace::encoded_bytes(cudaStream_t stream) {
+  return static_cast<size_t>(settle(*this, stream).encoded_bytes);
+}
 
 }  // namespace terngrad::quantize::cuda

@@ -23,7 +23,9 @@ namespace terngrad::quantize::cuda {
 bool device_available();
 
 // Device-side scratch for tensors of up to max_elements elements: stats
-// partials, the scale, and the error record. One per stream in flight.
+// partials, the scale, the error record, and the entropy packing's scratch
+// (about 0.5 byte per element: every block's rANS stream slot, the decoded
+// symbols). One per stream in flight.
 class Workspace {
  public:
   explicit Workspace(uint64_t max_elements);
@@ -44,6 +46,12 @@ class Workspace {
   // Waits for the stream and returns the scale of the last encode*_async()
   // (the shared scale when one was used; local_scale_async() leaves it alone).
   float scale(cudaStream_t stream);
+
+  // Waits for the stream and returns the length in bytes of the payload the
+  // last encode*_async() wrote (throws like check()): max_encoded_bytes(n,
+  // packing) for the fixed-size packings, at most that for Packing::kEntropy,
+  // whose length is decided on the device.
+  size_t encoded_bytes(cudaStream_t stream);
 
   struct Device;  // device-resident state, defined in the .cu files
   Device* device() const { return dev_; }
@@ -69,10 +77,21 @@ void stats_async(const float* d_x, uint64_t n, Workspace& ws, cudaStream_t strea
 void local_scale_async(const float* d_x, uint64_t n, float clip_factor, float* d_scale_out,
                        Workspace& ws, cudaStream_t stream);
 
-// Encodes d_x[0, n) into d_out, which holds at least max_encoded_bytes(n)
-// bytes. The header (scale included) is written on the device: no host round trip.
+// Encodes d_x[0, n) into d_out, which holds at least
+// max_encoded_bytes(n, params.packing) bytes (kBufferTooSmall otherwise). The
+// header (scale included) is written on the device: no host round trip.
+// Every packing gives the CPU's encode() bytes: codec 1 (k2Bit), codec 4
+// (kBase3), and for kEntropy codec 5, or codec 4 when the rANS payload would
+// not be strictly smaller (tiny or dense tensors), exactly as the CPU decides.
+// The payload's length is ws.encoded_bytes(stream) afterwards (or encode()
+// below); a kEntropy payload is shorter than its buffer.
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
+// encode_async(), then waits for the stream and returns the payload's length
+// (throws like ws.check() if the encode failed on the device).
+size_t encode(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out, size_t out_capacity,
+              Workspace& ws, cudaStream_t stream);
 
 // Scale sharing on the device: encode_async() with params.shared_scale =
 // max(d_scales[0, num_scales)), that max being taken by the encode's own
@@ -97,6 +116,10 @@ void encode_shared_async(const float* d_x, uint64_t n, const EncodeParams& param
 void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
                         uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
 
+// encode_slice_async(), then waits and returns the payload's length.
+size_t encode_slice(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
+                    uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
 // encode_slice_async() with the shared scale max(d_scales[0, num_scales)) read
 // on the device, as encode_shared_async(): the CPU's encode_with_stats(slice,
 // compute_stats(whole), params with shared_scale = that max).
@@ -118,6 +141,26 @@ void decode_accumulate_async(const uint8_t* d_payload, size_t payload_bytes, flo
 // begin_counts_async() must carry the same scale (else kScaleMismatch).
 void accumulate_counts_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts,
                              uint64_t n, Workspace& ws, cudaStream_t stream);
+
+// The decoders above take codec 1 only, of exactly max_encoded_bytes(n) bytes
+// (checked at the call). These take every packing, as the CPU's decode():
+// the header's codec id (1, 4 or 5) is read on the device and picks the
+// path, so nothing is synchronized. payload_bytes is the payload's length
+// (for codec 5 the length encode wrote, not its buffer's capacity); it is
+// checked on the device against the header (kMalformedPayload, with the
+// CPU's message), as is everything else: header fields, codec 5's block
+// directory, every block's probabilities and rANS stream (overrun, words
+// left over, final states, with the block's index), base-3 bytes above 242
+// and nonzero padding digits (kInvalidCode), the header's count == n
+// (kInvalidArgument). Nothing is written to d_out unless all of it passed.
+// At the call: n above the workspace's max_elements, d_payload null, d_out
+// null (n > 0) or misaligned (kInvalidArgument).
+void decode_any_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,
+                      Workspace& ws, cudaStream_t stream);
+void decode_accumulate_any_async(const uint8_t* d_payload, size_t payload_bytes, float* d_out, uint64_t n,
+                                 Workspace& ws, cudaStream_t stream);
+void accumulate_counts_any_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts, uint64_t n,
+                                 Workspace& ws, cudaStream_t stream);
 
 // Starts a new shared-scale sum in `ws` without a check(): the next
 // accumulate_counts_async takes its payload's scale as the sum's. Lets one
