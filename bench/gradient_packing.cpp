@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -114,19 +115,41 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
+// A positive number given as --key=value, or the tool exits naming the flag.
+double number(int argc, char** argv, const std::string& key, const std::string& def) {
+  const std::string v = arg(argc, argv, key, def);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x > 0)) {
+    std::fprintf(stderr, "gradient_packing: %s=%s is not a positive number\n", key.c_str(), v.c_str());
+    std::exit(2);
+  }
+  return x;
+}
+
 int main(int argc, char** argv) {
-  const uint32_t replicas = static_cast<uint32_t>(std::stoul(arg(argc, argv, "--replicas", "4")));
-  const double min_elements = std::stod(arg(argc, argv, "--min_elements", "1000"));
+  const uint32_t replicas = static_cast<uint32_t>(number(argc, argv, "--replicas", "4"));
+  const double min_elements = number(argc, argv, "--min_elements", "1000");
   std::printf("gradient_packing: SIMD %s; clip 2.5, scale shared over %u replicas; bits per element "
               "(payload bytes, headers included, * 8 / elements)\n",
               tq::simd_level_name(tq::cpu_simd_level()), replicas);
   std::map<std::string, Totals> grand;
   for (const std::string& dir : split(arg(argc, argv, "--dirs", ""))) {
+    if (!fs::is_directory(dir)) {
+      std::fprintf(stderr, "gradient_packing: --dirs: %s is not a directory (tg-train --save_gradients=DIR writes one)\n",
+                   dir.c_str());
+      return 2;
+    }
     std::vector<fs::path> steps;
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0) steps.push_back(e.path());
     std::sort(steps.begin(), steps.end());
     for (const fs::path& step : steps) {
+      if (!fs::is_directory(step / "worker-0")) {
+        std::fprintf(stderr, "gradient_packing: %s has no worker-0/ (not written by tg-train --save_gradients)\n",
+                     step.c_str());
+        return 2;
+      }
       std::vector<fs::path> files;
       for (const auto& e : fs::directory_iterator(step / "worker-0")) files.push_back(e.path().filename());
       std::sort(files.begin(), files.end());

@@ -187,13 +187,7 @@ float sum_shared(std::span<const std::span<const uint8_t>> payloads, std::span<i
       headers[p] = parse_header(payloads[p]);
     }
     const PayloadHeader& h = headers[p];
-    if (h.count != headers[0].count || float_bits(h.scale) != float_bits(headers[0].scale)) {
-      throw CodecError(Errc::kScaleMismatch,
-                       "payload " + std::to_string(p) + " has " + std::to_string(h.count) +
-                           " elements and scale " + detail::fmt_num(h.scale) + ", payload 0 has " +
-                           std::to_string(headers[0].count) + " and " + detail::fmt_num(headers[0].scale) +
-                           ": sum_shared needs one shared scale (encode with shared_scale)");
-    }
+    detail::require_same_scale(p, h, headers[0], "sum_shared");
     if (opened[p].symbols == nullptr) checked_body(payloads[p], h);
   }
   require_length(headers[0], counts.size(), "counts");

@@ -226,11 +226,17 @@ bool is_symbol_packed(std::span<const uint8_t> payload) {
   return c == kCodecTernaryBase3 || c == kCodecTernaryEntropy;
 }
 
-PayloadHeader check_symbol_header(std::span<const uint8_t> payload) {
-  if (payload[kHeaderCodecOffset] == kCodecTernaryBase3) return check_base3_header(payload);
+namespace {
+
+// Codec 5's checked header and layout (flags included).
+EntropyView checked_entropy_view(std::span<const uint8_t> payload) {
   const EntropyView v = check_entropy_header(payload, kCodecTernaryEntropy, 3, 0);
   if ((v.header.flags & ~kKnownFlags) != 0)
     throw CodecError(Errc::kMalformedPayload, "malformed entropy-coded payload: reserved flag bits are set");
+  return v;
+}
+
+PayloadHeader header_of(const EntropyView& v) {
   PayloadHeader h;
   h.codec = v.header.codec;
   h.flags = v.header.flags;
@@ -242,14 +248,25 @@ PayloadHeader check_symbol_header(std::span<const uint8_t> payload) {
   return h;
 }
 
+void require_count(const PayloadHeader& h, std::optional<uint64_t> expect_count, const char* what) {
+  if (expect_count && *expect_count != h.count)
+    throw CodecError(Errc::kInvalidArgument, std::string(what) + " has " + std::to_string(*expect_count) +
+                                                 " elements but the payload holds " + std::to_string(h.count));
+}
+
+}  // namespace
+
+PayloadHeader check_symbol_header(std::span<const uint8_t> payload) {
+  if (payload[kHeaderCodecOffset] == kCodecTernaryBase3) return check_base3_header(payload);
+  return header_of(checked_entropy_view(payload));
+}
+
 SymbolPayload open_symbol_payload(std::span<const uint8_t> payload, std::optional<uint64_t> expect_count,
                                   const char* what) {
   SymbolPayload sp;
-  sp.header = check_symbol_header(payload);
-  if (expect_count && *expect_count != sp.header.count)
-    throw CodecError(Errc::kInvalidArgument, std::string(what) + " has " + std::to_string(*expect_count) +
-                                                 " elements but the payload holds " + std::to_string(sp.header.count));
-  if (sp.header.codec == kCodecTernaryBase3) {
+  if (payload[kHeaderCodecOffset] == kCodecTernaryBase3) {
+    sp.header = check_base3_header(payload);
+    require_count(sp.header, expect_count, what);
     sp.symbols = payload.data() + kHeaderBytes;
     const uint64_t bad = first_bad_symbol(sp.symbols, sp.header.count);
     if (bad != base3_body_bytes(sp.header.count))
@@ -261,7 +278,9 @@ SymbolPayload open_symbol_payload(std::span<const uint8_t> payload, std::optiona
                                                                   std::to_string(sp.header.count - 1) + " are not 0"));
     return sp;
   }
-  const EntropyView v = check_entropy_header(payload, kCodecTernaryEntropy, 3, 0);
+  const EntropyView v = checked_entropy_view(payload);
+  sp.header = header_of(v);
+  require_count(sp.header, expect_count, what);
   sp.decoded.resize(v.layout.symbols());
   read_entropy_symbols(payload, v, sp.decoded.data());
   sp.symbols = sp.decoded.data();

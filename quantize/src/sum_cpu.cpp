@@ -151,11 +151,14 @@ size_t sum_payload_bytes(uint64_t n, uint32_t contributions) {
   return kHeaderBytes + sum_body_bytes(n, sum_bits(contributions));
 }
 
-size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions,
-                  uint32_t tensor_id, uint32_t step, std::span<uint8_t> out) {
+namespace {
+
+// What both packings of encode_sum() refuse: an output below the codec-2
+// size (which bounds codec 6), a bad scale, a count outside [-R, R].
+// Returns that size.
+size_t check_sum_inputs(std::span<const int16_t> counts, float scale, uint32_t contributions, std::span<uint8_t> out) {
   const uint64_t n = counts.size();
-  const uint32_t bits = sum_bits(contributions);
-  const size_t bytes = kHeaderBytes + sum_body_bytes(n, bits);
+  const size_t bytes = kHeaderBytes + sum_body_bytes(n, sum_bits(contributions));
   if (out.size() < bytes)
     throw CodecError(Errc::kBufferTooSmall, "output buffer has " + std::to_string(out.size()) +
                                                 " bytes, the sum of " + std::to_string(n) + " elements needs " +
@@ -169,6 +172,14 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
                                                    std::to_string(i) + " is outside [-" + std::to_string(r) +
                                                    ", " + std::to_string(r) + "]");
   }
+  return bytes;
+}
+
+// Codec 2 from checked counts.
+size_t pack_sum(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
+                uint32_t step, size_t bytes, std::span<uint8_t> out) {
+  const uint64_t n = counts.size();
+  const uint32_t bits = sum_bits(contributions);
   write_sum_header_bits(out.data(), n, float_bits(scale), contributions, static_cast<uint8_t>(bits), tensor_id, step);
   uint8_t* body = out.data() + kHeaderBytes;
   const uint64_t groups = (n + 7) / 8;
@@ -178,6 +189,14 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
     pack_range(counts.data(), n, e0, std::min(n, e0 + kGroupsPerBlock * 8), bits, contributions, body);
   });
   return bytes;
+}
+
+}  // namespace
+
+size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions,
+                  uint32_t tensor_id, uint32_t step, std::span<uint8_t> out) {
+  const size_t bytes = check_sum_inputs(counts, scale, contributions, out);
+  return pack_sum(counts, scale, contributions, tensor_id, step, bytes, out);
 }
 
 SumHeader read_sum_header(std::span<const uint8_t> payload) { return parse_sum_header(payload); }  // codec 2 only
@@ -287,17 +306,13 @@ void require_sum_room(uint64_t n, uint32_t contributions, std::span<uint8_t> out
 
 size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contributions, uint32_t tensor_id,
                   uint32_t step, SumPacking packing, std::span<uint8_t> out) {
-  if (packing == SumPacking::kEntropy && contributions <= kMaxEntropySumContributions) {
-    // Checks the counts, the scale and the room as codec 2 would need them
-    // (its size bounds codec 6's), then tries codec 6 strictly smaller.
-    const size_t fixed = encode_sum(counts, scale, contributions, tensor_id, step, out);
-    std::vector<uint8_t> packed(fixed - 1);
-    const size_t len = detail::encode_sum_entropy(counts, scale, contributions, tensor_id, step, packed);
-    if (len == 0) return fixed;
-    std::copy(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(len), out.begin());
-    return len;
+  const size_t bytes = check_sum_inputs(counts, scale, contributions, out);
+  if (packing == SumPacking::kEntropy) {
+    // Codec 6 only when strictly smaller than codec 2; it writes nothing when it is not.
+    const size_t len = detail::encode_sum_entropy(counts, scale, contributions, tensor_id, step, out.first(bytes - 1));
+    if (len != 0) return len;
   }
-  return encode_sum(counts, scale, contributions, tensor_id, step, out);
+  return pack_sum(counts, scale, contributions, tensor_id, step, bytes, out);
 }
 
 size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out, SumPacking packing) {
@@ -308,11 +323,7 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
   std::vector<PayloadHeader> h(payloads.size());
   for (size_t p = 0; p < payloads.size(); ++p) {
     h[p] = read_header(payloads[p]);
-    if (h[p].count != h[0].count || float_bits(h[p].scale) != float_bits(h[0].scale))
-      throw CodecError(Errc::kScaleMismatch, "payload " + std::to_string(p) + " has " + std::to_string(h[p].count) +
-                                                 " elements and scale " + detail::fmt_num(h[p].scale) + ", payload 0 has " +
-                                                 std::to_string(h[0].count) + " and " + detail::fmt_num(h[0].scale) +
-                                                 ": a sum needs one shared scale (encode with shared_scale)");
+    detail::require_same_scale(p, h[p], h[0], "a sum");
   }
   const uint32_t r = static_cast<uint32_t>(payloads.size());
   require_sum_room(h[0].count, r, out);
@@ -337,12 +348,7 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
   }
   const PayloadHeader first = header_only(payloads[0], 0);
   for (size_t p = 1; p < payloads.size(); ++p) {
-    const PayloadHeader h = header_only(payloads[p], p);
-    if (h.count != first.count || float_bits(h.scale) != float_bits(first.scale))
-      throw CodecError(Errc::kScaleMismatch, "payload " + std::to_string(p) + " has " + std::to_string(h.count) +
-                                                 " elements and scale " + detail::fmt_num(h.scale) + ", payload 0 has " +
-                                                 std::to_string(first.count) + " and " + detail::fmt_num(first.scale) +
-                                                 ": a sum needs one shared scale (encode with shared_scale)");
+    detail::require_same_scale(p, header_only(payloads[p], p), first, "a sum");
   }
   if (r > kMaxLaneContributions) {  // wide counts: the int16 route
     std::vector<int16_t> counts(first.count);
