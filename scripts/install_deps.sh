@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   cmake g++ make pkg-config python3 iproute2
-  libeigen3-dev zlib1g-dev libgtest-dev libbenchmark-dev libhwy-dev
+  libeigen3-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libbenchmark-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc nlohmann-json3-dev libssl-dev openssl
   dataset-fashion-mnist
   python3-numpy python3-torch python3-matplotlib

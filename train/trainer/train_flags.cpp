@@ -68,11 +68,21 @@ const std::vector<Flag>& flags() {
        [](TrainConfig& c, const std::string& v) { c.device = one_of("device", v, {"cpu", "gpu"}); }},
       {"num_gpus", "GPUs the virtual workers are spread over (--device=gpu; devices 0..num_gpus-1)",
        [](TrainConfig& c, const std::string& v) { c.num_gpus = static_cast<int>(to_int("num_gpus", v)); }},
-      {"dataset_name", "mnist (IDX, also Fashion-MNIST) | cifar10 (binary) | synthetic; default per net",
+      {"dataset_name", "mnist (also Fashion-MNIST) | cifar10 | imagenet | synthetic; default per net",
        [](TrainConfig& c, const std::string& v) {
-         c.dataset = one_of("dataset_name", v, {"mnist", "cifar10", "synthetic"});
+         c.dataset = one_of("dataset_name", v, {"mnist", "cifar10", "imagenet", "synthetic"});
        }},
       {"data_dir", "dataset directory", TG_STR(data_dir)},
+      {"data_format", "native (IDX / CIFAR-10 binary) | tfrecord (train-*-of-* shards) | folder (class subfolders); "
+                      "default native, tfrecord for imagenet",
+       [](TrainConfig& c, const std::string& v) {
+         c.data_format = one_of("data_format", v, {"native", "tfrecord", "folder"});
+       }},
+      {"skip_corrupt_records", "skip (and count) damaged records and undecodable images instead of stopping",
+       TG_BOOL(skip_corrupt_records)},
+      {"data_threads", "threads decoding streamed images (0 = the cores)",
+       [](TrainConfig& c, const std::string& v) { c.data_threads = static_cast<int>(to_int("data_threads", v)); }},
+      {"prefetch_batches", "batches each worker's stream decodes ahead of the step", TG_INT(prefetch_batches)},
       {"preprocessing", "lenet ([-1,1]) | cifar (24x24 distorted crops, centre crop to test) | standardize; default per dataset",
        [](TrainConfig& c, const std::string& v) {
          c.preprocessing = one_of("preprocessing", v, {"lenet", "cifar", "standardize"});
@@ -228,6 +238,9 @@ void validate(const TrainConfig& c) {
   require(c.num_classes >= 0, "--num_classes must be >= 0");
   require(c.threads >= 0, "--threads must be >= 0");
   require(c.synthetic_examples >= 1, "--synthetic_examples must be >= 1");
+  require(c.data_threads >= 0 && c.data_threads <= 256, "--data_threads must be in [0, 256], got " + std::to_string(c.data_threads));
+  require(c.prefetch_batches >= 1 && c.prefetch_batches <= 64,
+          "--prefetch_batches must be in [1, 64], got " + std::to_string(c.prefetch_batches));
   require(c.task_id >= 0, "--task_id must be >= 0, got " + std::to_string(c.task_id));
   require(c.replicas_to_aggregate == -1 || c.replicas_to_aggregate >= 1,
           "--replicas_to_aggregate must be -1 (all) or >= 1, got " + std::to_string(c.replicas_to_aggregate));

@@ -12,8 +12,19 @@ namespace terngrad::train {
 struct TrainConfig {
   // Model and data.
   std::string net = "lenet";            // lenet | cifarnet | alexnet
-  std::string dataset = "";             // mnist | cifar10 | synthetic ("" = the net's default)
+  std::string dataset = "";             // mnist | cifar10 | imagenet | synthetic ("" = the net's default)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  // How data_dir stores the dataset: native (IDX for mnist, CIFAR-10 binary
+  // batches for cifar10), tfrecord (sharded train-*-of-* / validation-*-of-*
+  // tf.train.Example records as TF's converters write them) or folder (one
+  // subfolder of JPEG/PNG files per class under train/ and validation/).
+  // "" = native for mnist/cifar10, tfrecord for imagenet.
+  std::string data_format = "";
+  // A damaged record or undecodable image: false stops the run with an error
+  // naming the file and record; true skips it, counts it and logs the count.
+  bool skip_corrupt_records = false;
+  int data_threads = 0;                 // streaming decode threads (0 = the cores)
+  int64_t prefetch_batches = 2;         // streaming: batches decoded ahead of the step, per worker
   int num_classes = 0;                  // 0 = the dataset's; alexnet: 1000 or 1001
   int64_t synthetic_examples = 2048;    // size of the synthetic training set
   std::string preprocessing = "";       // lenet | cifar | standardize ("" = the dataset's)
