@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "crc32c.h"
+#include "terngrad/train/crc32c.h"
 
 namespace terngrad::experiments {
 namespace {
@@ -69,9 +69,9 @@ std::string frame_tfrecord(std::string_view data) {
   std::string out;
   out.reserve(data.size() + 16);
   put_le(out, data.size(), 8);
-  put_le(out, mask_crc32c(crc32c(out.data(), 8)), 4);
+  put_le(out, train::mask_crc32c(train::crc32c(out.data(), 8)), 4);
   out.append(data);
-  put_le(out, mask_crc32c(crc32c(data.data(), data.size())), 4);
+  put_le(out, train::mask_crc32c(train::crc32c(data.data(), data.size())), 4);
   return out;
 }
 

@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "crc32c.h"
+#include "terngrad/train/crc32c.h"
 #include "tensorboard_events.h"
 
 namespace te = terngrad::experiments;
+namespace tt = terngrad::train;
 namespace fs = std::filesystem;
 
 namespace {
@@ -174,20 +175,20 @@ std::map<std::string, std::map<int64_t, float>> scalars_by_tag(const std::vector
 }  // namespace
 
 TEST(TensorBoardCrc32c, KnownVectors) {
-  EXPECT_EQ(te::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(tt::crc32c("123456789", 9), 0xE3069283u);
   const std::string zeros(32, '\0');
-  EXPECT_EQ(te::crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(tt::crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
   const std::string ones(32, '\xFF');
-  EXPECT_EQ(te::crc32c(ones.data(), ones.size()), 0x62A8AB43u);  // RFC 3720 B.4
-  EXPECT_EQ(te::crc32c("", 0), 0u);
+  EXPECT_EQ(tt::crc32c(ones.data(), ones.size()), 0x62A8AB43u);  // RFC 3720 B.4
+  EXPECT_EQ(tt::crc32c("", 0), 0u);
 }
 
 TEST(TensorBoardCrc32c, MatchesBitwiseDefinition) {
   std::string bytes;
   for (int i = 0; i < 1000; ++i) bytes.push_back(static_cast<char>((i * 131 + 7) & 0xFF));
   for (size_t n : {1u, 3u, 64u, 1000u})
-    EXPECT_EQ(te::crc32c(bytes.data(), n), reference_crc32c(bytes.substr(0, n))) << n;
-  EXPECT_EQ(te::mask_crc32c(0xE3069283u), reference_mask(0xE3069283u));
+    EXPECT_EQ(tt::crc32c(bytes.data(), n), reference_crc32c(bytes.substr(0, n))) << n;
+  EXPECT_EQ(tt::mask_crc32c(0xE3069283u), reference_mask(0xE3069283u));
 }
 
 TEST(TensorBoardEventWriter, WritesFileVersionThenScalars) {

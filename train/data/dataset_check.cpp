@@ -20,6 +20,14 @@ void check_dataset(const Dataset& d, const std::string& what) {
     if (d.labels[i] < 0 || d.labels[i] >= d.num_classes)
       fail("label " + std::to_string(d.labels[i]) + " at index " + std::to_string(i) + " is outside [0, " +
            std::to_string(d.num_classes) + ")");
+  if (!d.shard.empty()) {
+    if (d.shard.size() != static_cast<size_t>(d.count))
+      fail("holds " + std::to_string(d.shard.size()) + " shard entries for " + std::to_string(d.count) + " images");
+    for (size_t i = 0; i < d.shard.size(); ++i)
+      if (d.shard[i] < 0 || static_cast<size_t>(d.shard[i]) >= d.shard_files.size())
+        fail("shard " + std::to_string(d.shard[i]) + " at index " + std::to_string(i) + " is outside [0, " +
+             std::to_string(d.shard_files.size()) + ")");
+  }
 }
 
 }  // namespace terngrad::train

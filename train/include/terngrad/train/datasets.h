@@ -19,6 +19,11 @@ struct Dataset {
   std::vector<int32_t> labels;  // count labels in [0, num_classes)
   int num_classes = 0;
   std::string source;           // where it came from, for logs
+  // Which file each example came from (TFRecord shards): shard[i] indexes
+  // shard_files. Empty for single-file formats. Samplers give each worker
+  // whole files when there are enough of them (input_pipeline.h).
+  std::vector<int32_t> shard;
+  std::vector<std::string> shard_files;
 
   int64_t image_bytes() const { return height * width * channels; }
   const uint8_t* image(int64_t i) const { return images.data() + i * image_bytes(); }
@@ -64,6 +69,34 @@ void write_cifar10_batch(const std::string& path, const Dataset& d, int64_t firs
 // of a black 32x32 canvas, gray replicated to 3 channels: Fashion-MNIST in
 // CIFAR-10's geometry (28x28 at offset 2,2).
 Dataset pad_to_cifar(const Dataset& d);
+
+// ---- TFRecord (tf.train.Example) -----------------------------------------
+
+struct TfRecordLoadOptions {
+  int num_classes = 10;               // labels must be in [0, num_classes)
+  // Damaged framing (bad CRCs, a truncated tail), an Example that does not
+  // parse or lacks a feature, an undecodable image: false throws DataError
+  // naming the file and record; true skips the record and counts it.
+  // A label out of range and a size different from the first image's are
+  // errors either way (they mean the wrong data or the wrong flags, not
+  // damage).
+  bool skip_corrupt_records = false;
+};
+
+struct TfRecordLoadStats {
+  int64_t skipped_records = 0;   // records read but skipped (skip mode)
+  int64_t damaged_tails = 0;     // files whose framing broke off (skip mode): the rest of each is lost
+  uint64_t damaged_bytes = 0;    // bytes of those tails
+  std::string first_fault;       // the first skipped fault's message, for the log
+};
+
+// A small TFRecord dataset (MNIST, CIFAR-10 as TF's slim converters write
+// them: PNG-encoded or raw image/encoded), decoded into memory as uint8 NHWC.
+// `files` in order (resolve_tfrecord_files in tfrecord.h); every image must
+// have the first one's height, width and channels (else DataError naming the
+// record). d.shard / d.shard_files record each example's file.
+Dataset load_tfrecord_dataset(const std::vector<std::string>& files, const TfRecordLoadOptions& options = {},
+                              TfRecordLoadStats* stats = nullptr);
 
 // ---- Synthetic ------------------------------------------------------------
 

@@ -1,10 +1,13 @@
-// CRC-32C (Castagnoli), the checksum TFRecord framing uses.
+// CRC-32C (Castagnoli), the checksum of TFRecord framing: the TFRecord
+// datasets (tfrecord.h) and the TensorBoard event files (experiments/) both
+// frame their records with it. Standard library only (its own library,
+// terngrad::crc32c), so the TensorBoard writer links it without the trainer.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace terngrad::experiments {
+namespace terngrad::train {
 
 // CRC-32C of n bytes (reflected polynomial 0x82F63B78, initial value and
 // final xor 0xFFFFFFFF). crc32c("123456789") == 0xE3069283.
@@ -14,4 +17,4 @@ uint32_t crc32c(const void* data, std::size_t n);
 // CRCs does not degenerate: rotate right by 15 and add a constant.
 uint32_t mask_crc32c(uint32_t crc);
 
-}  // namespace terngrad::experiments
+}  // namespace terngrad::train

@@ -1,0 +1,72 @@
+// Small TFRecord datasets decoded into memory (datasets.h: load_tfrecord_dataset).
+#include "terngrad/train/datasets.h"
+#include "terngrad/train/tf_example.h"
+#include "terngrad/train/tfrecord.h"
+
+namespace terngrad::train {
+
+Dataset load_tfrecord_dataset(const std::vector<std::string>& files, const TfRecordLoadOptions& options,
+                              TfRecordLoadStats* stats) {
+  if (files.empty()) throw DataError("load_tfrecord_dataset: no files");
+  if (options.num_classes <= 0)
+    throw std::invalid_argument("load_tfrecord_dataset: num_classes " + std::to_string(options.num_classes));
+  TfRecordLoadStats local;
+  TfRecordLoadStats& st = stats ? *stats : local;
+  st = {};
+  auto skip = [&](const DataError& e) {
+    if (!options.skip_corrupt_records) throw;
+    if (st.first_fault.empty()) st.first_fault = e.what();
+    ++st.skipped_records;
+  };
+
+  Dataset d;
+  d.num_classes = options.num_classes;
+  d.source = files.front() + (files.size() > 1 ? " ... " + files.back() + " (" + std::to_string(files.size()) + " files)" : "");
+  std::string first_where;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const TfRecordFile file(files[f], options.skip_corrupt_records);
+    if (file.damaged_tail()) {
+      ++st.damaged_tails;
+      st.damaged_bytes += file.damaged_bytes();
+      if (st.first_fault.empty()) st.first_fault = file.fault();
+    }
+    d.shard_files.push_back(files[f]);
+    for (int64_t r = 0; r < file.size(); ++r) {
+      Image img;
+      EncodedExample e;
+      try {
+        e = parse_tf_example(file.read(r), file.where(r));
+        img = decode_example(e);
+      } catch (const DataError& err) {
+        skip(err);
+        continue;
+      }
+      if (e.label < 0 || e.label >= options.num_classes)
+        throw DataError(e.where + ": image/class/label " + std::to_string(e.label) + " is outside [0, " +
+                        std::to_string(options.num_classes) + ") for " + std::to_string(options.num_classes) +
+                        " classes");
+      if (d.count == 0) {
+        d.height = img.height;
+        d.width = img.width;
+        d.channels = img.channels;
+        first_where = e.where;
+      } else if (img.height != d.height || img.width != d.width || img.channels != d.channels) {
+        throw DataError(e.where + ": image is " + std::to_string(img.height) + "x" + std::to_string(img.width) + "x" +
+                        std::to_string(img.channels) + ", the dataset's first (" + first_where + ") is " +
+                        std::to_string(d.height) + "x" + std::to_string(d.width) + "x" + std::to_string(d.channels) +
+                        " (images of one size are held in memory; larger sets stream, tfrecord_source.h)");
+      }
+      d.images.insert(d.images.end(), img.pixels.begin(), img.pixels.end());
+      d.labels.push_back(e.label);
+      d.shard.push_back(static_cast<int32_t>(f));
+      ++d.count;
+    }
+  }
+  if (d.count == 0)
+    throw DataError(d.source + ": no usable records" +
+                    (st.first_fault.empty() ? std::string() : " (first fault: " + st.first_fault + ")"));
+  check_dataset(d, d.source);
+  return d;
+}
+
+}  // namespace terngrad::train
