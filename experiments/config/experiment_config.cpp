@@ -13,6 +13,7 @@
 
 #include "emulated_network.h"
 #include "terngrad/train/datasets.h"
+#include "terngrad/train/tfrecord.h"
 #include "terngrad/train/train_config.h"
 
 namespace terngrad::experiments {
@@ -112,7 +113,7 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
 
   const Dataset& d = cfg.dataset();
   if (d.format() == Dataset::FORMAT_UNSPECIFIED)
-    bad(source, "dataset.format", "is required: IDX, CIFAR10_BINARY or SYNTHETIC", "nothing");
+    bad(source, "dataset.format", "is required: IDX, CIFAR10_BINARY, TFRECORD or SYNTHETIC", "nothing");
   if (d.format() != Dataset::SYNTHETIC && d.path().empty())
     bad(source, "dataset.path", "is required for " + Dataset::Format_Name(d.format()), "nothing");
   if (d.format() == Dataset::IDX && m.net() != Model::LENET)
@@ -120,6 +121,9 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   if (d.format() == Dataset::CIFAR10_BINARY && m.net() != Model::CIFARNET)
     bad(source, "dataset.format", "CIFAR10_BINARY images are 32x32x3, which only CIFARNET takes",
         "CIFAR10_BINARY with " + Model::Net_Name(m.net()));
+  if (d.format() == Dataset::TFRECORD && m.net() != Model::LENET && m.net() != Model::CIFARNET)
+    bad(source, "dataset.format", "TFRECORD holds MNIST-style (LENET) or CIFAR-10-style (CIFARNET) examples",
+        "TFRECORD with " + Model::Net_Name(m.net()));
   if (d.synthetic_examples() < 1) bad(source, "dataset.synthetic_examples", "must be >= 1", num(d.synthetic_examples()));
   if (d.epoch_examples() < 0) bad(source, "dataset.epoch_examples", "must be >= 0", num(d.epoch_examples()));
 
@@ -249,6 +253,13 @@ int64_t training_set_size(const ExperimentConfig& cfg) {
       return train::load_idx_dir(d.path(), true).count;
     case Dataset::CIFAR10_BINARY:
       return train::load_cifar10(d.path(), true).count;
+    case Dataset::TFRECORD: {
+      // Counting records needs only the headers (no decoding).
+      const std::string name = cfg.model().net() == Model::LENET ? "mnist" : "cifar10";
+      int64_t n = 0;
+      for (const std::string& f : train::tfrecord_split_files(d.path(), name, true)) n += train::TfRecordFile(f, false).size();
+      return n;
+    }
     default:
       return d.synthetic_examples();
   }
@@ -296,9 +307,14 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
 
   static const char* const kNets[] = {"", "lenet", "cifarnet", "alexnet"};
   flag("net", kNets[p.model().net()]);
-  static const char* const kFormats[] = {"", "mnist", "cifar10", "synthetic"};
+  static const char* const kFormats[] = {"", "mnist", "cifar10", "synthetic", ""};
   const Dataset& d = p.dataset();
-  flag("dataset_name", kFormats[d.format()]);
+  if (d.format() == Dataset::TFRECORD) {
+    flag("dataset_name", p.model().net() == Model::LENET ? "mnist" : "cifar10");
+    flag("data_format", "tfrecord");
+  } else {
+    flag("dataset_name", kFormats[d.format()]);
+  }
   if (!d.path().empty()) flag("data_dir", d.path());
   static const char* const kPre[] = {"", "lenet", "cifar", "standardize"};
   if (d.preprocessing() != Dataset::DEFAULT) flag("preprocessing", kPre[d.preprocessing()]);

@@ -1,4 +1,5 @@
 // Disjoint per-worker shards reshuffled every epoch (input_pipeline.h).
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -15,12 +16,35 @@ ShardedSampler::ShardedSampler(int64_t dataset_size, int num_workers, int worker
   if (dataset_size < num_workers)
     throw std::invalid_argument("ShardedSampler: " + std::to_string(dataset_size) + " examples cannot give each of " +
                                 std::to_string(num_workers) + " workers a non-empty shard");
+  for (int64_t i = worker_; i < dataset_size_; i += num_workers_) members_.push_back(i);
+  shuffle_for_epoch();
+}
+
+ShardedSampler::ShardedSampler(const std::vector<int32_t>& group, int num_workers, int worker, uint64_t seed)
+    : ShardedSampler(static_cast<int64_t>(group.size()), num_workers, worker, seed) {
+  int64_t files = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (group[i] < 0)
+      throw std::invalid_argument("ShardedSampler: example " + std::to_string(i) + " is in file group " +
+                                  std::to_string(group[i]) + " (groups are file indices >= 0)");
+    files = std::max<int64_t>(files, int64_t{group[i]} + 1);
+  }
+  if (files < num_workers) return;  // too few files to give whole ones: strided, as without groups
+  std::vector<int64_t> mine;
+  for (size_t i = 0; i < group.size(); ++i)
+    if (group[i] % num_workers == worker) mine.push_back(static_cast<int64_t>(i));
+  if (mine.empty())
+    throw std::invalid_argument("ShardedSampler: worker " + std::to_string(worker) + " of " +
+                                std::to_string(num_workers) + " owns files f % " + std::to_string(num_workers) +
+                                " == " + std::to_string(worker) + " of " + std::to_string(files) +
+                                ", and they hold no examples");
+  by_file_ = true;
+  members_ = std::move(mine);
   shuffle_for_epoch();
 }
 
 void ShardedSampler::shuffle_for_epoch() {
-  order_.clear();
-  for (int64_t i = worker_; i < dataset_size_; i += num_workers_) order_.push_back(i);
+  order_ = members_;
   detail::CounterRng rng(
       detail::derive_seed(detail::derive_seed(seed_, static_cast<uint64_t>(epoch_)), static_cast<uint64_t>(worker_)));
   // Fisher-Yates with our own unbiased draws (portable, see counter_rng.h).

@@ -1,4 +1,8 @@
 // Small TFRecord datasets decoded into memory (datasets.h: load_tfrecord_dataset).
+#include <fnmatch.h>
+
+#include <filesystem>
+
 #include "terngrad/train/datasets.h"
 #include "terngrad/train/tf_example.h"
 #include "terngrad/train/tfrecord.h"
@@ -67,6 +71,33 @@ Dataset load_tfrecord_dataset(const std::vector<std::string>& files, const TfRec
                     (st.first_fault.empty() ? std::string() : " (first fault: " + st.first_fault + ")"));
   check_dataset(d, d.source);
   return d;
+}
+
+std::vector<std::string> tfrecord_split_files(const std::string& dir, const std::string& name, bool train) {
+  const std::string split = train ? "train" : "test";
+  const std::vector<std::string> singles = {dir + "/" + name + "_" + split + ".tfrecord",
+                                            dir + "/" + split + "-" + name + ".tfrecord"};
+  const std::vector<std::string> globs =
+      train ? std::vector<std::string>{dir + "/train-*-of-*"}
+            : std::vector<std::string>{dir + "/validation-*-of-*", dir + "/test-*-of-*"};
+  std::error_code ec;
+  for (const std::string& f : singles)
+    if (std::filesystem::is_regular_file(f, ec)) return {f};
+  std::string tried;
+  for (const std::string& g : globs) {
+    // A glob that matches nothing falls through to the next name; a set that
+    // matches but is incomplete is an error (resolve_tfrecord_files names it).
+    const std::string base = std::filesystem::path(g).filename().string();
+    bool any = false;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (::fnmatch(base.c_str(), e.path().filename().c_str(), FNM_PERIOD) == 0) any = true;
+    if (any) return resolve_tfrecord_files(g);
+  }
+  for (const std::string& f : singles) tried += std::filesystem::path(f).filename().string() + ", ";
+  for (const std::string& g : globs) tried += std::filesystem::path(g).filename().string() + ", ";
+  tried.resize(tried.size() - 2);
+  throw DataError(dir + ": no TFRecord " + (train ? "training" : "test") + " files for " + name + " (looked for " +
+                  tried + ")");
 }
 
 }  // namespace terngrad::train

@@ -52,16 +52,43 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
   DataSetup d;
   d.dataset = cfg.dataset;
   if (d.dataset.empty()) d.dataset = cfg.net == "lenet" ? "mnist" : cfg.net == "cifarnet" ? "cifar10" : "synthetic";
+  const bool tfrecord = cfg.data_format == "tfrecord" && (d.dataset == "mnist" || d.dataset == "cifar10");
+  // TF's converters' shards of tf.train.Example (datasets.h: tfrecord_split_files
+  // lists the names taken); each example remembers its file, so the samplers
+  // can give each worker whole files.
+  auto load_tfrecord = [&](bool train) {
+    TfRecordLoadOptions opt;
+    opt.num_classes = 10;
+    opt.skip_corrupt_records = cfg.skip_corrupt_records;
+    TfRecordLoadStats st;
+    Dataset ds = load_tfrecord_dataset(tfrecord_split_files(cfg.data_dir, d.dataset, train), opt, &st);
+    if (st.skipped_records > 0 || st.damaged_tails > 0)
+      std::fprintf(stderr, "%s: skipped %lld corrupt records and %lld damaged file tails (%llu bytes); first: %s\n",
+                   ds.source.c_str(), static_cast<long long>(st.skipped_records),
+                   static_cast<long long>(st.damaged_tails), static_cast<unsigned long long>(st.damaged_bytes),
+                   st.first_fault.c_str());
+    return ds;
+  };
   if (d.dataset == "mnist") {
     if (cfg.net != "lenet") throw std::invalid_argument("--dataset_name=mnist (28x28x1) fits only --net=lenet");
-    if (need_train) d.train = load_idx_dir(cfg.data_dir, true);
-    d.test = load_idx_dir(cfg.data_dir, false);
+    if (tfrecord) {
+      if (need_train) d.train = load_tfrecord(true);
+      d.test = load_tfrecord(false);
+    } else {
+      if (need_train) d.train = load_idx_dir(cfg.data_dir, true);
+      d.test = load_idx_dir(cfg.data_dir, false);
+    }
     d.train_pre = d.eval_pre = Preprocess::kLeNet;
   } else if (d.dataset == "cifar10") {
     if (cfg.net != "cifarnet")
       throw std::invalid_argument("--dataset_name=cifar10 (32x32x3 cropped to 24x24) fits only --net=cifarnet");
-    if (need_train) d.train = load_cifar10(cfg.data_dir, true);
-    d.test = load_cifar10(cfg.data_dir, false);
+    if (tfrecord) {
+      if (need_train) d.train = load_tfrecord(true);
+      d.test = load_tfrecord(false);
+    } else {
+      if (need_train) d.train = load_cifar10(cfg.data_dir, true);
+      d.test = load_cifar10(cfg.data_dir, false);
+    }
     d.train_pre = Preprocess::kCifarTrain;
     d.eval_pre = Preprocess::kCifarEval;
   } else {  // synthetic: the net's input size, learnable class structure
@@ -228,9 +255,13 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
   for (int w : workers_) {
     if (w < 0 || w >= num_workers_)
       throw std::invalid_argument("worker " + std::to_string(w) + " is outside [0, " + std::to_string(num_workers_) + ")");
+    // TFRecord shards: whole files per worker when there are enough (input_pipeline.h).
     WorkerState st{w,
-                   ShardedSampler(data_.train.count, num_workers_, w,
-                                  stream_seed(cfg_.seed, 0, w, Purpose::kSampler)),
+                   data_.train.shard.empty()
+                       ? ShardedSampler(data_.train.count, num_workers_, w,
+                                        stream_seed(cfg_.seed, 0, w, Purpose::kSampler))
+                       : ShardedSampler(data_.train.shard, num_workers_, w,
+                                        stream_seed(cfg_.seed, 0, w, Purpose::kSampler)),
                    model_->make_workspace(),
                    model_->make_grads(),
                    {},

@@ -98,6 +98,15 @@ struct TfRecordLoadStats {
 Dataset load_tfrecord_dataset(const std::vector<std::string>& files, const TfRecordLoadOptions& options = {},
                               TfRecordLoadStats* stats = nullptr);
 
+// The files of one split of `name` (mnist, cifar10) in `dir`, under the
+// names TF's converters give them, the first that exists:
+//   <name>_train.tfrecord / <name>_test.tfrecord        (slim's download_and_convert_*.py)
+//   train-<name>.tfrecord / test-<name>.tfrecord        (the TernGrad fork's converters)
+//   train-*-of-*  /  validation-*-of-* or test-*-of-*   (sharded: inception's
+//                  build_*_data.py, download_convert_and_shard_cifar10.py, tg-fmnist-to-tfrecord)
+// None of them: DataError listing the names tried.
+std::vector<std::string> tfrecord_split_files(const std::string& dir, const std::string& name, bool train);
+
 // ---- Synthetic ------------------------------------------------------------
 
 // `count` random images with a learnable class structure, for AlexNet-size

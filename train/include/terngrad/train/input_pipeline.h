@@ -87,9 +87,20 @@ struct SamplerState {
 // of a file-ordered dataset). The shard is visited in a fresh random order
 // every epoch, seeded by (seed, epoch, worker); batches run across epoch
 // boundaries. The state (epoch, position) fully determines what comes next.
+//
+// File groups (TFRecord shards, "each worker its own disjoint shards"): given
+// group[i] = the file example i came from (Dataset::shard), and at least as
+// many files (max group + 1) as workers, worker w owns the examples of the
+// files f with f % num_workers == w instead, so no two workers read the same
+// file. With fewer files than workers the strided sharding above is kept
+// (whole files cannot go round). Without groups nothing changes.
 class ShardedSampler {
  public:
   ShardedSampler(int64_t dataset_size, int num_workers, int worker, uint64_t seed);
+  // group.size() is the dataset size; groups are non-negative file indices.
+  // Throws std::invalid_argument when a group is negative or this worker's
+  // files hold no examples.
+  ShardedSampler(const std::vector<int32_t>& group, int num_workers, int worker, uint64_t seed);
 
   // out = the next batch_size indices (resized).
   void next_batch(int64_t batch_size, std::vector<int64_t>& out);
@@ -103,7 +114,9 @@ class ShardedSampler {
   // synchronous run takes one batch, so a resumed worker needs only the step).
   void restore_after(int64_t consumed);
 
-  int64_t shard_size() const { return static_cast<int64_t>(order_.size()); }
+  int64_t shard_size() const { return static_cast<int64_t>(members_.size()); }
+  // True when this worker's shard is whole files (see the class comment).
+  bool by_file() const { return by_file_; }
   // This epoch's visiting order (dataset indices).
   const std::vector<int64_t>& epoch_order() const { return order_; }
 
@@ -113,7 +126,9 @@ class ShardedSampler {
   int num_workers_, worker_;
   uint64_t seed_;
   int64_t epoch_ = 0, position_ = 0;
-  std::vector<int64_t> order_;
+  bool by_file_ = false;
+  std::vector<int64_t> members_;  // this worker's examples, ascending
+  std::vector<int64_t> order_;    // members_ in this epoch's order
 };
 
 }  // namespace terngrad::train
