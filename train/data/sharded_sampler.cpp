@@ -29,15 +29,16 @@ ShardedSampler::ShardedSampler(const std::vector<int32_t>& group, int num_worker
                                   std::to_string(group[i]) + " (groups are file indices >= 0)");
     files = std::max<int64_t>(files, int64_t{group[i]} + 1);
   }
-  if (files < num_workers) return;  // too few files to give whole ones: strided, as without groups
+  // Whole files only when every worker gets some examples that way (the
+  // owner of empty files only would idle); otherwise strided, as without
+  // groups. Every worker decides alike: the rule reads only `group`.
+  if (files < num_workers) return;
+  std::vector<int64_t> per_worker(static_cast<size_t>(num_workers), 0);
+  for (int32_t g : group) ++per_worker[static_cast<size_t>(g % num_workers)];
+  if (std::find(per_worker.begin(), per_worker.end(), 0) != per_worker.end()) return;
   std::vector<int64_t> mine;
   for (size_t i = 0; i < group.size(); ++i)
     if (group[i] % num_workers == worker) mine.push_back(static_cast<int64_t>(i));
-  if (mine.empty())
-    throw std::invalid_argument("ShardedSampler: worker " + std::to_string(worker) + " of " +
-                                std::to_string(num_workers) + " owns files f % " + std::to_string(num_workers) +
-                                " == " + std::to_string(worker) + " of " + std::to_string(files) +
-                                ", and they hold no examples");
   by_file_ = true;
   members_ = std::move(mine);
   shuffle_for_epoch();

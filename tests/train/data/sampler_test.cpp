@@ -104,3 +104,80 @@ TEST(ShardedSampler, RejectsBadArgumentsAndStates) {
 }
 
 }  // namespace
+
+namespace {
+
+// 7 files of uneven sizes (3, 0, 5, 1, 4, 2, 6 examples), file-ordered.
+std::vector<int32_t> seven_files() {
+  std::vector<int32_t> g;
+  const int sizes[] = {3, 0, 5, 1, 4, 2, 6};
+  for (int f = 0; f < 7; ++f)
+    for (int k = 0; k < sizes[f]; ++k) g.push_back(f);
+  return g;
+}
+
+TEST(ShardedSamplerFiles, WorkersOwnDisjointWholeFilesCoveringEverything) {
+  const std::vector<int32_t> group = seven_files();
+  for (int workers : {1, 2, 3, 4}) {
+    std::vector<int> seen(group.size(), 0);
+    for (int w = 0; w < workers; ++w) {
+      ShardedSampler s(group, workers, w, 5);
+      EXPECT_TRUE(s.by_file());
+      for (int epoch = 0; epoch < 2; ++epoch)
+        for (int64_t i : draw(s, s.shard_size())) {
+          EXPECT_EQ(group[i] % workers, w) << "example " << i << " of file " << group[i];
+          if (epoch == 0) ++seen.at(i);
+        }
+    }
+    for (size_t i = 0; i < group.size(); ++i) EXPECT_EQ(seen[i], 1) << i << " with " << workers << " workers";
+  }
+}
+
+TEST(ShardedSamplerFiles, FewerFilesThanWorkersKeepsStridedSharding) {
+  const std::vector<int32_t> group(40, 0);  // one file (slim's mnist_train.tfrecord)
+  for (int w = 0; w < 4; ++w) {
+    ShardedSampler by_group(group, 4, w, 11), strided(40, 4, w, 11);
+    EXPECT_FALSE(by_group.by_file());
+    EXPECT_EQ(draw(by_group, 25), draw(strided, 25));  // identical sequence, epochs included
+  }
+}
+
+TEST(ShardedSamplerFiles, OneWorkerSeesWhatTheUngroupedSamplerSees) {
+  // Same members in the same order, so the same shuffles: a single-worker run
+  // from TFRecord shards takes exactly the batches of the same data from IDX.
+  const std::vector<int32_t> group = seven_files();
+  ShardedSampler by_group(group, 1, 0, 3), plain(static_cast<int64_t>(group.size()), 1, 0, 3);
+  EXPECT_TRUE(by_group.by_file());
+  EXPECT_EQ(draw(by_group, 60), draw(plain, 60));
+}
+
+TEST(ShardedSamplerFiles, RestoreReproducesTheSequence) {
+  const std::vector<int32_t> group = seven_files();
+  ShardedSampler a(group, 2, 1, 8);
+  draw(a, 13);
+  const SamplerState st = a.state();
+  const std::vector<int64_t> rest = draw(a, 20);
+  ShardedSampler b(group, 2, 1, 8);
+  b.restore(st);
+  EXPECT_EQ(draw(b, 20), rest);
+  ShardedSampler c(group, 2, 1, 8);
+  c.restore_after(13);
+  EXPECT_EQ(draw(c, 20), rest);
+}
+
+TEST(ShardedSamplerFiles, RejectsNegativeGroups) {
+  const std::vector<int32_t> group = {0, 0, -1, 1};
+  EXPECT_CONTAINS(error_of<std::invalid_argument>([&] { ShardedSampler(group, 2, 0, 1); }), "example 2");
+}
+
+TEST(ShardedSamplerFiles, AWorkerWhoseFilesAreEmptyMakesEveryoneStride) {
+  // 7 workers: worker 1 would own only file 1, which is empty.
+  const std::vector<int32_t> group = seven_files();
+  for (int w = 0; w < 7; ++w) {
+    ShardedSampler s(group, 7, w, 1), strided(static_cast<int64_t>(group.size()), 7, w, 1);
+    EXPECT_FALSE(s.by_file());
+    EXPECT_EQ(draw(s, 9), draw(strided, 9));
+  }
+}
+
+}  // namespace

@@ -92,14 +92,14 @@ struct SamplerState {
 // group[i] = the file example i came from (Dataset::shard), and at least as
 // many files (max group + 1) as workers, worker w owns the examples of the
 // files f with f % num_workers == w instead, so no two workers read the same
-// file. With fewer files than workers the strided sharding above is kept
-// (whole files cannot go round). Without groups nothing changes.
+// file. With fewer files than workers, or when some worker's files would all
+// be empty, the strided sharding above is kept (whole files cannot go round).
+// Without groups nothing changes.
 class ShardedSampler {
  public:
   ShardedSampler(int64_t dataset_size, int num_workers, int worker, uint64_t seed);
   // group.size() is the dataset size; groups are non-negative file indices.
-  // Throws std::invalid_argument when a group is negative or this worker's
-  // files hold no examples.
+  // Throws std::invalid_argument when a group is negative.
   ShardedSampler(const std::vector<int32_t>& group, int num_workers, int worker, uint64_t seed);
 
   // out = the next batch_size indices (resized).
