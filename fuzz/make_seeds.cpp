@@ -26,6 +26,9 @@
 #include "terngrad/quantize/ternary_sum.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/datasets.h"
+#include "terngrad/train/image_codec.h"
+#include "terngrad/train/tf_example.h"
+#include "terngrad/train/tfrecord.h"
 
 namespace fs = std::filesystem;
 namespace tq = terngrad::quantize;
@@ -217,6 +220,32 @@ void idx_seeds() {
   }
 }
 
+// TFRecord: the first byte is the mode (bit 0 skip, bit 1 fix CRCs), the rest the
+// file: PNG, raw and bad-label Examples, an empty record, a truncated tail.
+void tfrecord_seeds() {
+  const tr::Dataset d = tr::make_synthetic(2, 4, 3, 1, 10, 1);
+  std::string file;
+  for (int64_t i = 0; i < d.count; ++i) {
+    tr::Image img;
+    img.height = d.height, img.width = d.width, img.channels = d.channels;
+    img.pixels.assign(d.image(i), d.image(i) + d.image_bytes());
+    const std::vector<uint8_t> png = tr::encode_png(img);
+    file += tr::frame_tfrecord(tr::make_tf_example({reinterpret_cast<const char*>(png.data()), png.size()}, "png",
+                                                   d.labels[i], d.height, d.width, d.channels));
+    file += tr::frame_tfrecord(tr::make_tf_example({reinterpret_cast<const char*>(img.pixels.data()), img.pixels.size()},
+                                                   "raw", d.labels[i], d.height, d.width, d.channels));
+  }
+  for (uint8_t mode : {0, 1, 2, 3}) {
+    Buf b = {mode};
+    b.insert(b.end(), file.begin(), file.end());
+    put("tfrecord", "examples" + std::to_string(mode), b);
+    const std::string odd = file + tr::frame_tfrecord("") + tr::frame_tfrecord(tr::make_tf_example("x", "raw", 11, 1, 1, 1));
+    Buf c = {mode};
+    c.insert(c.end(), odd.begin(), odd.end() - 3);
+    put("tfrecord", "tail" + std::to_string(mode), c);
+  }
+}
+
 void data_file_seeds(const fs::path& scratch) {
   // CIFAR-10: one and two records of a synthetic set.
   const tr::Dataset d = tr::make_synthetic(2, 32, 32, 3, 10, 1);
@@ -282,6 +311,7 @@ int main(int argc, char** argv) {
     quantize_seeds();
     npy_seeds();
     idx_seeds();
+    tfrecord_seeds();
     data_file_seeds(scratch);
     text_seeds(argv[2]);
     // The ps's request scripts: a whole step, sync and async, with and without a secret.

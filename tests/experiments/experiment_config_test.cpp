@@ -143,6 +143,8 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
       {{"evaluation { batch_size: 0 }"}, "evaluation.batch_size"},
       {{"dataset { format: IDX }"}, "dataset.path"},
       {{"model { net: CIFARNET }", "dataset { format: IDX path: \"/x\" }"}, "dataset.format"},
+      {{"model { net: ALEXNET }", "dataset { format: TFRECORD path: \"/x\" }"}, "dataset.format"},
+      {{"dataset { format: TFRECORD }"}, "dataset.path"},
       {{"seeds: [3, 3]"}, "seeds"},
       {{"name: \"a/b\""}, "name"},
       {{"paper { workers: 2 top1: 99.2 }"}, "paper[0].top1"},
@@ -187,6 +189,20 @@ TEST(ExperimentConfig, GpuRunsReachTheTrainer) {
   cfg = tx::parse_experiment_config(kValid, "t");
   for (const auto& f : tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 0))
     EXPECT_TRUE(f.rfind("--device", 0) != 0 && f.rfind("--num_gpus", 0) != 0) << f;
+}
+
+TEST(ExperimentConfig, TfRecordDatasetsReachTheTrainer) {
+  for (const auto& [net, name] : {std::pair<std::string, std::string>{"LENET", "mnist"}, {"CIFARNET", "cifar10"}}) {
+    const auto cfg = tx::parse_experiment_config(
+        with_line(with_line(kValid, "model { net: " + net + " }"), "dataset { format: TFRECORD path: \"/d\" }"), "t");
+    const auto flags = tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 100);
+    EXPECT_TRUE(has_flag(flags, "--dataset_name=" + name)) << net;
+    EXPECT_TRUE(has_flag(flags, "--data_format=tfrecord")) << net;
+    terngrad::train::TrainConfig check;
+    terngrad::train::parse_train_flags(flags, check);
+    EXPECT_EQ(check.data_format, "tfrecord");
+    EXPECT_EQ(check.data_dir, "/d");
+  }
 }
 
 TEST(ExperimentConfig, GridPointsThatCannotSplitTheBatchAreRefused) {

@@ -40,7 +40,7 @@ Dataset load_tfrecord_dataset(const std::vector<std::string>& files, const TfRec
       EncodedExample e;
       try {
         e = parse_tf_example(file.read(r), file.where(r));
-        img = decode_example(e);
+        img = decode_example(e, 0, options.limits);
       } catch (const DataError& err) {
         skip(err);
         continue;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/train/image_codec.h"
+
 namespace terngrad::train {
 
 struct Dataset {
@@ -81,6 +83,9 @@ struct TfRecordLoadOptions {
   // errors either way (they mean the wrong data or the wrong flags, not
   // damage).
   bool skip_corrupt_records = false;
+  // Bounds on each decoded image (image_codec.h); a record claiming more is
+  // a DataError (skipped in skip mode) before its pixels are allocated.
+  DecodeLimits limits;
 };
 
 struct TfRecordLoadStats {
