@@ -91,8 +91,7 @@ TfRecordFile::TfRecordFile(std::string path, bool skip_corrupt) : path_(std::mov
   }
   file_size_ = static_cast<uint64_t>(st.st_size);
 
-  // Header-only scan. On a fault in skip mode the index ends here: with the
-  // length untrustworthy there is no reliable way to find the next header.
+  // Header-only scan; in skip mode a fault is stepped over by resync().
   uint64_t offset = 0;
   for (int64_t record = 0; offset < file_size_; ++record) {
     std::string fault;
@@ -128,11 +127,35 @@ TfRecordFile::TfRecordFile(std::string path, bool skip_corrupt) : path_(std::mov
       fd_ = -1;
       throw DataError(msg);
     }
-    damaged_tail_ = true;
-    damaged_bytes_ = file_size_ - offset;
-    fault_ = msg;
-    break;
+    const uint64_t next = resync(offset + 1);
+    ++damaged_regions_;
+    damaged_bytes_ += next - offset;
+    if (fault_.empty()) fault_ = msg;
+    offset = next;
+    --record;  // the damaged bytes are not a record
   }
+}
+
+uint64_t TfRecordFile::resync(uint64_t from) const {
+  // Chunks overlap by a header so that every candidate position is seen whole.
+  constexpr size_t kChunk = 1 << 16;
+  std::vector<uint8_t> buf(kChunk + kTfRecordHeaderBytes);
+  for (uint64_t base = from; base + kTfRecordHeaderBytes <= file_size_; base += kChunk) {
+    const size_t got = pread_full(fd_, buf.data(), buf.size(), base, path_);
+    for (size_t p = 0; p < kChunk && p + kTfRecordHeaderBytes <= got; ++p) {
+      const uint8_t* h = buf.data() + p;
+      if (static_cast<uint32_t>(detail::get_le(h + 8, 4)) != masked_crc(h, 8)) continue;
+      const uint64_t at = base + p, length = detail::get_le(h, 8);
+      const uint64_t room = file_size_ - at - kTfRecordHeaderBytes;
+      if (room < kTfRecordFooterBytes || length > room - kTfRecordFooterBytes) continue;
+      // Bounded by the file's size (checked just above).
+      std::vector<uint8_t> data(static_cast<size_t>(length) + kTfRecordFooterBytes);
+      if (pread_full(fd_, data.data(), data.size(), at + kTfRecordHeaderBytes, path_) != data.size()) continue;
+      if (static_cast<uint32_t>(detail::get_le(data.data() + length, 4)) == masked_crc(data.data(), static_cast<size_t>(length)))
+        return at;
+    }
+  }
+  return file_size_;
 }
 
 TfRecordFile::~TfRecordFile() {
@@ -144,7 +167,7 @@ TfRecordFile::TfRecordFile(TfRecordFile&& o) noexcept
       fd_(std::exchange(o.fd_, -1)),
       file_size_(o.file_size_),
       spans_(std::move(o.spans_)),
-      damaged_tail_(o.damaged_tail_),
+      damaged_regions_(o.damaged_regions_),
       damaged_bytes_(o.damaged_bytes_),
       fault_(std::move(o.fault_)) {}
 
@@ -155,7 +178,7 @@ TfRecordFile& TfRecordFile::operator=(TfRecordFile&& o) noexcept {
     fd_ = std::exchange(o.fd_, -1);
     file_size_ = o.file_size_;
     spans_ = std::move(o.spans_);
-    damaged_tail_ = o.damaged_tail_;
+    damaged_regions_ = o.damaged_regions_;
     damaged_bytes_ = o.damaged_bytes_;
     fault_ = std::move(o.fault_);
   }

@@ -29,8 +29,8 @@ Dataset load_tfrecord_dataset(const std::vector<std::string>& files, const TfRec
   std::string first_where;
   for (size_t f = 0; f < files.size(); ++f) {
     const TfRecordFile file(files[f], options.skip_corrupt_records);
-    if (file.damaged_tail()) {
-      ++st.damaged_tails;
+    if (file.damaged_regions() > 0) {
+      st.damaged_regions += file.damaged_regions();
       st.damaged_bytes += file.damaged_bytes();
       if (st.first_fault.empty()) st.first_fault = file.fault();
     }

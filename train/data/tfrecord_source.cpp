@@ -45,8 +45,10 @@ EncodedExample TfRecordSource::read(int64_t i) const {
   return parse_tf_example(files_[f].read(r), files_[f].where(r));
 }
 
-int64_t TfRecordSource::damaged_files() const {
-  return std::count_if(files_.begin(), files_.end(), [](const TfRecordFile& f) { return f.damaged_tail(); });
+int64_t TfRecordSource::damaged_regions() const {
+  int64_t n = 0;
+  for (const TfRecordFile& f : files_) n += f.damaged_regions();
+  return n;
 }
 
 uint64_t TfRecordSource::damaged_bytes() const {
@@ -59,8 +61,8 @@ std::string TfRecordSource::describe() const {
   std::string s = std::to_string(files_.size()) + " TFRecord file" + (files_.size() == 1 ? "" : "s") + " (" +
                   files_.front().path() + (files_.size() > 1 ? " ... " + files_.back().path() : "") + "), " +
                   std::to_string(size()) + " records";
-  if (damaged_files() > 0)
-    s += "; " + std::to_string(damaged_files()) + " damaged file tails skipped (" + std::to_string(damaged_bytes()) +
+  if (damaged_regions() > 0)
+    s += "; " + std::to_string(damaged_regions()) + " damaged regions skipped (" + std::to_string(damaged_bytes()) +
          " bytes)";
   return s;
 }

@@ -62,10 +62,10 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
     opt.skip_corrupt_records = cfg.skip_corrupt_records;
     TfRecordLoadStats st;
     Dataset ds = load_tfrecord_dataset(tfrecord_split_files(cfg.data_dir, d.dataset, train), opt, &st);
-    if (st.skipped_records > 0 || st.damaged_tails > 0)
-      std::fprintf(stderr, "%s: skipped %lld corrupt records and %lld damaged file tails (%llu bytes); first: %s\n",
+    if (st.skipped_records > 0 || st.damaged_regions > 0)
+      std::fprintf(stderr, "%s: skipped %lld corrupt records and %lld damaged regions (%llu bytes); first: %s\n",
                    ds.source.c_str(), static_cast<long long>(st.skipped_records),
-                   static_cast<long long>(st.damaged_tails), static_cast<unsigned long long>(st.damaged_bytes),
+                   static_cast<long long>(st.damaged_regions), static_cast<unsigned long long>(st.damaged_bytes),
                    st.first_fault.c_str());
     return ds;
   };

@@ -180,7 +180,7 @@ TEST(TfRecordDataset, SkipModeSkipsAndCountsDamagedRecords) {
   EXPECT_EQ(d.count, 3);
   EXPECT_EQ(d.labels, (std::vector<int32_t>{0, 2, 3}));
   EXPECT_EQ(st.skipped_records, 1);
-  EXPECT_EQ(st.damaged_tails, 1);
+  EXPECT_EQ(st.damaged_regions, 1);
   EXPECT_GT(st.damaged_bytes, 0u);
   EXPECT_CONTAINS(st.first_fault, "record 4");  // found first: the index is built before records are read
 }

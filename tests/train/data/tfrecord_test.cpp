@@ -85,7 +85,7 @@ TEST(TfRecord, RoundTripsRecordsOfAnySize) {
   tt::TfRecordFile f(dir / "a.tfrecord", false);
   EXPECT_EQ(f.span(2).offset, 12u + 4u + 12u + 1u + 4u);
   EXPECT_EQ(f.span(3).length, 70000u);
-  EXPECT_FALSE(f.damaged_tail());
+  EXPECT_EQ(f.damaged_regions(), 0);
 }
 
 TEST(TfRecord, WriterIsAtomic) {
@@ -187,14 +187,36 @@ TEST_F(TfRecordFault, OversizeLengthWithAValidCrcIsRefusedBeforeAllocating) {
   EXPECT_CONTAINS(msg, "claims 9223372036854775807 data bytes");
 }
 
-TEST_F(TfRecordFault, SkipModeEndsTheIndexAtAFramingFaultAndCountsIt) {
-  put_bytes(path, damaged(62 + 9, 0x01));  // record 2's length CRC
+TEST_F(TfRecordFault, SkipModeStepsOverADamagedHeaderToTheNextValidRecord) {
+  put_bytes(path, damaged(26 + 9, 0x01));  // record 1's length CRC
+  tt::TfRecordFile f(path, true);
+  ASSERT_EQ(f.size(), 2);
+  EXPECT_EQ(f.damaged_regions(), 1);
+  EXPECT_EQ(f.damaged_bytes(), 36u);  // record 1: 12 + 20 + 4 bytes
+  EXPECT_CONTAINS(f.fault(), "record 1 (offset 26)");
+  EXPECT_EQ(f.read(0), record_of(10, 1));
+  EXPECT_EQ(f.read(1), record_of(30, 3));
+  EXPECT_EQ(f.span(1).offset, 62u);
+}
+
+TEST_F(TfRecordFault, SkipModeGivesUpADamagedTail) {
+  put_bytes(path, good.substr(0, 62 + 12 + 15));  // record 2 truncated
   tt::TfRecordFile f(path, true);
   EXPECT_EQ(f.size(), 2);
-  EXPECT_TRUE(f.damaged_tail());
-  EXPECT_EQ(f.damaged_bytes(), 108u - 62u);
-  EXPECT_CONTAINS(f.fault(), "record 2 (offset 62)");
-  EXPECT_EQ(f.read(1), record_of(20, 2));
+  EXPECT_EQ(f.damaged_regions(), 1);
+  EXPECT_EQ(f.damaged_bytes(), 27u);
+  EXPECT_CONTAINS(f.fault(), "truncated data");
+}
+
+TEST_F(TfRecordFault, SkipModeNeedsTheDataCrcTooToResynchronize) {
+  // Record 1's length CRC and record 2's data both damaged: the only whole
+  // valid record after the fault would be none, so the rest is one region.
+  std::string s = damaged(26 + 9, 0x01);
+  s[62 + 12 + 5] ^= 0x10;
+  put_bytes(path, s);
+  tt::TfRecordFile f(path, true);
+  EXPECT_EQ(f.size(), 1);
+  EXPECT_EQ(f.damaged_bytes(), 108u - 26u);
 }
 
 TEST(TfRecord, EmptyFileHasNoRecordsAndMissingFileIsNamed) {

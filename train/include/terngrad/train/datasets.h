@@ -90,8 +90,8 @@ struct TfRecordLoadOptions {
 
 struct TfRecordLoadStats {
   int64_t skipped_records = 0;   // records read but skipped (skip mode)
-  int64_t damaged_tails = 0;     // files whose framing broke off (skip mode): the rest of each is lost
-  uint64_t damaged_bytes = 0;    // bytes of those tails
+  int64_t damaged_regions = 0;   // stretches of damaged framing stepped over (skip mode; TfRecordFile)
+  uint64_t damaged_bytes = 0;    // their bytes
   std::string first_fault;       // the first skipped fault's message, for the log
 };
 

@@ -59,10 +59,14 @@ struct TfRecordSpan {
 // checked and each length must fit in what is left of the file. The data and
 // its CRC are read by read(i), from any number of threads at once (pread).
 //
-// skip_corrupt = false: the first fault throws DataError. true: a fault ends
-// the file's index there (a bad length CRC or a truncated record leaves no
-// trustworthy way to find the next record), and damaged_tail() says so,
-// with the bytes given up and the fault's message.
+// skip_corrupt = false: the first fault throws DataError. true: the damaged
+// bytes are skipped and counted (damaged_regions(), damaged_bytes(), the
+// first fault's message): from the fault the reader searches forward, byte
+// by byte, for the next position holding a whole record whose length CRC and
+// data CRC both check (a false match needs two 32-bit CRCs to agree by
+// chance), and indexing resumes there; with none, the rest of the file is
+// the damaged region. Record numbers in messages count indexed records, so
+// after a damaged region they are below the writer's own count.
 class TfRecordFile {
  public:
   TfRecordFile(std::string path, bool skip_corrupt);
@@ -80,9 +84,9 @@ class TfRecordFile {
   // offset when it does not match or the file changed underneath.
   std::string read(int64_t i) const;
 
-  bool damaged_tail() const { return damaged_tail_; }
+  int64_t damaged_regions() const { return damaged_regions_; }
   uint64_t damaged_bytes() const { return damaged_bytes_; }
-  const std::string& fault() const { return fault_; }
+  const std::string& fault() const { return fault_; }  // the first one
 
   // "train-00003-of-00008: record 17 (offset 52311)", for messages.
   std::string where(int64_t i) const;
@@ -92,7 +96,9 @@ class TfRecordFile {
   int fd_ = -1;
   uint64_t file_size_ = 0;
   std::vector<TfRecordSpan> spans_;
-  bool damaged_tail_ = false;
+  // The next offset >= from where a whole valid record starts, or file_size_.
+  uint64_t resync(uint64_t from) const;
+  int64_t damaged_regions_ = 0;
   uint64_t damaged_bytes_ = 0;
   std::string fault_;
 };

@@ -23,8 +23,8 @@ namespace terngrad::train {
 
 class TfRecordSource : public ExampleSource {
  public:
-  // skip_corrupt_records: a file whose framing is damaged is indexed up to
-  // the fault (damaged_files() counts them) instead of throwing. read() still
+  // skip_corrupt_records: damaged framing is stepped over at indexing
+  // (TfRecordFile; damaged_regions() counts it) instead of throwing. read() still
   // throws DataError for a record whose data CRC or Example is bad: the
   // caller skips and counts those (it knows whether it was asked to).
   TfRecordSource(const std::vector<std::string>& files, bool skip_corrupt_records);
@@ -42,8 +42,8 @@ class TfRecordSource : public ExampleSource {
   std::string where(int64_t i) const;
 
   const TfRecordFile& file(int64_t shard) const { return files_.at(static_cast<size_t>(shard)); }
-  int64_t damaged_files() const;     // skip mode: files whose index ended at a fault
-  uint64_t damaged_bytes() const;    // bytes those faults left unread
+  int64_t damaged_regions() const;   // skip mode: damaged stretches stepped over, all files
+  uint64_t damaged_bytes() const;    // their bytes
 
  private:
   // Example i lives in file f with first_[f] <= i < first_[f + 1], as record i - first_[f].
