@@ -124,6 +124,8 @@ std::string ImageFolderSource::describe() const {
   return s;
 }
 
+std::vector<std::string> image_folder_classes(const std::string& root) { return subfolders(root); }
+
 ImageFolderSplits open_image_folder_splits(const std::string& data_dir, int32_t label_offset, bool need_train) {
   const fs::path root(data_dir);
   const std::string train_dir = (root / "train").string();

@@ -66,6 +66,10 @@ class ImageFolderSource : public ExampleSource {
   int64_t skipped_ = 0;
 };
 
+// The class folder names of root, sorted (what ImageFolderSource labels
+// 0..C-1), without scanning their files. DataError when root is no folder.
+std::vector<std::string> image_folder_classes(const std::string& root);
+
 // The two splits of <data_dir>: train/ and validation/ (or val/). The
 // validation split is labelled with the training split's classes; a class
 // folder in validation that train lacks is an error naming it.
