@@ -226,6 +226,7 @@ StreamingLoader::Stats StreamingLoader::stats() const {
   std::lock_guard<std::mutex> lock(m_);
   Stats s = stats_;
   s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  s.threads = static_cast<int>(threads_.size());
   return s;
 }
 

@@ -636,6 +636,7 @@ StreamingLoader::Stats TrainingSession::input_stats() const {
       sum.busy_s += st->busy_s;
       sum.wait_s += st->wait_s;
       sum.wall_s = std::max(sum.wall_s, st->wall_s);
+      sum.threads += st->threads;
     }
   sum.skipped += eval_skipped_.load();
   return sum;
@@ -650,7 +651,7 @@ void TrainingSession::evaluate_into(TrainResult& r, const DeviceLogits* device) 
   if (data_.streamed()) {
     const StreamingLoader::Stats in = input_stats();
     r.input_images = in.images;
-    r.input_images_per_sec = in.wall_s > 0 ? in.images / in.wall_s : 0;
+    r.input_images_per_sec = in.capacity_per_s();
     r.input_wait_seconds = in.wait_s;
     r.skipped_examples = in.skipped;
   }

@@ -71,7 +71,7 @@ void log_eval(JsonlWriter* log, int64_t step, const TrainResult& r, bool quiet) 
   std::fprintf(stderr, "step %lld: test top-1 %.2f%% top-5 %.2f%%%s\n", static_cast<long long>(step), 100 * r.top1,
                100 * r.top5, ema);
   if (r.input_images > 0)
-    std::fprintf(stderr, "step %lld: input %lld images at %.1f images/s, steps waited %.2f s for data\n",
+    std::fprintf(stderr, "step %lld: input %lld images, loaders' capacity %.1f images/s, steps waited %.2f s for data\n",
                  static_cast<long long>(step), static_cast<long long>(r.input_images), r.input_images_per_sec,
                  r.input_wait_seconds);
 }

@@ -70,6 +70,10 @@ class StreamingLoader {
     double busy_s = 0;                // thread-seconds spent reading, decoding, preprocessing
     double wait_s = 0;                // seconds next() waited for a batch (input-bound time)
     double wall_s = 0;                // since construction
+    int threads = 0;
+    // What the threads could deliver if never waiting for the consumer:
+    // images per busy thread-second times the threads.
+    double capacity_per_s() const { return busy_s > 0 ? static_cast<double>(images) * threads / busy_s : 0; }
   };
 
   // The sampler is taken at its current state; the first batch is number
