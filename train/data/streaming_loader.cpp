@@ -37,6 +37,7 @@ int64_t load_example(const ExampleSource& src, int64_t index, const StreamOption
                      int32_t& label) {
   // The example itself, then (skip mode) replacements until one decodes.
   detail::CounterRng pick(detail::derive_seed(seed, 0x5EB1ACEull));
+  const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(src.size(), 1));  // below(0) would divide by zero
   int64_t i = index;
   std::string first_failure;
   for (int attempt = 0;; ++attempt) {
@@ -49,7 +50,7 @@ int64_t load_example(const ExampleSource& src, int64_t index, const StreamOption
       if (attempt == kMaxReplacements)
         throw DataError(first_failure + "; and " + std::to_string(kMaxReplacements) +
                         " replacements failed too, the last: " + err.what());
-      i = static_cast<int64_t>(pick.below(static_cast<uint64_t>(src.size())));
+      i = static_cast<int64_t>(pick.below(n));
       continue;
     }
     check_label(e, opts);  // never skipped (see the header)
@@ -63,7 +64,7 @@ int64_t load_example(const ExampleSource& src, int64_t index, const StreamOption
       if (attempt == kMaxReplacements)
         throw DataError(first_failure + "; and " + std::to_string(kMaxReplacements) +
                         " replacements failed too, the last: " + err.what());
-      i = static_cast<int64_t>(pick.below(static_cast<uint64_t>(src.size())));
+      i = static_cast<int64_t>(pick.below(n));
     }
   }
 }

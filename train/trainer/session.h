@@ -108,6 +108,9 @@ class TrainingSession {
   // need_train_data: false for processes that only evaluate or aggregate.
   TrainingSession(const TrainConfig& cfg, int num_workers, std::vector<int> workers,
                   bool need_train_data = true);
+  // Pinned: each worker's WorkerBatches points at data_.
+  TrainingSession(const TrainingSession&) = delete;
+  TrainingSession& operator=(const TrainingSession&) = delete;
 
   const TrainConfig& cfg() const { return cfg_; }
   Model& model() { return *model_; }
