@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "../data/image_folder_util.h"
+#include "session.h"  // private to the trainer: load_data and the evaluation
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
@@ -89,7 +90,7 @@ TEST(TrainerImageStream, ACorruptImageStopsTheRunNamingItOrIsSkipped) {
   EXPECT_GE(r.skipped_examples, 1);
 }
 
-TEST(TrainerImageStream, NetsWithoutImageNetInputsAndTfRecordAreClearErrors) {
+TEST(TrainerImageStream, NetsWithoutImageNetInputsAndTooFewClassesAreClearErrors) {
   TinyImageNet data;
   tt::TrainConfig c = alexnet_run(data.dir, "");
   c.net = "lenet";
@@ -97,6 +98,52 @@ TEST(TrainerImageStream, NetsWithoutImageNetInputsAndTfRecordAreClearErrors) {
   c = alexnet_run(data.dir, "");
   c.num_classes = 2;  // the folder has 3
   EXPECT_THROW(tt::run_training(c), std::invalid_argument);
+}
+
+TEST(TrainerImageStream, NumClasses1001OverThousandFoldersShiftsLabelsByOne) {
+  TinyImageNet data;
+  tt::TrainConfig c = alexnet_run(data.dir, "");
+  c.num_classes = 4;  // 3 folders + background: TF's converters' convention
+  const terngrad::train::detail::DataSetup d = terngrad::train::detail::load_data(c);
+  EXPECT_EQ(d.num_classes, 4);
+  ASSERT_TRUE(d.streamed());
+  EXPECT_EQ(d.train_size(), 9);
+  EXPECT_EQ(d.test_size(), 3);
+  EXPECT_EQ(d.test_stream->read(0).label, 1);
+  EXPECT_EQ(d.test_stream->read(2).label, 3);
+  c.num_classes = 0;
+  EXPECT_EQ(terngrad::train::detail::load_data(c).test_stream->read(0).label, 0);
+  c.data_format.clear();  // imagenet defaults to tfrecord, not in this build
+  try {
+    terngrad::train::detail::load_data(c);
+    ADD_FAILURE() << "accepted tfrecord";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--data_format=folder"), std::string::npos) << e.what();
+  }
+}
+
+// The validation split is decoded inside evaluate()'s OpenMP region: a bad
+// file there must come out as an error naming it, not terminate the process.
+TEST(TrainerImageStream, ACorruptValidationImageIsNamedByTheEvaluation) {
+  TinyImageNet data;
+  const std::string bad = (data.dir / "validation" / "n03" / "000.jpg").string();
+  fs::resize_file(bad, 200);
+  tt::TrainConfig c = alexnet_run(data.dir, "");
+  c.eval_batch_size = 1;  // three batches over the OpenMP threads
+  c.moving_average_decay = 0;
+  terngrad::train::detail::TrainingSession s(c, 1, {}, /*need_train_data=*/false);
+  tt::TrainResult r;
+  try {
+    s.evaluate_into(r);
+    ADD_FAILURE() << "evaluated over a truncated JPEG";
+  } catch (const tt::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+  }
+  c.skip_corrupt_records = true;
+  terngrad::train::detail::TrainingSession skipping(c, 1, {}, false);
+  skipping.evaluate_into(r);
+  EXPECT_EQ(r.eval_examples, 3);
+  EXPECT_EQ(r.skipped_examples, 1);
 }
 
 }  // namespace
