@@ -128,8 +128,10 @@ bool try_crop(detail::CounterRng& rng, double aspect, int64_t H, int64_t W, Crop
   if (a / area < kMinCovered) return false;  // the object (whole image) must be >= 10% covered
   box.h = h;
   box.w = w;
-  box.y = static_cast<int64_t>(rng.below(static_cast<uint64_t>(H - h + 1)));
-  box.x = static_cast<int64_t>(rng.below(static_cast<uint64_t>(W - w + 1)));
+  // As TF: the offset is uniform in [0, H - h) when the crop is smaller, so a
+  // smaller crop never touches the bottom (right) edge; 0 when it is not.
+  box.y = h < H ? static_cast<int64_t>(rng.below(static_cast<uint64_t>(H - h))) : 0;
+  box.x = w < W ? static_cast<int64_t>(rng.below(static_cast<uint64_t>(W - w))) : 0;
   return true;
 }
 

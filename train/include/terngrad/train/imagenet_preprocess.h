@@ -103,7 +103,8 @@ void preprocess_image(const Image& img, const ImagePreprocess& p, uint64_t examp
 // tf.image.sample_distorted_bounding_box with the whole image as the object
 // box: up to 100 attempts of aspect ratio (w/h) uniform in [0.75, 1.33] and a
 // height giving an area fraction in [0.05, 1.0] that also covers >= 0.1 of the
-// image; the whole image when none fits. Returns (y, x, h, w).
+// image, at an offset uniform in [0, H - h) x [0, W - w) as TF's kernel
+// draws it; the whole image when none fits. Returns (y, x, h, w).
 struct CropBox {
   int64_t y = 0, x = 0, h = 0, w = 0;
 };
