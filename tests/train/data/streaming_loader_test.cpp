@@ -183,10 +183,11 @@ TEST(StreamingLoader, ShutsDownPromptlyWhileProducing) {
 // A source whose reads hang (a stuck network file system).
 class StuckSource : public tt::ExampleSource {
  public:
-  explicit StuckSource(std::shared_ptr<const tt::ExampleSource> inner) : inner_(std::move(inner)) {}
+  explicit StuckSource(std::shared_ptr<const tt::ExampleSource> inner, int delay_ms = 600)
+      : inner_(std::move(inner)), delay_ms_(delay_ms) {}
   int64_t size() const override { return inner_->size(); }
   tt::EncodedExample read(int64_t i) const override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     return inner_->read(i);
   }
   int64_t num_shards() const override { return inner_->num_shards(); }
@@ -195,7 +196,26 @@ class StuckSource : public tt::ExampleSource {
 
  private:
   std::shared_ptr<const tt::ExampleSource> inner_;
+  int delay_ms_;
 };
+
+// Reads that wait (a network file system's latency, not CPU) overlap across
+// the threads: the examples really are loaded in parallel.
+TEST(StreamingLoader, ThreadsOverlapSlowReads) {
+  Folder f;
+  auto slow = std::make_shared<StuckSource>(f.src, 40);
+  using Clock = std::chrono::steady_clock;
+  double secs[2];
+  for (int t : {0, 1}) {
+    const auto t0 = Clock::now();
+    auto l = loader(slow, options(t == 0 ? 1 : 4, 2));
+    tt::Tensor x;
+    std::vector<int32_t> labels;
+    for (int k = 0; k < 3; ++k) l->next(x, labels);  // 12 reads: >= 480 ms in one thread
+    secs[t] = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  EXPECT_GT(secs[0] / secs[1], 1.8) << "1 thread " << secs[0] << " s, 4 threads " << secs[1] << " s";
+}
 
 TEST(StreamingLoader, AStalledInputIsAnErrorNotAHang) {
   Folder f;
