@@ -37,6 +37,35 @@ TEST(ImageFolder, LabelsComeFromSortedFolderNames) {
   EXPECT_EQ(src.shard_of(5), 5);
 }
 
+// Enough files that the signatures are read by several threads: the same
+// sorted examples and the same skipped count as one thread would give.
+TEST(ImageFolder, ManyFilesAreSniffedInParallelInTheSameOrder) {
+  tg_test::TempDir dir;
+  const auto png = tt::encode_png(tg_test::gradient_image(4, 4, 3, 1));
+  const auto jpg = tt::encode_jpeg(tg_test::gradient_image(8, 8, 1, 2));
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < 700; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "f%04d", i);
+      const std::string path = dir / ("d/c" + std::to_string(c) + "/" + name);
+      if (i % 7 == 3)
+        tg_test::write_file(path, {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'});
+      else
+        tg_test::write_file(path, i % 2 ? png : jpg);
+    }
+  tt::ImageFolderSource src(dir / "d");
+  EXPECT_EQ(src.skipped_files(), 2 * 100);
+  ASSERT_EQ(src.size(), 2 * 600);
+  std::string last;
+  for (int64_t i = 0; i < src.size(); ++i) {
+    ASSERT_LT(last, src.path(i));  // sorted, no duplicates, no gaps of moved-from names
+    last = src.path(i);
+    const int n = std::stoi(last.substr(last.size() - 4));
+    ASSERT_NE(n % 7, 3) << last;
+    ASSERT_EQ(src.read(i).format, n % 2 ? tt::ImageFormat::kPng : tt::ImageFormat::kJpeg) << last;
+  }
+}
+
 TEST(ImageFolder, LabelOffsetForThe1001ClassConvention) {
   tg_test::TempDir dir;
   tg_test::make_image_folder(dir / "d", {"a", "b"}, 2);
