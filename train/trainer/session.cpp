@@ -9,14 +9,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
 
 #include "npy_io.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/image_folder.h"
 #include "terngrad/train/loss.h"
 #include "terngrad/train/models.h"
+#include "terngrad/train/tfrecord_source.h"
 
 namespace terngrad::train::detail {
 
@@ -46,6 +49,72 @@ std::string codec_state_dir(const std::string& train_dir, int worker) {
 uint64_t stream_seed(uint64_t seed, int64_t step, int worker, Purpose purpose) {
   return mix(mix(mix(seed, static_cast<uint64_t>(purpose)), static_cast<uint64_t>(step)),
              static_cast<uint64_t>(worker));
+}
+
+namespace {
+
+// --dataset_name=imagenet: streamed from data_dir, preprocessed per net
+// (imagenet_preprocess.h's table).
+void load_imagenet(const TrainConfig& cfg, bool need_train, DataSetup& d) {
+  d.image_style = image_style_for_net(cfg.net);  // throws for nets without 224x224x3 inputs
+  if (!cfg.preprocessing.empty())
+    throw std::invalid_argument("--preprocessing=" + cfg.preprocessing +
+                                " does not apply to --dataset_name=imagenet (preprocessed per --net: " +
+                                image_style_name(d.image_style) + ")");
+  const std::string format = cfg.data_format.empty() ? "tfrecord" : cfg.data_format;
+  if (format == "folder") {
+    // 1001 classes over 1000 folders: TF's converters' convention, label 0
+    // = background, so the folders take labels 1..1000.
+    const int folders = static_cast<int>(image_folder_classes(cfg.data_dir + "/train").size());
+    const int32_t offset = cfg.num_classes == folders + 1 ? 1 : 0;
+    ImageFolderSplits s = open_image_folder_splits(cfg.data_dir, offset, need_train);
+    d.train_stream = s.train;
+    d.test_stream = s.validation;
+    d.num_classes = s.validation->num_classes();
+  } else if (format == "tfrecord") {
+    // build_imagenet_data.py's shards: train-*-of-* and validation-*-of-*,
+    // labels 1..1000 with 0 left for "background", hence 1001 classes unless
+    // --num_classes says otherwise (the loader refuses labels outside).
+    auto open_split = [&](bool train) {
+      auto src = std::make_shared<TfRecordSource>(tfrecord_split_files(cfg.data_dir, "imagenet", train),
+                                                  cfg.skip_corrupt_records);
+      if (src->damaged_regions() > 0)
+        std::fprintf(stderr, "%s: stepped over %lld damaged regions (%llu bytes)\n", src->describe().c_str(),
+                     static_cast<long long>(src->damaged_regions()),
+                     static_cast<unsigned long long>(src->damaged_bytes()));
+      return src;
+    };
+    if (need_train) {
+      auto train = open_split(true);
+      // Whole files per worker when there are enough of them (input_pipeline.h).
+      d.train_stream_shards.resize(static_cast<size_t>(train->size()));
+      for (int64_t i = 0; i < train->size(); ++i) d.train_stream_shards[static_cast<size_t>(i)] = train->shard_of(i);
+      d.train_stream = std::move(train);
+    }
+    d.test_stream = open_split(false);
+    d.num_classes = cfg.num_classes > 0 ? cfg.num_classes : 1001;
+  } else {
+    throw std::invalid_argument("--dataset_name=imagenet has no native format; --data_format=folder or tfrecord");
+  }
+  if (cfg.num_classes > 0) {
+    if (cfg.num_classes < d.num_classes)
+      throw std::invalid_argument("--num_classes=" + std::to_string(cfg.num_classes) + " but " +
+                                  d.test_stream->describe() + " needs " + std::to_string(d.num_classes));
+    d.num_classes = cfg.num_classes;
+  }
+}
+
+}  // namespace
+
+StreamOptions DataSetup::stream_options(const TrainConfig& cfg, bool train) const {
+  StreamOptions o;
+  o.preprocess = {image_style, train};
+  o.batch_size = train ? cfg.batch_size : cfg.eval_batch_size;
+  o.threads = cfg.data_threads;
+  o.prefetch = cfg.prefetch_batches;
+  o.skip_corrupt = cfg.skip_corrupt_records;
+  o.num_classes = num_classes;
+  return o;
 }
 
 DataSetup load_data(const TrainConfig& cfg, bool need_train) {
@@ -91,6 +160,9 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
     }
     d.train_pre = Preprocess::kCifarTrain;
     d.eval_pre = Preprocess::kCifarEval;
+  } else if (d.dataset == "imagenet") {
+    load_imagenet(cfg, need_train, d);
+    return d;
   } else {  // synthetic: the net's input size, learnable class structure
     const int64_t side = cfg.net == "lenet" ? 28 : cfg.net == "cifarnet" ? 24 : 224;
     const int64_t ch = cfg.net == "lenet" ? 1 : 3;
@@ -99,6 +171,7 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
     d.test = make_synthetic(std::max<int64_t>(cfg.synthetic_examples / 4, 1), side, side, ch, classes, cfg.seed + 1);
     d.train_pre = d.eval_pre = Preprocess::kStandardize;
   }
+  d.num_classes = d.test.num_classes;
   if (cfg.preprocessing == "lenet") {
     d.train_pre = d.eval_pre = Preprocess::kLeNet;
   } else if (cfg.preprocessing == "cifar") {
@@ -171,15 +244,15 @@ std::string codec_summary(const std::vector<std::string>& plan) {
 namespace {
 
 // Batch b of the evaluation: examples [b * eval_batch_size, ...) of the first `total`.
-void eval_batch(const Dataset& test, Preprocess pre, const TrainConfig& cfg, int64_t total, int64_t b,
-                std::vector<int64_t>& idx, Tensor& x, std::vector<int32_t>& labels) {
+void eval_batch(const EvalData& test, const TrainConfig& cfg, int64_t total, int64_t b, std::vector<int64_t>& idx,
+                Tensor& x, std::vector<int32_t>& labels) {
   const int64_t first = b * cfg.eval_batch_size, n = std::min(cfg.eval_batch_size, total - first);
   idx.resize(n);
   for (int64_t i = 0; i < n; ++i) idx[i] = first + i;
-  fill_batch(test, idx, pre, 0, x, labels);
+  test.fill(idx, x, labels);
 }
 
-int64_t eval_examples(const Dataset& test, const TrainConfig& cfg) {
+int64_t eval_examples(const EvalData& test, const TrainConfig& cfg) {
   return cfg.max_eval_examples > 0 ? std::min(cfg.max_eval_examples, test.count) : test.count;
 }
 
@@ -193,10 +266,39 @@ EvalResult eval_result(int64_t total, int64_t top1, int64_t top5) {
 
 }  // namespace
 
+EvalData eval_data(const Dataset& test, Preprocess pre) {
+  const Dataset* d = &test;
+  return {test.count, [d, pre](const std::vector<int64_t>& idx, Tensor& x, std::vector<int32_t>& labels) {
+            fill_batch(*d, idx, pre, 0, x, labels);
+          }};
+}
+
+EvalData eval_data(const DataSetup& data, const TrainConfig& cfg, std::atomic<int64_t>* skipped) {
+  if (!data.streamed()) return eval_data(data.test, data.eval_pre);
+  std::shared_ptr<const ExampleSource> src = data.test_stream;
+  const StreamOptions opts = data.stream_options(cfg, false);
+  return {src->size(), [src, opts, skipped](const std::vector<int64_t>& idx, Tensor& x, std::vector<int32_t>& labels) {
+            int64_t k = 0;
+            // Evaluation draws nothing at random: seed 0 (a replacement for a
+            // skipped example is still a pure function of its slot).
+            load_batch(*src, idx, opts, 0, x, labels, &k);
+            if (k) *skipped += k;
+          }};
+}
+
 EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg) {
+  return evaluate(model, eval_data(test, pre), cfg);
+}
+
+EvalResult evaluate(const Model& model, const EvalData& test, const TrainConfig& cfg) {
   const int64_t total = eval_examples(test, cfg);
   const int64_t batches = (total + cfg.eval_batch_size - 1) / cfg.eval_batch_size;
   int64_t top1 = 0, top5 = 0;
+  // Exceptions must not leave the OpenMP region: the first failing batch's
+  // (lowest index, so the same one however the batches were scheduled) is
+  // rethrown after it.
+  std::exception_ptr error;
+  int64_t error_batch = batches;
 #pragma omp parallel reduction(+ : top1, top5)
   {
     Model::Workspace ws = model.make_workspace();
@@ -205,17 +307,30 @@ EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, con
     std::vector<int64_t> idx;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t b = 0; b < batches; ++b) {
-      eval_batch(test, pre, cfg, total, b, idx, x, labels);
-      int64_t c1 = 0, c5 = 0;
-      topk_correct(model.predict(ws, x), labels, c1, c5);
-      top1 += c1;
-      top5 += c5;
+      try {
+        eval_batch(test, cfg, total, b, idx, x, labels);
+        int64_t c1 = 0, c5 = 0;
+        topk_correct(model.predict(ws, x), labels, c1, c5);
+        top1 += c1;
+        top5 += c5;
+      } catch (...) {
+#pragma omp critical(tg_evaluate_error)
+        if (b < error_batch) {
+          error_batch = b;
+          error = std::current_exception();
+        }
+      }
     }
   }
+  if (error) std::rethrow_exception(error);
   return eval_result(total, top1, top5);
 }
 
 EvalResult evaluate_with(const LogitsFn& logits_of, const Dataset& test, Preprocess pre, const TrainConfig& cfg) {
+  return evaluate_with(logits_of, eval_data(test, pre), cfg);
+}
+
+EvalResult evaluate_with(const LogitsFn& logits_of, const EvalData& test, const TrainConfig& cfg) {
   const int64_t total = eval_examples(test, cfg);
   const int64_t batches = (total + cfg.eval_batch_size - 1) / cfg.eval_batch_size;
   int64_t top1 = 0, top5 = 0;
@@ -223,7 +338,7 @@ EvalResult evaluate_with(const LogitsFn& logits_of, const Dataset& test, Preproc
   std::vector<int32_t> labels;
   std::vector<int64_t> idx;
   for (int64_t b = 0; b < batches; ++b) {
-    eval_batch(test, pre, cfg, total, b, idx, x, labels);
+    eval_batch(test, cfg, total, b, idx, x, labels);
     logits_of(x, logits);
     int64_t c1 = 0, c5 = 0;
     topk_correct(logits, labels, c1, c5);
@@ -238,7 +353,7 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
     : cfg_(cfg), num_workers_(num_workers), workers_(std::move(workers)) {
   data_ = load_data(cfg_, need_train_data);
   ModelOptions mo;
-  mo.num_classes = cfg_.num_classes > 0 ? cfg_.num_classes : data_.test.num_classes;
+  mo.num_classes = cfg_.num_classes > 0 ? cfg_.num_classes : data_.num_classes;
   mo.weight_decay = cfg_.weight_decay;
   mo.keep_prob = cfg_.keep_prob;
   model_ = make_model(cfg_.net, mo, cfg_.seed);
@@ -255,19 +370,13 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
   for (int w : workers_) {
     if (w < 0 || w >= num_workers_)
       throw std::invalid_argument("worker " + std::to_string(w) + " is outside [0, " + std::to_string(num_workers_) + ")");
-    // TFRecord shards: whole files per worker when there are enough (input_pipeline.h).
     WorkerState st{w,
-                   data_.train.shard.empty()
-                       ? ShardedSampler(data_.train.count, num_workers_, w,
-                                        stream_seed(cfg_.seed, 0, w, Purpose::kSampler))
-                       : ShardedSampler(data_.train.shard, num_workers_, w,
-                                        stream_seed(cfg_.seed, 0, w, Purpose::kSampler)),
+                   std::make_unique<WorkerBatches>(data_, cfg_, num_workers_, w, static_cast<int>(workers_.size())),
                    model_->make_workspace(),
                    model_->make_grads(),
                    {},
                    std::vector<float>(num_variables(), 0.0f),
                    false,
-                   {},
                    {},
                    {}};
     for (size_t v = 0; v < num_variables(); ++v) st.codecs.push_back(comm::make_codec(plan_[v]));
@@ -367,7 +476,7 @@ int64_t TrainingSession::restore() {
   if (opt == ck->blobs.end()) throw std::runtime_error(ck->path + ": optimizer_state missing");
   optimizer_->load_state(opt->second);
   for (WorkerState& w : worker_) {
-    w.sampler.restore_after(ck->step * cfg_.batch_size);
+    w.batches->restore_after(ck->step);
     // The worker's codec state: in the checkpoint (in-process runs, the
     // chief's workers) or in its own file at the same step (other replicas).
     std::optional<Checkpoint> own;
@@ -466,8 +575,7 @@ void TrainingSession::save_codec_states(int64_t step) {
 
 void TrainingSession::next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels) {
   WorkerState& w = worker_[local];
-  w.sampler.next_batch(cfg_.batch_size, w.idx);
-  fill_batch(data_.train, w.idx, data_.train_pre, stream_seed(cfg_.seed, step, w.global, Purpose::kAugment), x, labels);
+  w.batches->next(step, x, labels);
 }
 
 void TrainingSession::save_gradients(size_t local, int64_t step) const {
@@ -565,19 +673,47 @@ void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {
   if (ema_) ema_->update(params(), step);
 }
 
+StreamingLoader::Stats TrainingSession::input_stats() const {
+  StreamingLoader::Stats sum;
+  for (const WorkerState& w : worker_)
+    if (auto st = w.batches->stream_stats()) {
+      sum.batches += st->batches;
+      sum.images += st->images;
+      sum.skipped += st->skipped;
+      sum.busy_s += st->busy_s;
+      sum.wait_s += st->wait_s;
+      sum.wall_s = std::max(sum.wall_s, st->wall_s);
+      sum.threads += st->threads;
+    }
+  sum.skipped += eval_skipped_.load();
+  return sum;
+}
+
 void TrainingSession::evaluate_into(TrainResult& r, const DeviceLogits* device) {
-  const EvalResult raw = device ? evaluate_with(device->raw, data_.test, data_.eval_pre, cfg_)
-                                : evaluate(*model_, data_.test, data_.eval_pre, cfg_);
+  const EvalData test = eval_data(data_, cfg_, &eval_skipped_);
+  const EvalResult raw = device ? evaluate_with(device->raw, test, cfg_) : evaluate(*model_, test, cfg_);
   r.top1 = raw.top1;
   r.top5 = raw.top5;
   r.eval_examples = raw.examples;
+  if (data_.streamed()) {
+    const StreamingLoader::Stats in = input_stats();
+    r.input_images = in.images;
+    r.input_images_per_sec = in.capacity_per_s();
+    r.input_wait_seconds = in.wait_s;
+    r.skipped_examples = in.skipped;
+  }
   if (!ema_) return;
   EvalResult e;
   if (device) {
-    e = evaluate_with(device->average, data_.test, data_.eval_pre, cfg_);
+    e = evaluate_with(device->average, test, cfg_);
   } else {
     ema_->swap(params());
-    e = evaluate(*model_, data_.test, data_.eval_pre, cfg_);
+    try {
+      e = evaluate(*model_, test, cfg_);
+    } catch (...) {
+      ema_->swap(params());  // the raw weights back before the error leaves
+      throw;
+    }
     ema_->swap(params());
   }
   r.ema_top1 = e.top1;

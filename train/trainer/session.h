@@ -10,6 +10,7 @@
 //   apply(sums, 1/R)           decode_aggregate, average, optimizer, EMA
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -21,7 +22,10 @@
 #include "terngrad/comm/gradient_codec.h"
 #include "terngrad/train/checkpoint.h"
 #include "terngrad/train/datasets.h"
+#include "terngrad/train/example_source.h"
+#include "terngrad/train/imagenet_preprocess.h"
 #include "terngrad/train/input_pipeline.h"
+#include "terngrad/train/streaming_loader.h"
 #include "terngrad/train/lr_schedule.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/model.h"
@@ -29,6 +33,7 @@
 #include "terngrad/train/optimizer.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
+#include "worker_batches.h"
 
 namespace terngrad::train::detail {
 
@@ -42,7 +47,21 @@ uint64_t stream_seed(uint64_t seed, int64_t step, int worker, Purpose purpose);
 struct DataSetup {
   Dataset train, test;
   Preprocess train_pre, eval_pre;
-  std::string dataset;  // resolved name: mnist | cifar10 | synthetic
+  std::string dataset;  // resolved name: mnist | cifar10 | imagenet | synthetic
+  int num_classes = 0;  // the model's output classes
+  // imagenet: streamed from disk instead of train/test (train_stream is null
+  // in processes that do not train), preprocessed per net.
+  std::shared_ptr<const ExampleSource> train_stream, test_stream;
+  // The file of each train_stream example when it comes from TFRecord shards
+  // (empty otherwise): the samplers give workers whole files.
+  std::vector<int32_t> train_stream_shards;
+  ImageStyle image_style = ImageStyle::kAlexNet;
+
+  bool streamed() const { return test_stream != nullptr; }
+  int64_t train_size() const { return streamed() ? (train_stream ? train_stream->size() : 0) : train.count; }
+  int64_t test_size() const { return streamed() ? test_stream->size() : test.count; }
+  // The loader settings of the train or eval stream from the flags.
+  StreamOptions stream_options(const TrainConfig& cfg, bool train) const;
 };
 DataSetup load_data(const TrainConfig& cfg, bool need_train = true);
 
@@ -64,11 +83,25 @@ TrainResult run_training_gpu(const TrainConfig& cfg);
 
 EvalResult evaluate(const Model& model, const Dataset& test, Preprocess pre, const TrainConfig& cfg);
 
+// An evaluation set however it is stored: `count` examples, and a fill that
+// puts examples `idx` (preprocessed for evaluation) into x and labels. fill
+// is called from several threads at once.
+struct EvalData {
+  int64_t count = 0;
+  std::function<void(const std::vector<int64_t>& idx, Tensor& x, std::vector<int32_t>& labels)> fill;
+};
+EvalData eval_data(const Dataset& test, Preprocess pre);
+// The streamed validation split; skipped examples (skip_corrupt_records) are
+// added to *skipped, which must outlive the EvalData.
+EvalData eval_data(const DataSetup& data, const TrainConfig& cfg, std::atomic<int64_t>* skipped);
+EvalResult evaluate(const Model& model, const EvalData& test, const TrainConfig& cfg);
+
 // The logits ([n, classes]) of a batch: evaluation on another backend.
 using LogitsFn = std::function<void(const Tensor& x, Tensor& logits)>;
 // evaluate() with the logits from `logits_of`, one batch after another
 // (the same batches, preprocessing and counting).
 EvalResult evaluate_with(const LogitsFn& logits_of, const Dataset& test, Preprocess pre, const TrainConfig& cfg);
+EvalResult evaluate_with(const LogitsFn& logits_of, const EvalData& test, const TrainConfig& cfg);
 
 // Model, optimizer, schedule, EMA, and the state of the workers this process runs.
 class TrainingSession {
@@ -78,6 +111,9 @@ class TrainingSession {
   // need_train_data: false for processes that only evaluate or aggregate.
   TrainingSession(const TrainConfig& cfg, int num_workers, std::vector<int> workers,
                   bool need_train_data = true);
+  // Pinned: each worker's WorkerBatches points at data_.
+  TrainingSession(const TrainingSession&) = delete;
+  TrainingSession& operator=(const TrainingSession&) = delete;
 
   const TrainConfig& cfg() const { return cfg_; }
   Model& model() { return *model_; }
@@ -178,6 +214,10 @@ class TrainingSession {
   // Codec state blobs of this process's workers (for checkpoints).
   BlobMap codec_states() const;
 
+  // Streamed input of this process's workers, summed: loader counters and
+  // examples skipped as corrupt (training and evaluation).
+  StreamingLoader::Stats input_stats() const;
+
   // The server side's codec state (server_ef() residuals), per variable
   // slice, by server_state_name(): kept here in-process (the in-process
   // server), or fetched from the ps by the chief before it checkpoints.
@@ -191,7 +231,7 @@ class TrainingSession {
  private:
   struct WorkerState {
     int global = 0;
-    ShardedSampler sampler;
+    std::unique_ptr<WorkerBatches> batches;
     Model::Workspace ws;
     GradSet grads;
     std::vector<std::unique_ptr<comm::GradientCodec>> codecs;
@@ -199,7 +239,6 @@ class TrainingSession {
     bool fixed = false;  // grads hold fixed_gradient's values
     Tensor x;
     std::vector<int32_t> labels;
-    std::vector<int64_t> idx;
   };
   void check_server_states(const std::string& path) const;
   comm::DecodeContext decode_context(int64_t step, size_t v) const;
@@ -217,6 +256,7 @@ class TrainingSession {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<ExponentialMovingAverage> ema_;
   std::vector<WorkerState> worker_;
+  std::atomic<int64_t> eval_skipped_{0};
 };
 
 // Shared by the trainers (trainer.cpp): an evaluation's line in metrics.jsonl

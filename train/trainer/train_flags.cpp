@@ -80,7 +80,7 @@ const std::vector<Flag>& flags() {
        }},
       {"skip_corrupt_records", "skip (and count) damaged records and undecodable images instead of stopping",
        TG_BOOL(skip_corrupt_records)},
-      {"data_threads", "threads decoding streamed images (0 = the cores)",
+      {"data_threads", "threads decoding streamed images, shared by the process's workers (0 = the cores)",
        [](TrainConfig& c, const std::string& v) { c.data_threads = static_cast<int>(to_int("data_threads", v)); }},
       {"prefetch_batches", "batches each worker's stream decodes ahead of the step", TG_INT(prefetch_batches)},
       {"preprocessing", "lenet ([-1,1]) | cifar (24x24 distorted crops, centre crop to test) | standardize; default per dataset",

@@ -56,13 +56,24 @@ void log_eval(JsonlWriter* log, int64_t step, const TrainResult& r, bool quiet) 
     JsonObject o;
     o.add("event", "eval").add("step", step).add("top1", r.top1).add("top5", r.top5).add("examples", r.eval_examples);
     if (r.ema_top1 >= 0) o.add("ema_top1", r.ema_top1).add("ema_top5", r.ema_top5);
+    if (r.input_images > 0 || r.skipped_examples > 0)
+      o.add("input_images", r.input_images).add("input_images_per_sec", r.input_images_per_sec)
+          .add("input_wait_seconds", r.input_wait_seconds).add("skipped_examples", r.skipped_examples);
     log->write(o);
   }
+  // Skipped examples show even with --quiet: they are data the run did not see.
+  if (r.skipped_examples > 0)
+    std::fprintf(stderr, "step %lld: %lld corrupt examples skipped and replaced so far\n",
+                 static_cast<long long>(step), static_cast<long long>(r.skipped_examples));
   if (quiet) return;
   char ema[48] = "";
   if (r.ema_top1 >= 0) std::snprintf(ema, sizeof ema, " (EMA top-1 %.2f%%)", 100 * r.ema_top1);
   std::fprintf(stderr, "step %lld: test top-1 %.2f%% top-5 %.2f%%%s\n", static_cast<long long>(step), 100 * r.top1,
                100 * r.top5, ema);
+  if (r.input_images > 0)
+    std::fprintf(stderr, "step %lld: input %lld images, loaders' capacity %.1f images/s, steps waited %.2f s for data\n",
+                 static_cast<long long>(step), static_cast<long long>(r.input_images), r.input_images_per_sec,
+                 r.input_wait_seconds);
 }
 
 void export_model(TrainingSession& s, int64_t step) {

@@ -29,6 +29,14 @@ struct TrainResult {
   double wire_bytes_recv_per_worker_step = 0;  // distributed: serialized reply bytes per step
   int64_t stale_pushes = 0;                    // distributed sync: pushes dropped as stale (all ps)
   double examples_per_sec = 0;            // training throughput (all workers)
+  // Streamed datasets (imagenet): images the loaders delivered, the rate
+  // their threads could deliver (images per busy thread-second x threads),
+  // the seconds steps waited for input (about 0 = not input-bound) and
+  // examples skipped as corrupt (--skip_corrupt_records).
+  int64_t input_images = 0;
+  double input_images_per_sec = 0;
+  double input_wait_seconds = 0;
+  int64_t skipped_examples = 0;
   double wall_seconds = 0;
   std::string codec_summary;              // e.g. "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2"
 };
