@@ -1,16 +1,21 @@
-// The trainer on a streamed image folder (--dataset_name=imagenet
-// --data_format=folder): AlexNet trains from the stream, evaluation streams
+// The trainer on streamed ImageNet-style data (--dataset_name=imagenet,
+// --data_format=folder or tfrecord): AlexNet trains from the stream, evaluation streams
 // the validation split, the loader's counters reach the result and the
 // metrics, a resumed run sees the same batches, and bad data stops the run
 // with an error naming the file (or is skipped and counted).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "../data/image_folder_util.h"
 #include "session.h"  // private to the trainer: load_data and the evaluation
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/image_folder.h"
+#include "terngrad/train/input_pipeline.h"
+#include "terngrad/train/tf_example.h"
+#include "terngrad/train/tfrecord.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
 
@@ -113,13 +118,66 @@ TEST(TrainerImageStream, NumClasses1001OverThousandFoldersShiftsLabelsByOne) {
   EXPECT_EQ(d.test_stream->read(2).label, 3);
   c.num_classes = 0;
   EXPECT_EQ(terngrad::train::detail::load_data(c).test_stream->read(0).label, 0);
-  c.data_format.clear();  // imagenet defaults to tfrecord, not in this build
+  c.data_format.clear();  // imagenet defaults to tfrecord: a folder of JPEG folders has no shards
   try {
     terngrad::train::detail::load_data(c);
-    ADD_FAILURE() << "accepted tfrecord";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("--data_format=folder"), std::string::npos) << e.what();
+    ADD_FAILURE() << "accepted a folder as tfrecord";
+  } catch (const tt::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("train-*-of-*"), std::string::npos) << e.what();
   }
+}
+
+// build_imagenet_data.py's layout: the same JPEG (and PNG) bytes as tf.train.Example
+// records in train-0000k-of-00002 / validation-00000-of-00001, labels 1..3
+// (0 = background). Streamed, they decode to exactly the folder's examples,
+// each of the two workers reads one whole shard, and training runs.
+TEST(TrainerImageStream, AlexNetStreamsImageNetTfRecordShardsOneFilePerWorker) {
+  TinyImageNet data;
+  const tt::ImageFolderSplits folder = tt::open_image_folder_splits(data.dir.string(), 1);
+  auto write_split = [&](const tt::ImageFolderSource& src, const std::string& split, int shards) {
+    for (int k = 0; k < shards; ++k) {
+      char name[64];
+      std::snprintf(name, sizeof name, "%s-%05d-of-%05d", split.c_str(), k, shards);
+      tt::TfRecordWriter w((data.dir / name).string());
+      for (int64_t i = k; i < src.size(); i += shards) {
+        const tt::EncodedExample e = src.read(i);
+        const tt::Image img = tt::decode_example(e);
+        w.write(tt::make_tf_example({reinterpret_cast<const char*>(e.bytes.data()), e.bytes.size()},
+                                    e.format == tt::ImageFormat::kPng ? "png" : "JPEG", e.label,
+                                    img.height, img.width, img.channels));
+      }
+      w.commit();
+    }
+  };
+  write_split(*folder.train, "train", 2);
+  write_split(*folder.validation, "validation", 1);
+
+  const fs::path run_dir = data.dir / "run";
+  tt::TrainConfig c = alexnet_run(data.dir, run_dir);
+  c.data_format = "tfrecord";
+  c.num_classes = 4;
+  const terngrad::train::detail::DataSetup d = terngrad::train::detail::load_data(c);
+  ASSERT_TRUE(d.streamed());
+  EXPECT_EQ(d.num_classes, 4);
+  EXPECT_EQ(d.train_size(), 9);
+  EXPECT_EQ(d.test_size(), 3);
+  for (int64_t i = 0; i < 3; ++i) {
+    const tt::EncodedExample a = d.test_stream->read(i), b = folder.validation->read(i);
+    EXPECT_EQ(a.label, b.label);
+    EXPECT_EQ(a.bytes, b.bytes);
+  }
+  // Shard 0 holds examples 0, 2, 4, 6, 8 of the folder; worker 0 of 2 owns exactly it.
+  ASSERT_EQ(d.train_stream_shards.size(), 9u);
+  tt::ShardedSampler s0(d.train_stream_shards, 2, 0, 7), s1(d.train_stream_shards, 2, 1, 7);
+  EXPECT_EQ(s0.shard_size(), 5);
+  EXPECT_EQ(s1.shard_size(), 4);
+  for (int64_t i : s0.epoch_order()) EXPECT_EQ(d.train_stream_shards[static_cast<size_t>(i)], 0);
+
+  const tt::TrainResult r = tt::run_training(c);
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_EQ(r.eval_examples, 3);
+  EXPECT_EQ(r.input_images, 2 * 2 * 2);
+  EXPECT_TRUE(std::isfinite(r.final_loss));
 }
 
 // The validation split is decoded inside evaluate()'s OpenMP region: a bad
