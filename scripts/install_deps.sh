@@ -21,7 +21,7 @@ install_test_python() {
   local target
   target="$(cd "$(dirname "$0")/.." && pwd)/.deps/python"
   [[ -d "$target/tfrecord" && -d "$target/crc32c" && -d "$target/google/protobuf" ]] && return 0
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$target" tfrecord crc32c protobuf \
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$target" tfrecord crc32c protobuf \
     || echo "install_deps: could not pip-install tfrecord/crc32c/protobuf into $target (TfRecord.PythonReadsOurShards will skip)" >&2
 }
 missing=()
