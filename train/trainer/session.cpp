@@ -299,6 +299,7 @@ std::vector<TrainingSession::VariableInfo> TrainingSession::variables() const {
 std::map<std::string, Tensor> TrainingSession::state_tensors() {
   std::map<std::string, Tensor> tensors;
   for (const Param& p : params().params) tensors[p.name] = p.value;
+  for (const StateVar& v : model_->state().vars) tensors[v.name] = v.value;
   for (auto& [name, slot] : optimizer_->slots()) tensors[name] = *slot;
   if (ema_)
     for (auto& [name, shadow] : ema_->shadows()) tensors[name] = *shadow;
@@ -369,6 +370,7 @@ int64_t TrainingSession::restore() {
 
 void TrainingSession::load_weights(const Checkpoint& ck) {
   restore_params(params(), ck.tensors);
+  restore_state(model_->state(), ck.tensors);
   if (ema_) {
     for (auto& [name, shadow] : ema_->shadows()) {
       auto it = ck.tensors.find(name);
@@ -485,6 +487,9 @@ float TrainingSession::compute_gradient(size_t local, int64_t step, const Variab
       for (size_t v = end; v-- > first;) finish(loss, v);
     };
   const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done);
+  // Batch norm's moving statistics: from this process's first worker's batch
+  // (session.h says why that is safe while the other workers compute).
+  if (local == 0) model_->fold_state(w.ws);
   for (size_t v = ps.size(); v-- > 0;)
     if (!done[v]) finish(loss, v);
   return loss;
