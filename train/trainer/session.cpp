@@ -67,7 +67,7 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
   } else {  // synthetic: the net's input size, learnable class structure
     const int64_t side = cfg.net == "lenet" ? 28 : cfg.net == "cifarnet" ? 24 : 224;
     const int64_t ch = cfg.net == "lenet" ? 1 : 3;
-    const int classes = cfg.num_classes > 0 ? cfg.num_classes : (cfg.net == "alexnet" ? 1000 : 10);
+    const int classes = cfg.num_classes > 0 ? cfg.num_classes : (side == 224 ? 1000 : 10);  // ImageNet nets: 1000
     d.train = make_synthetic(cfg.synthetic_examples, side, side, ch, classes, cfg.seed);
     d.test = make_synthetic(std::max<int64_t>(cfg.synthetic_examples / 4, 1), side, side, ch, classes, cfg.seed + 1);
     d.train_pre = d.eval_pre = Preprocess::kStandardize;

@@ -11,10 +11,10 @@ namespace terngrad::train {
 
 struct TrainConfig {
   // Model and data.
-  std::string net = "lenet";            // lenet | cifarnet | alexnet
+  std::string net = "lenet";            // lenet | cifarnet | alexnet | googlenet | vgg_a
   std::string dataset = "";             // mnist | cifar10 | synthetic ("" = the net's default)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int num_classes = 0;                  // 0 = the dataset's; alexnet: 1000 or 1001
+  int num_classes = 0;                  // 0 = the dataset's; 224x224 nets: 1000 or 1001
   int64_t synthetic_examples = 2048;    // size of the synthetic training set
   std::string preprocessing = "";       // lenet | cifar | standardize ("" = the dataset's)
 
