@@ -19,7 +19,7 @@ struct BatchNormScratch final : LayerScratch {
   BatchNorm::Stats stats;    // the last forward's mean and variance
   std::vector<float> inv;    // 1 / sqrt(var + eps) per channel
   std::vector<double> acc, acc2;
-  std::vector<float> m1, m2;  // backward's per-channel means of dz and dz * xhat
+  std::vector<double> m1, m2;  // backward's per-channel means of dz and dz * xhat
 };
 
 // Rows and channels of a [N, ..., C] tensor.
@@ -173,19 +173,23 @@ void BatchNorm::backward(const ParamSet&, const Tensor& x, const Tensor& y, cons
   }
   // Through the batch mean and variance (no gamma):
   //   dx = inv * (dz - mean(dz) - xhat * mean(dz * xhat)).
-  std::vector<float>& m1 = s.m1;
-  std::vector<float>& m2 = s.m2;
-  m1.resize(c);
-  m2.resize(c);
+  // In double: the two means cancel most of dz when dz hardly varies over a
+  // channel (GoogLeNet's last blocks, behind the global average pool, with a
+  // batch of a few examples), and float32 means and xhat would leave their
+  // rounding, magnified by that cancellation, in dx.
+  s.m1.resize(c);
+  s.m2.resize(c);
+  double* __restrict m1 = s.m1.data();
+  double* __restrict m2 = s.m2.data();
   for (int64_t ch = 0; ch < c; ++ch) {
-    m1[ch] = static_cast<float>(s.acc[ch] / static_cast<double>(rows));
-    m2[ch] = static_cast<float>(s.acc2[ch] / static_cast<double>(rows));
+    m1[ch] = s.acc[ch] / static_cast<double>(rows);
+    m2[ch] = s.acc2[ch] / static_cast<double>(rows);
   }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t ch = 0; ch < c; ++ch) {
       const int64_t i = r * c + ch;
-      const float xhat = (x.data[i] - mean[ch]) * inv[ch];
-      dx->data[i] = inv[ch] * (dz_at(i) - m1[ch] - xhat * m2[ch]);
+      const double xhat = (static_cast<double>(x.data[i]) - mean[ch]) * inv[ch];
+      dx->data[i] = static_cast<float>(inv[ch] * (dz_at(i) - m1[ch] - xhat * m2[ch]));
     }
 }
 
