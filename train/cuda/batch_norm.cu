@@ -83,7 +83,7 @@ __device__ inline float bn_dz(const float* y, const float* dy, int64_t i, bool r
 
 // Per channel: sum(dz) (into dbeta too) and sum(dz * xhat).
 __global__ void bn_backward_sums(const float* x, const float* y, const float* dy, const float* mean, const float* inv,
-                                 int64_t rows, int64_t c, bool relu, float* sum_dz, float* sum_dzx, float* dbeta) {
+                                 int64_t rows, int64_t c, bool relu, double* sum_dz, double* sum_dzx, float* dbeta) {
   __shared__ double a1[kLanes][kCols], a2[kLanes][kCols];
   const int64_t col = blockIdx.x * int64_t{kCols} + threadIdx.x;
   double s1 = 0.0, s2 = 0.0;
@@ -100,14 +100,14 @@ __global__ void bn_backward_sums(const float* x, const float* y, const float* dy
   if (threadIdx.y == 0 && col < c) {
     double t1 = 0.0, t2 = 0.0;
     for (int k = 0; k < kLanes; ++k) t1 += a1[k][threadIdx.x], t2 += a2[k][threadIdx.x];
-    sum_dz[col] = static_cast<float>(t1);
-    sum_dzx[col] = static_cast<float>(t2);
+    sum_dz[col] = t1;
+    sum_dzx[col] = t2;
     dbeta[col] += static_cast<float>(t1);
   }
 }
 
 __global__ void bn_backward_dx(const float* x, const float* y, const float* dy, const float* mean, const float* inv,
-                               const float* sum_dz, const float* sum_dzx, int64_t n, int64_t c, int64_t rows,
+                               const double* sum_dz, const double* sum_dzx, int64_t n, int64_t c, int64_t rows,
                                bool relu, bool training, float* dx) {
   for (const int64_t i : grid_stride_range(n)) {
     const int64_t ch = i % c;
@@ -116,15 +116,17 @@ __global__ void bn_backward_dx(const float* x, const float* y, const float* dy, 
       dx[i] = dz * inv[ch];
       continue;
     }
-    const float m1 = static_cast<float>(static_cast<double>(sum_dz[ch]) / rows);
-    const float m2 = static_cast<float>(static_cast<double>(sum_dzx[ch]) / rows);
-    const float xhat = (x[i] - mean[ch]) * inv[ch];
-    dx[i] = inv[ch] * (dz - m1 - xhat * m2);
+    // In double, as the CPU layer: the means cancel most of dz.
+    const double m1 = static_cast<double>(sum_dz[ch]) / rows;
+    const double m2 = static_cast<double>(sum_dzx[ch]) / rows;
+    const double xhat = (static_cast<double>(x[i]) - mean[ch]) * inv[ch];
+    dx[i] = static_cast<float>(inv[ch] * (dz - m1 - xhat * m2));
   }
 }
 
 struct BnGpuScratch final : GpuScratch {
-  DeviceTensor mean, var, inv, sum_dz, sum_dzx;
+  DeviceTensor mean, var, inv;
+  DeviceBuffer sum_dz, sum_dzx;  // double per channel
   bool training = false;
   bool has_forward = false;
 };
@@ -141,7 +143,9 @@ class GpuBatchNorm final : public GpuLayer {
     output_shape(x.shape);  // the CPU layer's validation and messages
     const int64_t c = x.shape.back(), rows = x.size() / c;
     const BatchNormConfig& cfg = bn_.config();
-    for (DeviceTensor* t : {&s.mean, &s.var, &s.inv, &s.sum_dz, &s.sum_dzx}) t->resize({c});
+    for (DeviceTensor* t : {&s.mean, &s.var, &s.inv}) t->resize({c});
+    s.sum_dz.reserve(static_cast<size_t>(c) * sizeof(double));
+    s.sum_dzx.reserve(static_cast<size_t>(c) * sizeof(double));
     cudaStream_t st = ctx.stream();
     if (fwd.training) {
       bn_batch_stats<<<static_cast<unsigned>((c + kCols - 1) / kCols), dim3(kCols, kLanes), 0, st>>>(
@@ -182,14 +186,14 @@ class GpuBatchNorm final : public GpuLayer {
     const bool relu = bn_.config().relu;
     cudaStream_t st = ctx.stream();
     bn_backward_sums<<<static_cast<unsigned>((c + kCols - 1) / kCols), dim3(kCols, kLanes), 0, st>>>(
-        x.ptr(), y.ptr(), dy.ptr(), s.mean.ptr(), s.inv.ptr(), rows, c, relu, s.sum_dz.ptr(), s.sum_dzx.ptr(),
+        x.ptr(), y.ptr(), dy.ptr(), s.mean.ptr(), s.inv.ptr(), rows, c, relu, s.sum_dz.as<double>(), s.sum_dzx.as<double>(),
         grads.at(bn_.beta_index()).ptr());
     TG_CUDA_CHECK_LAUNCH();
     if (!dx) return;
     dx->resize(x.shape);
     if (x.size() == 0) return;
     bn_backward_dx<<<blocks_for(x.size()), kThreads, 0, st>>>(x.ptr(), y.ptr(), dy.ptr(), s.mean.ptr(), s.inv.ptr(),
-                                                              s.sum_dz.ptr(), s.sum_dzx.ptr(), x.size(), c, rows,
+                                                              s.sum_dz.as<double>(), s.sum_dzx.as<double>(), x.size(), c, rows,
                                                               relu, s.training, dx->ptr());
     TG_CUDA_CHECK_LAUNCH();
   }
