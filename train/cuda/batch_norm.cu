@@ -8,6 +8,7 @@
 // bit. The moving statistics stay the host Model's state: evaluation uploads
 // them, fold_state downloads the batch's (2 x C floats) and applies the CPU
 // layer's rule.
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -25,40 +26,56 @@ using detail::kThreads;
 
 namespace {
 
-constexpr int kCols = 32, kLanes = 8;
+constexpr int kCols = 32, kLanes = 8, kMaxChunks = 256;
 
-// Per channel: the batch mean and biased variance (two passes), and
-// inv = 1 / sqrt(var + eps). Block: 32 channels x 8 row lanes.
-__global__ void bn_batch_stats(const float* x, int64_t rows, int64_t c, float eps, float* mean, float* var,
-                               float* inv) {
+// The per-channel sums are split over row chunks so that every SM has work
+// (GoogLeNet's first batch norm sums 64 x 112 x 112 rows of 64 channels):
+// pass 1, block (bx, by) sums rows [by*chunk, (by+1)*chunk) of 32 channels
+// (threadIdx.x: the channel, so a row's reads coalesce; threadIdx.y strides
+// the rows), its 8 lanes combined in order, into partials[by][channel];
+// pass 2 adds the chunks in order. Doubles throughout: fixed order, so a
+// run repeats bit for bit.
+int64_t chunks_for(int64_t rows) { return std::clamp<int64_t>((rows + 255) / 256, 1, kMaxChunks); }
+
+// mean == nullptr: sum of x; else the sum of (x - mean)^2 (the variance's pass).
+__global__ void bn_partial_sums(const float* x, int64_t rows, int64_t c, int64_t chunk, const float* mean,
+                                double* partials) {
   __shared__ double acc[kLanes][kCols];
-  __shared__ double m[kCols];
   const int64_t col = blockIdx.x * int64_t{kCols} + threadIdx.x;
+  const int64_t r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
   double s = 0.0;
-  if (col < c)
-    for (int64_t r = threadIdx.y; r < rows; r += kLanes) s += x[r * c + col];
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0) {
-    double t = 0.0;
-    for (int k = 0; k < kLanes; ++k) t += acc[k][threadIdx.x];
-    m[threadIdx.x] = static_cast<double>(static_cast<float>(t / static_cast<double>(rows)));
-  }
-  __syncthreads();
-  const double mu = m[threadIdx.x];
-  s = 0.0;
-  if (col < c)
-    for (int64_t r = threadIdx.y; r < rows; r += kLanes) {
-      const double d = static_cast<double>(x[r * c + col]) - mu;
-      s += d * d;
+  if (col < c) {
+    const double mu = mean ? static_cast<double>(mean[col]) : 0.0;
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) {
+      const double v = x[r * c + col];
+      s += mean ? (v - mu) * (v - mu) : v;
     }
+  }
   acc[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && col < c) {
     double t = 0.0;
     for (int k = 0; k < kLanes; ++k) t += acc[k][threadIdx.x];
+    partials[blockIdx.y * c + col] = t;
+  }
+}
+
+// Pass 2 of the mean: mean = sum / rows.
+__global__ void bn_finish_mean(const double* partials, int64_t chunks, int64_t c, int64_t rows, float* mean) {
+  for (const int64_t col : grid_stride_range(c)) {
+    double t = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) t += partials[k * c + col];
+    mean[col] = static_cast<float>(t / static_cast<double>(rows));
+  }
+}
+
+// Pass 2 of the variance: var = sum / rows (biased, tf.nn.moments), inv.
+__global__ void bn_finish_var(const double* partials, int64_t chunks, int64_t c, int64_t rows, float eps, float* var,
+                              float* inv) {
+  for (const int64_t col : grid_stride_range(c)) {
+    double t = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) t += partials[k * c + col];
     const float v = static_cast<float>(t / static_cast<double>(rows));
-    mean[col] = static_cast<float>(mu);
     var[col] = v;
     inv[col] = 1.0f / sqrtf(v + eps);
   }
@@ -81,14 +98,16 @@ __device__ inline float bn_dz(const float* y, const float* dy, int64_t i, bool r
   return relu && !(y[i] > 0.0f) ? 0.0f : dy[i];
 }
 
-// Per channel: sum(dz) (into dbeta too) and sum(dz * xhat).
-__global__ void bn_backward_sums(const float* x, const float* y, const float* dy, const float* mean, const float* inv,
-                                 int64_t rows, int64_t c, bool relu, double* sum_dz, double* sum_dzx, float* dbeta) {
+// Pass 1 of the backward sums, per chunk of rows: sum(dz) and sum(dz * xhat).
+__global__ void bn_backward_partials(const float* x, const float* y, const float* dy, const float* mean,
+                                     const float* inv, int64_t rows, int64_t c, int64_t chunk, bool relu,
+                                     double* p_dz, double* p_dzx) {
   __shared__ double a1[kLanes][kCols], a2[kLanes][kCols];
   const int64_t col = blockIdx.x * int64_t{kCols} + threadIdx.x;
+  const int64_t r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
   double s1 = 0.0, s2 = 0.0;
   if (col < c)
-    for (int64_t r = threadIdx.y; r < rows; r += kLanes) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kLanes) {
       const int64_t i = r * c + col;
       const double dz = bn_dz(y, dy, i, relu);
       s1 += dz;
@@ -100,6 +119,17 @@ __global__ void bn_backward_sums(const float* x, const float* y, const float* dy
   if (threadIdx.y == 0 && col < c) {
     double t1 = 0.0, t2 = 0.0;
     for (int k = 0; k < kLanes; ++k) t1 += a1[k][threadIdx.x], t2 += a2[k][threadIdx.x];
+    p_dz[blockIdx.y * c + col] = t1;
+    p_dzx[blockIdx.y * c + col] = t2;
+  }
+}
+
+// Pass 2: the chunks in order; dbeta += sum(dz).
+__global__ void bn_backward_finish(const double* p_dz, const double* p_dzx, int64_t chunks, int64_t c, double* sum_dz,
+                                   double* sum_dzx, float* dbeta) {
+  for (const int64_t col : grid_stride_range(c)) {
+    double t1 = 0.0, t2 = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) t1 += p_dz[k * c + col], t2 += p_dzx[k * c + col];
     sum_dz[col] = t1;
     sum_dzx[col] = t2;
     dbeta[col] += static_cast<float>(t1);
@@ -127,6 +157,7 @@ __global__ void bn_backward_dx(const float* x, const float* y, const float* dy, 
 struct BnGpuScratch final : GpuScratch {
   DeviceTensor mean, var, inv;
   DeviceBuffer sum_dz, sum_dzx;  // double per channel
+  DeviceBuffer partials;         // 2 x chunks x channels doubles
   bool training = false;
   bool has_forward = false;
 };
@@ -146,10 +177,21 @@ class GpuBatchNorm final : public GpuLayer {
     for (DeviceTensor* t : {&s.mean, &s.var, &s.inv}) t->resize({c});
     s.sum_dz.reserve(static_cast<size_t>(c) * sizeof(double));
     s.sum_dzx.reserve(static_cast<size_t>(c) * sizeof(double));
+    s.partials.reserve(2 * static_cast<size_t>(chunks_for(rows)) * static_cast<size_t>(c) * sizeof(double));
     cudaStream_t st = ctx.stream();
     if (fwd.training) {
-      bn_batch_stats<<<static_cast<unsigned>((c + kCols - 1) / kCols), dim3(kCols, kLanes), 0, st>>>(
-          x.ptr(), rows, c, cfg.epsilon, s.mean.ptr(), s.var.ptr(), s.inv.ptr());
+      const int64_t chunks = chunks_for(rows), chunk = std::max<int64_t>((rows + chunks - 1) / chunks, 1);
+      const dim3 grid(static_cast<unsigned>((c + kCols - 1) / kCols), static_cast<unsigned>(chunks));
+      double* partials = s.partials.as<double>();
+      // Two passes, as the CPU: the mean, then the squared deviations from it.
+      bn_partial_sums<<<grid, dim3(kCols, kLanes), 0, st>>>(x.ptr(), rows, c, chunk, nullptr, partials);
+      TG_CUDA_CHECK_LAUNCH();
+      bn_finish_mean<<<blocks_for(c), kThreads, 0, st>>>(partials, chunks, c, rows, s.mean.ptr());
+      TG_CUDA_CHECK_LAUNCH();
+      bn_partial_sums<<<grid, dim3(kCols, kLanes), 0, st>>>(x.ptr(), rows, c, chunk, s.mean.ptr(), partials);
+      TG_CUDA_CHECK_LAUNCH();
+      bn_finish_var<<<blocks_for(c), kThreads, 0, st>>>(partials, chunks, c, rows, cfg.epsilon, s.var.ptr(),
+                                                        s.inv.ptr());
       TG_CUDA_CHECK_LAUNCH();
     } else {
       if (!fwd.state) fail("an evaluation forward needs the model state (ForwardContext::state)");
@@ -185,9 +227,16 @@ class GpuBatchNorm final : public GpuLayer {
     const int64_t c = x.shape.back(), rows = x.size() / c;
     const bool relu = bn_.config().relu;
     cudaStream_t st = ctx.stream();
-    bn_backward_sums<<<static_cast<unsigned>((c + kCols - 1) / kCols), dim3(kCols, kLanes), 0, st>>>(
-        x.ptr(), y.ptr(), dy.ptr(), s.mean.ptr(), s.inv.ptr(), rows, c, relu, s.sum_dz.as<double>(), s.sum_dzx.as<double>(),
-        grads.at(bn_.beta_index()).ptr());
+    const int64_t chunks = chunks_for(rows), chunk = std::max<int64_t>((rows + chunks - 1) / chunks, 1);
+    s.partials.reserve(2 * static_cast<size_t>(chunks) * static_cast<size_t>(c) * sizeof(double));
+    double* p_dz = s.partials.as<double>();
+    double* p_dzx = p_dz + chunks * c;
+    bn_backward_partials<<<dim3(static_cast<unsigned>((c + kCols - 1) / kCols), static_cast<unsigned>(chunks)),
+                           dim3(kCols, kLanes), 0, st>>>(x.ptr(), y.ptr(), dy.ptr(), s.mean.ptr(), s.inv.ptr(), rows,
+                                                         c, chunk, relu, p_dz, p_dzx);
+    TG_CUDA_CHECK_LAUNCH();
+    bn_backward_finish<<<blocks_for(c), kThreads, 0, st>>>(p_dz, p_dzx, chunks, c, s.sum_dz.as<double>(),
+                                                           s.sum_dzx.as<double>(), grads.at(bn_.beta_index()).ptr());
     TG_CUDA_CHECK_LAUNCH();
     if (!dx) return;
     dx->resize(x.shape);
