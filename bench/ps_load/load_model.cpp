@@ -11,7 +11,7 @@ namespace terngrad::bench {
 LoadModel build_load_model(const LoadModelOptions& o) {
   if (o.replicas < 1 || o.num_ps < 1) throw std::invalid_argument("load model: replicas and num_ps must be >= 1");
   train::ModelOptions mo;
-  mo.num_classes = o.num_classes > 0 ? o.num_classes : (o.net == "alexnet" ? 1000 : 10);
+  mo.num_classes = o.num_classes > 0 ? o.num_classes : (o.net == "lenet" || o.net == "cifarnet" ? 10 : 1000);
   // Only the variables' names and sizes are used; the weights are dropped below.
   std::vector<comm::VariableSpec> vars;
   {

@@ -24,8 +24,8 @@
 namespace terngrad::bench {
 
 struct LoadModelOptions {
-  std::string net = "alexnet";  // lenet | cifarnet | alexnet
-  int num_classes = 0;          // 0: ImageNet's 1000 for alexnet, 10 otherwise
+  std::string net = "alexnet";  // lenet | cifarnet | alexnet | googlenet | vgg_a
+  int num_classes = 0;          // 0: ImageNet's 1000 for the 224x224 nets, 10 otherwise
   std::string codec = "terngrad:clip=2.5,share_scale=1";
   int64_t size_to_binarize = 9217;  // the paper's AlexNet setting: every bias stays fp32
   bool quantize_logits = false;

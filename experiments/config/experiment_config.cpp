@@ -103,7 +103,7 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   }
 
   const Model& m = cfg.model();
-  if (m.net() == Model::NET_UNSPECIFIED) bad(source, "model.net", "is required: LENET, CIFARNET or ALEXNET", "nothing");
+  if (m.net() == Model::NET_UNSPECIFIED) bad(source, "model.net", "is required: LENET, CIFARNET, ALEXNET, GOOGLENET or VGG_A", "nothing");
   if (m.num_classes() < 0) bad(source, "model.num_classes", "must be >= 0", num(m.num_classes()));
   if (m.keep_prob() != -1 && !(m.keep_prob() > 0 && m.keep_prob() <= 1))
     bad(source, "model.keep_prob", "is a probability in (0, 1] (or -1 for the net's default)", num(m.keep_prob()));
@@ -305,7 +305,7 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
   auto flag = [&f](const std::string& name, const std::string& value) { f.push_back("--" + name + "=" + value); };
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
 
-  static const char* const kNets[] = {"", "lenet", "cifarnet", "alexnet"};
+  static const char* const kNets[] = {"", "lenet", "cifarnet", "alexnet", "googlenet", "vgg_a"};
   flag("net", kNets[p.model().net()]);
   static const char* const kFormats[] = {"", "mnist", "cifar10", "synthetic", ""};
   const Dataset& d = p.dataset();

@@ -1,6 +1,7 @@
 // Multi-process runs on loopback through the real binaries (tg-train,
 // tg-cluster): a sync run with 1 ps and 2 workers trains exactly the weights
-// of the in-process trainer with 2 virtual workers; two ps tasks with sharded
+// of the in-process trainer with 2 virtual workers (GoogLeNet's batch norm
+// state included: the chief's is worker 0's); two ps tasks with sharded
 // variables give the same weights as one; a distributed run resumes from the
 // chief's checkpoint bit for bit; async training converges; a killed worker
 // is reported by name and nobody hangs; bad TF_CONFIG values are refused.
@@ -109,6 +110,28 @@ TEST_F(Distributed, SyncOnePsTwoWorkersTrainTheInProcessWeightsBitForBit) {
     ASSERT_EQ(b.exit_code, 0) << b.output;
     expect_same_weights("inproc" + tag, "cluster" + tag);
   }
+}
+
+// GoogLeNet's batch norm state in a cluster: every replica folds its own
+// batch into its own copy; the chief is worker 0, so its checkpointed and
+// exported moving statistics equal the in-process run's (folded from
+// worker 0's batch), and so do the weights, bit for bit.
+TEST_F(Distributed, BatchNormStateOfTheChiefIsWorker0s) {
+  const std::string flags =
+      "--net=googlenet --dataset_name=synthetic --synthetic_examples=8 --num_classes=10 --batch_size=1 "
+      "--max_steps=2 --max_eval_examples=2 --eval_batch_size=2 --grad_bits=2 --quiet=true --threads=1";
+  const Proc a = in_process("inproc", 2, flags);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const Proc b = cluster("cluster", "--num_ps=1 --chief=false --num_workers=2", flags);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto wa = weights("inproc"), wb = weights("cluster");
+  ASSERT_EQ(wb.size(), wa.size());
+  int moving = 0;
+  for (const auto& [name, t] : wa) {
+    moving += name.find("/moving_") != std::string::npos;
+    EXPECT_EQ(t.data, wb.at(name).data) << name;
+  }
+  EXPECT_EQ(moving, 114);
 }
 
 // One cluster run per codec family against the in-process trainer, bit for

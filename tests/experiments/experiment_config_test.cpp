@@ -64,10 +64,11 @@ TEST(ExperimentConfig, EveryShippedConfigRunsAtItsGridPoints) {
       ASSERT_NO_THROW(terngrad::train::validate(tc));
       EXPECT_EQ(tc.num_nodes, workers);
       EXPECT_EQ(tc.seed, 7u);
-      for (const auto& p : cfg.paper()) EXPECT_GT(p.top1(), 0.5) << p.table();
+      // Each paper row reports top-1 or (GoogLeNet's table) top-5 only.
+      for (const auto& p : cfg.paper()) EXPECT_GT(p.has_top1() ? p.top1() : p.top5(), 0.5) << p.table();
     }
   }
-  EXPECT_GE(files, 10);
+  EXPECT_GE(files, 14);
 }
 
 TEST(ExperimentConfig, TheAuthorsHyperparametersReachTheTrainer) {

@@ -89,14 +89,18 @@ class GpuConv2D final : public GpuLayer {
     const Shape out = output_shape(x.shape);
     y.resize(out);
     const DeviceTensor& w = params.at(conv_.weights_index());
-    const DeviceTensor& b = params.at(conv_.biases_index());
     const int64_t k = w.size() / c.filters;
     detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
     const float one = 1.0f, zero = 0.0f;
     TG_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &one, s.x_desc, conv_input(ctx, s, x), s.w_desc,
                                            s.w_krsc.data(), s.conv_desc, s.fwd_algo, ctx.workspace(s.fwd_bytes),
                                            s.fwd_bytes, &zero, s.y_desc, y.ptr()));
-    detail::add_bias_act(y.ptr(), b.ptr(), numel(out) / c.filters, c.filters, c.relu, ctx.stream());
+    // Without biases (a conv before batch norm) only the ReLU, if any, remains.
+    if (c.bias)
+      detail::add_bias_act(y.ptr(), params.at(conv_.biases_index()).ptr(), numel(out) / c.filters, c.filters, c.relu,
+                           ctx.stream());
+    else if (c.relu)
+      detail::relu_forward(y.ptr(), y.ptr(), numel(out), ctx.stream());
   }
 
   void backward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, const DeviceTensor& y,
@@ -108,7 +112,6 @@ class GpuConv2D final : public GpuLayer {
     const int64_t rows = numel(out) / c.filters;
     const DeviceTensor& w = params.at(conv_.weights_index());
     DeviceTensor& dw = grads.at(conv_.weights_index());
-    DeviceTensor& db = grads.at(conv_.biases_index());
     const int64_t k = w.size() / c.filters;
 
     const float* dz = dy.ptr();
@@ -116,7 +119,8 @@ class GpuConv2D final : public GpuLayer {
       detail::relu_grad(s.dz.as<float>(), y.ptr(), dy.ptr(), numel(out), ctx.stream());
       dz = s.dz.as<float>();
     }
-    detail::bias_grad(db.ptr(), dz, rows, c.filters, s.partials.as<float>(), ctx.stream());
+    if (c.bias)
+      detail::bias_grad(grads.at(conv_.biases_index()).ptr(), dz, rows, c.filters, s.partials.as<float>(), ctx.stream());
 
     const float one = 1.0f, zero = 0.0f;
     // x is padded again (when it needs to be) rather than taken from

@@ -11,6 +11,9 @@ std::unique_ptr<GpuLayer> make_gpu_layer(const Layer& cpu) {
   if (auto* d = dynamic_cast<const Dense*>(&cpu)) return make_gpu_dense(*d);
   if (auto* r = dynamic_cast<const ReLU*>(&cpu)) return make_gpu_relu(*r);
   if (auto* d = dynamic_cast<const Dropout*>(&cpu)) return make_gpu_dropout(*d);
+  if (auto* b = dynamic_cast<const BatchNorm*>(&cpu)) return make_gpu_batch_norm(*b);
+  if (auto* a = dynamic_cast<const AvgPool*>(&cpu)) return make_gpu_avg_pool(*a);
+  if (auto* m = dynamic_cast<const BranchConcat*>(&cpu)) return make_gpu_branch_concat(*m);
   throw std::invalid_argument(cpu.name() + ": this layer type has no GPU implementation");
 }
 

@@ -15,5 +15,8 @@ std::unique_ptr<GpuLayer> make_gpu_lrn(const LocalResponseNorm& cpu);
 std::unique_ptr<GpuLayer> make_gpu_dense(const Dense& cpu);
 std::unique_ptr<GpuLayer> make_gpu_relu(const ReLU& cpu);
 std::unique_ptr<GpuLayer> make_gpu_dropout(const Dropout& cpu);
+std::unique_ptr<GpuLayer> make_gpu_batch_norm(const BatchNorm& cpu);
+std::unique_ptr<GpuLayer> make_gpu_avg_pool(const AvgPool& cpu);
+std::unique_ptr<GpuLayer> make_gpu_branch_concat(const BranchConcat& cpu);
 
 }  // namespace terngrad::train::cuda

@@ -45,7 +45,9 @@ DeviceGrads GpuModel::make_grads() const {
 
 void GpuModel::forward_backward(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x,
                                 const int32_t* d_labels, DeviceGrads& grads, float* d_loss,
-                                const ForwardContext& fwd) const {
+                                const ForwardContext& fwd_in) const {
+  ForwardContext fwd = fwd_in;
+  if (!fwd.state) fwd.state = &cpu_.state();  // read only by an evaluation-mode batch norm
   for (DeviceTensor& g : grads) g.zero(ctx.stream());
   const DeviceTensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -62,11 +64,18 @@ void GpuModel::forward_backward(GpuContext& ctx, Workspace& ws, const DevicePara
   }
 }
 
+void GpuModel::fold_state(GpuContext& ctx, Workspace& ws, StateSet& state) const {
+  if (state.empty()) return;
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->fold_state(ctx, ws.scratch[i].get(), state);
+}
+
 const DeviceTensor& GpuModel::predict(GpuContext& ctx, Workspace& ws, const DeviceParams& params,
                                       const DeviceTensor& x) const {
+  ForwardContext fwd;  // evaluation: dropout off, batch norm at the moving statistics
+  fwd.state = &cpu_.state();
   const DeviceTensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(ctx, params, *in, ws.acts[i + 1], ws.scratch[i].get(), ForwardContext{});
+    layers_[i]->forward(ctx, params, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
     in = &ws.acts[i + 1];
   }
   return *in;

@@ -82,7 +82,17 @@ __global__ void transpose_kernel(float* out, const float* in, int64_t rows, int6
   }
 }
 
+__global__ void add_into_kernel(float* acc, const float* x, int64_t n) {
+  for (const int64_t i : grid_stride_range(n)) acc[i] += x[i];
+}
+
 }  // namespace
+
+void add_into(float* acc, const float* x, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_into_kernel<<<blocks_for(n), kThreads, 0, s>>>(acc, x, n);
+  TG_CUDA_CHECK_LAUNCH();
+}
 
 void add_bias_act(float* y, const float* b, int64_t rows, int64_t f, bool relu, cudaStream_t s) {
   const int64_t n = rows * f;

@@ -20,6 +20,9 @@ void add_bias_act(float* y, const float* b, int64_t rows, int64_t f, bool relu, 
 // out[i] = y[i] > 0 ? dy[i] : 0 (TF's ReluGrad; also the fused-ReLU mask).
 void relu_grad(float* out, const float* y, const float* dy, int64_t n, cudaStream_t s);
 
+// acc[i] += x[i] (BranchConcat sums its branches' input gradients).
+void add_into(float* acc, const float* x, int64_t n, cudaStream_t s);
+
 // out[i] = max(x[i], 0).
 void relu_forward(float* out, const float* x, int64_t n, cudaStream_t s);
 

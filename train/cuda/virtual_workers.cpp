@@ -369,6 +369,14 @@ void VirtualWorkers::upload_state(const HostTrainState& host) {
   failed_ = false;  // a complete state again
 }
 
+void VirtualWorkers::fold_state(StateSet& state) {
+  require_usable("fold_state");
+  if (state.empty()) return;
+  Worker& w0 = *workers_.front();
+  DeviceGuard guard(devices_[w0.device]->ordinal);
+  gpu_.fold_state(w0.ctx, w0.ws, state);
+}
+
 void VirtualWorkers::predict(const Tensor& x, bool average, Tensor& logits) {
   require_usable("predict");
   if (average && !cfg_.moving_average)

@@ -430,6 +430,26 @@ void restore_params(ParamSet& params, const TensorMap& tensors, bool allow_extra
   for (Param& p : params.params) p.value.data = tensors.at(p.name).data;
 }
 
+void restore_state(StateSet& state, const TensorMap& tensors) {
+  std::string missing, mismatched;
+  for (const StateVar& v : state.vars) {
+    auto it = tensors.find(v.name);
+    if (it == tensors.end())
+      missing += (missing.empty() ? "" : ", ") + v.name;
+    else if (it->second.shape != v.value.shape || it->second.data.size() != v.value.data.size())
+      mismatched += (mismatched.empty() ? "" : ", ") + v.name + " (model " + detail::format_shape(v.value.shape) +
+                    ", checkpoint " + detail::format_shape(it->second.shape) + ")";
+  }
+  if (!missing.empty() || !mismatched.empty()) {
+    std::string msg = "checkpoint does not match the model's state (batch norm moving statistics):";
+    if (!missing.empty()) msg += " missing [" + missing + "];";
+    if (!mismatched.empty()) msg += " shape mismatch [" + mismatched + "];";
+    msg.pop_back();
+    throw std::runtime_error(msg);
+  }
+  for (StateVar& v : state.vars) v.value.data = tensors.at(v.name).data;
+}
+
 std::vector<uint8_t> pack_int64s(const std::vector<int64_t>& values) {
   std::string s;
   for (int64_t v : values) detail::put_le(s, static_cast<uint64_t>(v), 8);

@@ -27,6 +27,7 @@ struct ConvScratch final : LayerScratch {
   std::vector<float> row;       // im2col's padded input row
   std::vector<float> db_block;  // bias gradient of one block
   std::vector<double> db;       // ... summed over blocks
+  std::vector<float> zero_bias; // the bias forward adds when the layer has none
 };
 
 ConvGeometry conv_geometry(const Conv2DConfig& cfg, const std::string& name, const Shape& in) {
@@ -89,9 +90,9 @@ void Conv2D::create_params(const Shape& in, ParamSet& params, std::mt19937_64& i
   if (w_ != kNoParam) fail(name(), "create_params called twice");
   const ConvGeometry g = conv_geometry(cfg_, name(), in);
   Param w{name() + "/weights", Tensor({g.kh, g.kw, g.cg, g.f}), cfg_.weight_decay, false};
-  truncated_normal_fill(w.value.data, cfg_.init_stddev, init_rng);
+  init_weights(w.value.data, cfg_.init, cfg_.init_stddev, g.kh * g.kw * g.cg, g.kh * g.kw * g.f, init_rng);
   w_ = params.add(std::move(w));
-  b_ = params.add(Param{name() + "/biases", Tensor({g.f}, cfg_.bias_init), 0.0f, false});
+  if (cfg_.bias) b_ = params.add(Param{name() + "/biases", Tensor({g.f}, cfg_.bias_init), 0.0f, false});
 }
 
 std::unique_ptr<LayerScratch> Conv2D::make_scratch() const { return std::make_unique<ConvScratch>(); }
@@ -101,7 +102,9 @@ void Conv2D::forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerSc
   const ConvGeometry g = conv_geometry(cfg_, name(), x.shape);
   auto& s = detail::scratch_as<ConvScratch>(scratch, name());
   const float* w = detail::param_value(params, w_, {g.kh, g.kw, g.cg, g.f}, name()).ptr();
-  const float* __restrict b = detail::param_value(params, b_, {g.f}, name()).ptr();
+  // No biases (before a batch norm): add zeros, one code path.
+  if (!cfg_.bias && static_cast<int64_t>(s.zero_bias.size()) != g.f) s.zero_bias.assign(g.f, 0.0f);
+  const float* __restrict b = cfg_.bias ? detail::param_value(params, b_, {g.f}, name()).ptr() : s.zero_bias.data();
   y.resize({g.n, g.oh, g.ow, g.f});
 
   const int64_t block = examples_per_block(g);
@@ -137,7 +140,7 @@ void Conv2D::backward(const ParamSet& params, const Tensor& x, const Tensor& y, 
   const Shape wshape{g.kh, g.kw, g.cg, g.f};
   const float* w = detail::param_value(params, w_, wshape, name()).ptr();
   float* dw = detail::grad_tensor(grads, w_, wshape, name()).ptr();
-  float* db = detail::grad_tensor(grads, b_, {g.f}, name()).ptr();
+  float* db = cfg_.bias ? detail::grad_tensor(grads, b_, {g.f}, name()).ptr() : nullptr;
   if (dx) {
     dx->resize(x.shape);
     dx->fill(0.0f);  // col2im accumulates
@@ -192,7 +195,8 @@ void Conv2D::backward(const ParamSet& params, const Tensor& x, const Tensor& y, 
       }
     }
   }
-  for (int64_t f = 0; f < g.f; ++f) db[f] += static_cast<float>(s.db[f]);
+  if (db)
+    for (int64_t f = 0; f < g.f; ++f) db[f] += static_cast<float>(s.db[f]);
 }
 
 }  // namespace terngrad::train

@@ -46,7 +46,7 @@ void Dense::create_params(const Shape& in, ParamSet& params, std::mt19937_64& in
   if (w_ != kNoParam) fail(name(), "create_params called twice");
   const Flat f = flatten(name(), in);
   Param w{name() + "/weights", Tensor({f.d, cfg_.units}), cfg_.weight_decay, cfg_.is_logits};
-  truncated_normal_fill(w.value.data, cfg_.init_stddev, init_rng);
+  init_weights(w.value.data, cfg_.init, cfg_.init_stddev, w.value.shape[0], cfg_.units, init_rng);
   w_ = params.add(std::move(w));
   b_ = params.add(Param{name() + "/biases", Tensor({cfg_.units}, cfg_.bias_init), 0.0f, cfg_.is_logits});
 }

@@ -24,4 +24,21 @@ void truncated_normal_fill(std::span<float> out, float stddev, std::mt19937_64& 
   }
 }
 
+void init_weights(std::span<float> out, WeightInit init, float init_stddev, int64_t fan_in, int64_t fan_out,
+                  std::mt19937_64& rng) {
+  switch (init) {
+    case WeightInit::kTruncatedNormal:
+      truncated_normal_fill(out, init_stddev, rng);
+      return;
+    case WeightInit::kVarianceScaling:
+      truncated_normal_fill(out, static_cast<float>(std::sqrt(1.3 * 2.0 / static_cast<double>(fan_in))), rng);
+      return;
+    case WeightInit::kGlorotUniform: {
+      const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+      for (float& v : out) v = static_cast<float>((2.0 * open_unit(rng) - 1.0) * limit);
+      return;
+    }
+  }
+}
+
 }  // namespace terngrad::train

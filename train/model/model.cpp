@@ -31,6 +31,7 @@ void Model::build(uint64_t init_seed) {
   for (auto& layer : layers_) {
     const size_t first = params_.size();
     layer->create_params(shape, params_, rng);
+    layer->create_state(shape, state_);
     layer_params_.emplace_back(first, params_.size());
     shape = layer->output_shape(shape);
     out_shapes_.push_back(Shape(shape.begin() + 1, shape.end()));
@@ -61,7 +62,8 @@ const Tensor& Model::predict(Workspace& ws, const Tensor& x) const {
     throw std::invalid_argument(name_ + ": input batch " + shape_string(x.shape) + " does not match the model input " +
                                 shape_string(input_));
   }
-  ForwardContext ctx;  // evaluation: dropout off
+  ForwardContext ctx;  // evaluation: dropout off, batch norm at the moving statistics
+  ctx.state = &state_;
   const Tensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), ctx);
@@ -77,9 +79,11 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
                                 std::to_string(x.dim(0)));
   }
   for (auto& g : grads) g.fill(0.0f);
+  ForwardContext fwd = ctx;
+  if (!fwd.state) fwd.state = &state_;  // read only by an evaluation-mode batch norm
   const Tensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), ctx);
+    layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
     in = &ws.acts[i + 1];
   }
   const float loss = softmax_cross_entropy(*in, labels, ws.dlogits);
@@ -93,6 +97,14 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
     dy = dx;
   }
   return loss;
+}
+
+void Model::fold_state(const Workspace& ws) {
+  if (state_.empty()) return;
+  if (ws.scratch.size() != layers_.size())
+    throw std::invalid_argument(name_ + ": fold_state with a workspace of " + std::to_string(ws.scratch.size()) +
+                                " layers, the model has " + std::to_string(layers_.size()));
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->fold_state(ws.scratch[i].get(), state_);
 }
 
 int64_t Model::forward_macs_per_example() const {
@@ -112,7 +124,9 @@ std::string Model::summary() const {
     os << "  " << layers_[i]->name() << " -> " << shape_string(out_shapes_[i]) << "\n";
   int64_t total = 0;
   for (const Param& p : params_.params) total += p.value.size();
-  os << "  " << params_.size() << " variables, " << total << " parameters, "
+  os << "  " << params_.size() << " variables, " << total << " parameters, ";
+  if (!state_.empty()) os << state_.size() << " state tensors, ";
+  os
      << forward_macs_per_example() << " forward MACs per example";
   return os.str();
 }

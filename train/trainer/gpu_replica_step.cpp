@@ -25,6 +25,7 @@ class GpuReplicaStep final : public ReplicaStep {
     s_.next_batch(0, step, x_, labels_);
     const float loss = replica_.compute_gradient(
         x_, labels_, stream_seed(s_.cfg().seed, step, s_.workers().at(0), Purpose::kDropout));
+    replica_.fold_state(s_.model().state());  // this replica's batch into its own copy (session.h)
     for (size_t v = s_.num_variables(); ready && v-- > 0;) ready(loss, v);
     return loss;
   }

@@ -8,7 +8,7 @@
 // a run can move between --device=cpu and --device=gpu.
 //
 // Not on the GPU (refused with a message): rmsprop and the fp16 codec.
-// All three nets run, AlexNet's Dropout included: each worker gets the CPU
+// All five nets run, Dropout and batch norm included: each worker gets the CPU
 // run's dropout seed for the step, so both drop the same units.
 #include <chrono>
 #include <numeric>
@@ -65,6 +65,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
     for (int w = 0; w < N; ++w) s.next_batch(w, step, batches[w], labels[w]);
     const float loss = workers.step(step, batches, labels, static_cast<float>(s.lr(step)));
+    workers.fold_state(s.model().state());  // batch norm: worker 0's batch, as on the CPU
     if (s.ema()) workers.update_average(static_cast<float>(1.0 - s.ema()->decay_at(step)));
     run.after_step(step, loss, [](JsonObject& o) { o.add("device", "gpu"); }, hooks);
   }

@@ -166,7 +166,7 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
   } else {  // synthetic: the net's input size, learnable class structure
     const int64_t side = cfg.net == "lenet" ? 28 : cfg.net == "cifarnet" ? 24 : 224;
     const int64_t ch = cfg.net == "lenet" ? 1 : 3;
-    const int classes = cfg.num_classes > 0 ? cfg.num_classes : (cfg.net == "alexnet" ? 1000 : 10);
+    const int classes = cfg.num_classes > 0 ? cfg.num_classes : (side == 224 ? 1000 : 10);  // ImageNet nets: 1000
     d.train = make_synthetic(cfg.synthetic_examples, side, side, ch, classes, cfg.seed);
     d.test = make_synthetic(std::max<int64_t>(cfg.synthetic_examples / 4, 1), side, side, ch, classes, cfg.seed + 1);
     d.train_pre = d.eval_pre = Preprocess::kStandardize;
@@ -439,6 +439,7 @@ std::vector<TrainingSession::VariableInfo> TrainingSession::variables() const {
 std::map<std::string, Tensor> TrainingSession::state_tensors() {
   std::map<std::string, Tensor> tensors;
   for (const Param& p : params().params) tensors[p.name] = p.value;
+  for (const StateVar& v : model_->state().vars) tensors[v.name] = v.value;
   for (auto& [name, slot] : optimizer_->slots()) tensors[name] = *slot;
   if (ema_)
     for (auto& [name, shadow] : ema_->shadows()) tensors[name] = *shadow;
@@ -509,6 +510,7 @@ int64_t TrainingSession::restore() {
 
 void TrainingSession::load_weights(const Checkpoint& ck) {
   restore_params(params(), ck.tensors);
+  restore_state(model_->state(), ck.tensors);
   if (ema_) {
     for (auto& [name, shadow] : ema_->shadows()) {
       auto it = ck.tensors.find(name);
@@ -624,6 +626,9 @@ float TrainingSession::compute_gradient(size_t local, int64_t step, const Variab
       for (size_t v = end; v-- > first;) finish(loss, v);
     };
   const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done);
+  // Batch norm's moving statistics: from this process's first worker's batch
+  // (session.h says why that is safe while the other workers compute).
+  if (local == 0) model_->fold_state(w.ws);
   for (size_t v = ps.size(); v-- > 0;)
     if (!done[v]) finish(loss, v);
   return loss;

@@ -148,7 +148,8 @@ class TrainingSession {
   // <train_dir>/codec-state/worker-<w>/ (atomic, keeps 3; nothing for
   // stateless codecs). restore() reads it back at the chief's step.
   void save_codec_states(int64_t step);
-  // The checkpoint's tensors: weights, optimizer slots, EMA shadows.
+  // The checkpoint's tensors: weights, model state (batch norm moving
+  // statistics), optimizer slots, EMA shadows.
   std::map<std::string, Tensor> state_tensors();
 
   // --- one step; `local` indexes workers() ---
@@ -157,6 +158,15 @@ class TrainingSession {
   // ready, when given, is called with each variable as soon as its gradient
   // is complete (during the backward pass, last layer first), so it can be
   // encoded and sent while the rest computes.
+  //
+  // Model state (batch norm's moving mean and variance) is updated here, from
+  // the batch of local worker 0 only, once per step, as TF's multi-tower code
+  // updates it from one tower: worker 0 of an in-process run; in a cluster
+  // each replica folds its own batch into its own copy, and the chief's copy
+  // is the one it checkpoints and evaluates. Concurrent compute_gradient
+  // calls of other workers do not read the state (a training forward uses
+  // the batch statistics), so the fold needs no lock; evaluation runs
+  // between steps.
   using VariableReady = std::function<void(float loss, size_t v)>;
   float compute_gradient(size_t local, int64_t step, const VariableReady& ready = {});
   // The batch compute_gradient draws at `step` (advancing the sampler), for a

@@ -62,8 +62,10 @@ std::string one_of(const std::string& flag, const std::string& v, std::initializ
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"net", "lenet | cifarnet | alexnet",
-       [](TrainConfig& c, const std::string& v) { c.net = one_of("net", v, {"lenet", "cifarnet", "alexnet"}); }},
+      {"net", "lenet | cifarnet | alexnet | googlenet | vgg_a",
+       [](TrainConfig& c, const std::string& v) {
+         c.net = one_of("net", v, {"lenet", "cifarnet", "alexnet", "googlenet", "vgg_a"});
+       }},
       {"device", "cpu | gpu (CUDA backend: cuDNN/cuBLAS layers, CUDA codec on the device; sgd, momentum, adam)",
        [](TrainConfig& c, const std::string& v) { c.device = one_of("device", v, {"cpu", "gpu"}); }},
       {"num_gpus", "GPUs the virtual workers are spread over (--device=gpu; devices 0..num_gpus-1)",
@@ -87,7 +89,7 @@ const std::vector<Flag>& flags() {
        [](TrainConfig& c, const std::string& v) {
          c.preprocessing = one_of("preprocessing", v, {"lenet", "cifar", "standardize"});
        }},
-      {"num_classes", "logits width (alexnet: 1000 or 1001); 0 = dataset's", TG_INT(num_classes)},
+      {"num_classes", "logits width (224x224 nets: 1000 or 1001); 0 = dataset's", TG_INT(num_classes)},
       {"synthetic_examples", "training examples of the synthetic dataset", TG_INT(synthetic_examples)},
       {"num_nodes", "virtual workers", [](TrainConfig& c, const std::string& v) {
          c.num_nodes = static_cast<int>(to_int("num_nodes", v));

@@ -81,6 +81,8 @@ void export_model(TrainingSession& s, int64_t step) {
   if (cfg.train_dir.empty()) return;
   std::vector<std::pair<std::string, const Tensor*>> out;
   for (const Param& p : s.params().params) out.emplace_back(p.name, &p.value);
+  // Batch norm's moving statistics: what inference with the exported net needs.
+  for (const StateVar& v : s.model().state().vars) out.emplace_back(v.name, &v.value);
   export_safetensors(cfg.train_dir + "/model.safetensors", out, {{"net", cfg.net}, {"steps", std::to_string(step)}});
 }
 

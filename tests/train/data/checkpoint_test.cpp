@@ -66,6 +66,34 @@ TEST(Checkpoint, RoundTrip) {
   EXPECT_CONTAINS(read_text(t / "checkpoint"), "model_checkpoint_path: \"ckpt-120.tgck\"");
 }
 
+TEST(Checkpoint, RestoreStateNamesWhatIsMissingAndChangesNothing) {
+  // Built field by field: this library does not link the layers' Tensor helpers.
+  auto filled = [](int64_t n, float v) {
+    Tensor t;
+    t.shape = {n};
+    t.data.assign(static_cast<size_t>(n), v);
+    return t;
+  };
+  StateSet state;
+  state.add(StateVar{"bn/moving_mean", filled(3, 0.0f)});
+  state.add(StateVar{"bn/moving_variance", filled(3, 1.0f)});
+  TensorMap ck;
+  ck["bn/moving_mean"] = filled(3, 0.5f);
+  try {
+    restore_state(state, ck);
+    FAIL() << "a checkpoint without moving_variance was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bn/moving_variance"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(state.vars[0].value.data[0], 0.0f);  // untouched
+  ck["bn/moving_variance"] = filled(4, 2.0f);
+  EXPECT_THROW(restore_state(state, ck), std::runtime_error);  // shape mismatch
+  ck["bn/moving_variance"] = filled(3, 2.0f);
+  restore_state(state, ck);
+  EXPECT_EQ(state.vars[0].value.data[2], 0.5f);
+  EXPECT_EQ(state.vars[1].value.data[1], 2.0f);
+}
+
 TEST(Checkpoint, NoCheckpointYet) {
   TempDir t;
   EXPECT_FALSE(load_latest_checkpoint(t / "does-not-exist").has_value());

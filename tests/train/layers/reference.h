@@ -132,6 +132,49 @@ inline Vec ref_maxpool(const RefPool& p, const Vec& x) {
   return y;
 }
 
+// tf.nn.avg_pool: SAME windows average their in-image cells only.
+inline Vec ref_avgpool(const RefPool& p, const Vec& x) {
+  const RefWindow wy = ref_window(p.h, p.k, p.stride, p.same), wx = ref_window(p.w, p.k, p.stride, p.same);
+  Vec y;
+  for (int64_t n = 0; n < p.n; ++n)
+    for (int64_t oy = 0; oy < wy.out; ++oy)
+      for (int64_t ox = 0; ox < wx.out; ++ox)
+        for (int64_t ch = 0; ch < p.c; ++ch) {
+          double sum = 0;
+          int count = 0;
+          for (int64_t i = 0; i < p.k; ++i)
+            for (int64_t j = 0; j < p.k; ++j) {
+              const int64_t iy = oy * p.stride - wy.pad + i, ix = ox * p.stride - wx.pad + j;
+              if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) sum += x[((n * p.h + iy) * p.w + ix) * p.c + ch], ++count;
+            }
+          y.push_back(sum / count);
+        }
+  return y;
+}
+
+// slim.batch_norm (center, no scale) over the last axis of a [rows, c]
+// tensor: the batch's mean and biased variance (training) or the given ones.
+inline Vec ref_batch_norm(const Vec& x, int64_t c, const Vec& beta, double eps, bool relu, const Vec* mean_in = nullptr,
+                          const Vec* var_in = nullptr) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / c;
+  Vec mean(c, 0.0), var(c, 0.0);
+  if (mean_in) {
+    mean = *mean_in, var = *var_in;
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t ch = 0; ch < c; ++ch) mean[ch] += x[r * c + ch] / rows;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t ch = 0; ch < c; ++ch) var[ch] += (x[r * c + ch] - mean[ch]) * (x[r * c + ch] - mean[ch]) / rows;
+  }
+  Vec y(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const double v = (x[r * c + ch] - mean[ch]) / std::sqrt(var[ch] + eps) + beta[ch];
+      y[r * c + ch] = relu ? std::max(v, 0.0) : v;
+    }
+  return y;
+}
+
 inline Vec ref_lrn(const Vec& x, int64_t c, int64_t radius, double bias, double alpha, double beta) {
   Vec y(x.size());
   for (size_t p = 0; p < x.size() / c; ++p)
@@ -174,6 +217,7 @@ struct GradCheck {
   double grad_rtol = 1e-4;
   double h = 1e-6;
   bool check_dx = true;
+  bool training = false;  // the forward's ForwardContext::training (batch norm's batch statistics)
 };
 
 inline void expect_close(const std::string& what, const Vec& analytic, const Vec& numeric, double rtol) {
@@ -202,6 +246,7 @@ inline void check_layer(const Layer& layer, ParamSet& params, const std::vector<
   std::mt19937_64 rng(seed);
   auto scratch = layer.make_scratch();
   ForwardContext ctx;
+  ctx.training = opt.training;
   Tensor y;
   layer.forward(params, x, y, scratch.get(), ctx);
   ASSERT_EQ(y.shape, layer.output_shape(x.shape));

@@ -36,6 +36,14 @@ TEST(TrainFlags, ParsesTernGradScriptFlags) {
   EXPECT_NO_THROW(tt::validate(c));
 }
 
+TEST(TrainFlags, AcceptsThePapersImageNetNets) {
+  for (const char* net : {"alexnet", "googlenet", "vgg_a"}) {
+    tt::TrainConfig c;
+    tt::parse_train_flags({std::string("--net=") + net}, c);
+    EXPECT_EQ(c.net, net);
+  }
+}
+
 TEST(TrainFlags, RejectsUnknownFlagsAndBadValues) {
   expect_error({"--nett=lenet"}, "--nett");
   expect_error({"--net=vgg"}, "--net=vgg");

@@ -83,6 +83,12 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 // an error too.
 void restore_params(ParamSet& params, const TensorMap& tensors, bool allow_extra = true);
 
+// The model state's counterpart (batch norm's moving statistics, layer.h's
+// StateSet): every state tensor must be present with the same shape, else
+// std::runtime_error lists the missing names and mismatches and nothing is
+// modified. A model without state restores nothing and checks nothing.
+void restore_state(StateSet& state, const TensorMap& tensors);
+
 // Blob helpers for integer state (sampler positions, counters).
 std::vector<uint8_t> pack_int64s(const std::vector<int64_t>& values);
 // Throws std::runtime_error naming `what` when the size is not a multiple of 8.

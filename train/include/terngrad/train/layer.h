@@ -41,6 +41,28 @@ struct ParamSet {
 // Gradients, one tensor per parameter, same order and shapes as a ParamSet.
 using GradSet = std::vector<Tensor>;
 
+// Model state: non-trainable variables a layer keeps beside its parameters
+// (batch norm's moving mean and variance), named as in TensorFlow
+// ("Conv2d_1a_7x7/BatchNorm/moving_mean"). They get no gradient and never go
+// through a codec or the optimizer; Model::fold_state() updates them from one
+// worker's batch statistics once per step (TF's multi-tower code updates them
+// from one tower's batch), checkpoints and model.safetensors carry them, and
+// evaluation reads them. Nets without batch norm have an empty StateSet.
+struct StateVar {
+  std::string name;
+  Tensor value;
+};
+
+struct StateSet {
+  std::vector<StateVar> vars;
+  size_t add(StateVar v) {
+    vars.push_back(std::move(v));
+    return vars.size() - 1;
+  }
+  size_t size() const { return vars.size(); }
+  bool empty() const { return vars.empty(); }
+};
+
 // Per-worker, per-layer scratch a layer keeps between forward and backward.
 struct LayerScratch {
   virtual ~LayerScratch() = default;
@@ -49,6 +71,10 @@ struct LayerScratch {
 struct ForwardContext {
   bool training = false;
   uint64_t dropout_seed = 0;  // distinct per (step, worker); dropout masks derive from it
+  // The model state evaluation reads (batch norm's moving statistics); a
+  // training forward uses the batch's own statistics and leaves it alone.
+  // Model::predict and forward_backward point it at the model's state.
+  const StateSet* state = nullptr;
 };
 
 class Layer {
@@ -66,6 +92,16 @@ class Layer {
   virtual void create_params(const Shape& in, ParamSet& params, std::mt19937_64& init_rng) {
     (void)in, (void)params, (void)init_rng;
   }
+
+  // Creates this layer's model state (see StateSet) for input shape `in`,
+  // once, right after create_params.
+  virtual void create_state(const Shape& in, StateSet& state) { (void)in, (void)state; }
+
+  // Folds the statistics the last training forward on `scratch` recorded
+  // into `state` (batch norm's moving averages). Not const on the state, so
+  // the caller serializes it: the trainers call it for one worker per step,
+  // between steps or while no forward reads the state.
+  virtual void fold_state(const LayerScratch* scratch, StateSet& state) const { (void)scratch, (void)state; }
 
   virtual std::unique_ptr<LayerScratch> make_scratch() const { return nullptr; }
 

@@ -1,5 +1,6 @@
-// The layers of the TernGrad paper's networks (LeNet, CifarNet, AlexNet as
-// the authors defined them in TensorFlow), for the CPU trainer. NHWC
+// The layers of the TernGrad paper's networks (LeNet, CifarNet, AlexNet,
+// GoogLeNet, VGG-A as the authors defined them in TensorFlow), for the CPU
+// trainer. NHWC
 // activations, TensorFlow parameter layouts and names, TensorFlow padding and
 // normalization formulas, so a run here can be compared with the paper's.
 //
@@ -53,6 +54,20 @@ WindowGeometry window_geometry(int64_t in, int64_t kernel, int64_t stride, Paddi
 // libraries), so a seed gives the same weights with every toolchain.
 void truncated_normal_fill(std::span<float> out, float stddev, std::mt19937_64& rng);
 
+// How a Conv2D or Dense layer draws its weights (biases are constants):
+//   kTruncatedNormal: tf.truncated_normal(stddev = init_stddev);
+//   kVarianceScaling: tf.contrib.layers.variance_scaling_initializer() with
+//     its defaults (factor 2, FAN_IN, truncated normal): stddev =
+//     sqrt(1.3 * 2 / fan_in), the 1.3 undoing the truncation's shrinkage;
+//   kGlorotUniform: tf.contrib.layers.xavier_initializer() (uniform, FAN_AVG):
+//     U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)).
+// fan_in = kh * kw * cin (conv) or D (dense); fan_out = kh * kw * filters or units.
+enum class WeightInit { kTruncatedNormal, kVarianceScaling, kGlorotUniform };
+
+// Fills out per `init` (init_stddev is read by kTruncatedNormal only).
+void init_weights(std::span<float> out, WeightInit init, float init_stddev, int64_t fan_in, int64_t fan_out,
+                  std::mt19937_64& rng);
+
 // The index a layer uses before create_params() has run.
 inline constexpr size_t kNoParam = std::numeric_limits<size_t>::max();
 
@@ -79,6 +94,10 @@ struct Conv2DConfig {
   float bias_init = 0.0f;     // constant
   float weight_decay = 0.0f;
   bool relu = false;  // fused ReLU on the output
+  WeightInit init = WeightInit::kTruncatedNormal;
+  // false: no "<name>/biases" (a conv followed by batch norm, whose beta is
+  // the offset: slim's conv2d with a normalizer_fn creates no biases).
+  bool bias = true;
 };
 
 class Conv2D final : public Layer {
@@ -86,7 +105,7 @@ class Conv2D final : public Layer {
   explicit Conv2D(Conv2DConfig cfg);
   const Conv2DConfig& config() const { return cfg_; }
   size_t weights_index() const { return w_; }
-  size_t biases_index() const { return b_; }
+  size_t biases_index() const { return b_; }  // kNoParam when !config().bias
 
   Shape output_shape(const Shape& in) const override;
   void create_params(const Shape& in, ParamSet& params, std::mt19937_64& init_rng) override;
@@ -175,6 +194,7 @@ struct DenseConfig {
   float weight_decay = 0.0f;  // weights only
   bool is_logits = false;
   bool relu = false;  // fused ReLU on the output
+  WeightInit init = WeightInit::kTruncatedNormal;
 };
 
 class Dense final : public Layer {
@@ -248,6 +268,128 @@ class Dropout final : public Layer {
   DropoutConfig cfg_;
   uint64_t salt_;          // from the layer name
   uint64_t threshold_;     // keep iff the hash's top 32 bits < threshold_
+};
+
+// ---------------------------------------------------------------------------
+// slim.batch_norm as GoogLeNet and VGG-A use it: center = true (a trainable
+// offset "<name>/beta", zero-initialized), scale = false (no gamma), over the
+// last (channel) axis of any [N, ..., C] input:
+//   training:   mean, var = the batch's per-channel mean and biased variance
+//               over every axis but the last (tf.nn.moments);
+//   evaluation: mean, var = the model state "<name>/moving_mean" (starts at 0)
+//               and "<name>/moving_variance" (starts at 1);
+//   y = (x - mean) / sqrt(var + epsilon) + beta, then ReLU when relu (the
+//   conv's activation, which slim applies after the normalizer).
+// Training backward runs through the batch mean and variance (the full
+// gradient); an evaluation-mode backward treats them as constants.
+// fold_state: moving -= (1 - decay) * (moving - batch), TF's
+// assign_moving_average, with the batch statistics of the last training
+// forward on that scratch.
+struct BatchNormConfig {
+  std::string name;  // e.g. "Conv2d_1a_7x7/BatchNorm"
+  float epsilon = 0.001f;
+  float decay = 0.999f;  // slim's default; GoogLeNet's inception_arg_scope uses 0.9997
+  bool relu = false;
+};
+
+class BatchNorm final : public Layer {
+ public:
+  explicit BatchNorm(BatchNormConfig cfg);
+  const BatchNormConfig& config() const { return cfg_; }
+  size_t beta_index() const { return beta_; }
+  size_t moving_mean_index() const { return mean_; }
+  size_t moving_variance_index() const { return var_; }
+
+  Shape output_shape(const Shape& in) const override;  // same shape
+  void create_params(const Shape& in, ParamSet& params, std::mt19937_64& init_rng) override;
+  void create_state(const Shape& in, StateSet& state) override;
+  void fold_state(const LayerScratch* scratch, StateSet& state) const override;
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+
+  // Per-channel statistics of the last forward on `scratch` (the batch's in
+  // training, the moving ones in evaluation): what the GPU twin is checked
+  // against and what fold_state reads.
+  struct Stats {
+    std::vector<float> mean, variance;
+    bool training = false;  // the batch's own (fold_state needs these)
+  };
+  static const Stats& last_stats(const LayerScratch* scratch, const std::string& layer);
+  // The moving-average update fold_state applies, on plain vectors (the GPU
+  // trainer folds the statistics its device computed with the same rule).
+  void fold(const std::vector<float>& batch_mean, const std::vector<float>& batch_variance, StateSet& state) const;
+
+ private:
+  BatchNormConfig cfg_;
+  size_t beta_ = kNoParam, mean_ = kNoParam, var_ = kNoParam;
+};
+
+// ---------------------------------------------------------------------------
+// Average pooling over kernel x kernel windows per channel, TF's rule: VALID
+// windows average k*k cells; SAME windows average the in-image cells only
+// (padding is not counted, as tf.nn.avg_pool does). GoogLeNet's logits use
+// 7x7 VALID on a 7x7 map (a global average).
+struct AvgPoolConfig {
+  std::string name;
+  int64_t kernel = 2;
+  int64_t stride = 2;
+  Padding padding = Padding::kValid;
+};
+
+class AvgPool final : public Layer {
+ public:
+  explicit AvgPool(AvgPoolConfig cfg);
+  const AvgPoolConfig& config() const { return cfg_; }
+
+  Shape output_shape(const Shape& in) const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+
+ private:
+  AvgPoolConfig cfg_;
+};
+
+// ---------------------------------------------------------------------------
+// Branches run on the same input, outputs concatenated on channels, in
+// branch order (GoogLeNet's Mixed_* blocks: tf.concat(axis=3, [branch_0,
+// ..., branch_3])). Each branch is a chain of ordinary layers named in full
+// ("Mixed_3b/Branch_1/Conv2d_0b_3x3"); every branch output must have the
+// same [N, H, W]. Backward hands each branch its channel slice of dy and
+// sums the branches' input gradients.
+//
+// Why a composite layer rather than a graph in Model: Inception blocks are
+// the only non-chain structure in the paper's nets, and as one Layer they
+// keep everything built on the chain unchanged (the GPU model, the per-layer
+// grads_ready callback that overlaps communication with backward, the
+// dispatch from CPU layer to GPU twin). Parameters and state are created
+// branch by branch, layer by layer, which is TF's creation order.
+class BranchConcat final : public Layer {
+ public:
+  using Branch = std::vector<std::unique_ptr<Layer>>;
+  BranchConcat(std::string name, std::vector<Branch> branches);
+  const std::vector<Branch>& branches() const { return branches_; }
+
+  Shape output_shape(const Shape& in) const override;
+  void create_params(const Shape& in, ParamSet& params, std::mt19937_64& init_rng) override;
+  void create_state(const Shape& in, StateSet& state) override;
+  void fold_state(const LayerScratch* scratch, StateSet& state) const override;
+  std::unique_ptr<LayerScratch> make_scratch() const override;
+  void forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScratch* scratch,
+               const ForwardContext& ctx) const override;
+  void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                GradSet& grads, LayerScratch* scratch) const override;
+  int64_t forward_macs_per_example(const Shape& in) const override;
+
+  // Output channels of each branch for input `in` (the concat's split points).
+  std::vector<int64_t> branch_channels(const Shape& in) const;
+
+ private:
+  std::vector<Branch> branches_;
 };
 
 }  // namespace terngrad::train

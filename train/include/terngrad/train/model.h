@@ -1,6 +1,8 @@
-// A feed-forward network: an ordered list of layers plus the ParamSet they
-// created. The paper's three networks are all chains (AlexNet's two towers
-// are grouped convolutions), so a sequence is the whole graph.
+// A feed-forward network: an ordered list of layers plus the ParamSet (and
+// StateSet) they created. LeNet, CifarNet, AlexNet and VGG-A are chains
+// (AlexNet's two towers are grouped convolutions); GoogLeNet's Inception
+// blocks are one composite layer each (BranchConcat, layers.h), so a
+// sequence stays the whole graph.
 //
 // A Model is shared read-only by all virtual workers; each worker owns a
 // Model::Workspace with its activations, activation gradients and layer scratch.
@@ -47,8 +49,15 @@ class Model {
   float forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels,
                          GradSet& grads, const ForwardContext& ctx, const GradsReady& grads_ready = {}) const;
 
-  // Forward only (evaluation); returns the logits tensor inside ws.
+  // Forward only (evaluation, batch norm at the moving statistics); returns
+  // the logits tensor inside ws.
   const Tensor& predict(Workspace& ws, const Tensor& x) const;
+
+  // Folds the batch statistics of ws's last training forward_backward into
+  // the model state (batch norm's moving mean and variance; nothing for nets
+  // without state). The trainers call it once per step with one worker's
+  // workspace, as TF updates the moving averages from one tower's batch.
+  void fold_state(const Workspace& ws);
 
   GradSet make_grads() const;  // zero tensors shaped like the params
 
@@ -60,6 +69,8 @@ class Model {
   int num_classes() const { return num_classes_; }
   ParamSet& params() { return params_; }
   const ParamSet& params() const { return params_; }
+  StateSet& state() { return state_; }
+  const StateSet& state() const { return state_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   std::string summary() const;  // one line per layer: name, output shape, params
 
@@ -71,6 +82,7 @@ class Model {
   std::vector<Shape> out_shapes_;  // per example, after build()
   std::vector<std::pair<size_t, size_t>> layer_params_;  // [first, end) of each layer's variables
   ParamSet params_;
+  StateSet state_;
   bool built_ = false;
 };
 

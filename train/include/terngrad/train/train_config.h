@@ -11,7 +11,7 @@ namespace terngrad::train {
 
 struct TrainConfig {
   // Model and data.
-  std::string net = "lenet";            // lenet | cifarnet | alexnet
+  std::string net = "lenet";            // lenet | cifarnet | alexnet | googlenet | vgg_a
   std::string dataset = "";             // mnist | cifar10 | imagenet | synthetic ("" = the net's default)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   // How data_dir stores the dataset: native (IDX for mnist, CIFAR-10 binary
@@ -25,7 +25,7 @@ struct TrainConfig {
   bool skip_corrupt_records = false;
   int data_threads = 0;                 // streaming decode threads (0 = the cores)
   int64_t prefetch_batches = 2;         // streaming: batches decoded ahead of the step, per worker
-  int num_classes = 0;                  // 0 = the dataset's; alexnet: 1000 or 1001
+  int num_classes = 0;                  // 0 = the dataset's; 224x224 nets: 1000 or 1001
   int64_t synthetic_examples = 2048;    // size of the synthetic training set
   std::string preprocessing = "";       // lenet | cifar | standardize ("" = the dataset's)
 

@@ -49,6 +49,10 @@ class DeviceReplica {
   // waits for the device and returns the mean cross-entropy. dropout_seed:
   // this worker's at this step (stream_seed(seed, step, w, kDropout)).
   float compute_gradient(const Tensor& x, const std::vector<int32_t>& labels, uint64_t dropout_seed);
+  // After compute_gradient: this replica's batch statistics folded into the
+  // host model state (batch norm's moving averages; each replica keeps its
+  // own copy, the chief's is the one it checkpoints and evaluates).
+  void fold_state(StateSet& state) { gpu_.fold_state(ctx_, ws_, state); }
   // Local TernGrad scale per variable (0 where the codec shares none).
   const std::vector<float>& local_scales() const { return scales_; }
   bool ternary(size_t v) const { return codecs_.at(v).ternary; }

@@ -9,7 +9,10 @@
 // padding and first-wins tie rule, which cuDNN pooling cannot express),
 // LocalResponseNorm (own NHWC kernel, TF's un-normalized alpha), Dense
 // (cuBLAS), ReLU, Dropout (the CPU layer's counter-based mask,
-// terngrad/train/dropout_mask.h, so both draw the same mask from one seed).
+// terngrad/train/dropout_mask.h, so both draw the same mask from one seed),
+// BatchNorm (own NHWC kernels; the moving statistics stay the host Model's
+// state), AvgPool (own kernel, TF's windows), BranchConcat (its branches'
+// twins, channel slices as strided copies).
 #pragma once
 
 #include <memory>
@@ -41,12 +44,22 @@ class GpuLayer {
   // Same contracts as Layer::forward / Layer::backward, ordered on ctx's
   // stream: y is resized; backward writes *dx (when non-null) and ADDS the
   // parameter gradients into grads. fwd is the CPU layer's ForwardContext
-  // (training flag, dropout seed): only Dropout reads it, and a forward with
-  // the same fwd as the CPU layer's draws the same mask.
+  // (training flag, dropout seed, model state): Dropout reads the seed, an
+  // evaluation-mode BatchNorm the state; a forward with the same fwd as the
+  // CPU layer's draws the same mask.
   virtual void forward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, DeviceTensor& y,
                        GpuScratch* scratch, const ForwardContext& fwd) const = 0;
   virtual void backward(GpuContext& ctx, const DeviceParams& params, const DeviceTensor& x, const DeviceTensor& y,
                         const DeviceTensor& dy, DeviceTensor* dx, DeviceGrads& grads, GpuScratch* scratch) const = 0;
+
+  // Layer::fold_state on the device's statistics: folds the batch statistics
+  // of the last training forward on `scratch` into the HOST model state
+  // (batch norm downloads 2 x C floats and applies the CPU layer's rule;
+  // waits for ctx's stream). Evaluation forwards read that host state
+  // through fwd.state. Nothing for layers without state.
+  virtual void fold_state(GpuContext& ctx, GpuScratch* scratch, StateSet& state) const {
+    (void)ctx, (void)scratch, (void)state;
+  }
 
  protected:
   explicit GpuLayer(const Layer& cpu) : cpu_(cpu) {}

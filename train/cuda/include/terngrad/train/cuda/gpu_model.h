@@ -38,7 +38,13 @@ class GpuModel {
   void forward_backward(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x,
                         const int32_t* d_labels, DeviceGrads& grads, float* d_loss, const ForwardContext& fwd) const;
 
-  // Forward only, in evaluation mode (as Model::predict); returns the logits inside ws.
+  // Model::fold_state from this workspace's last training forward (batch
+  // norm's batch statistics come down, the host state is updated; waits for
+  // ctx's stream). Nothing for nets without state.
+  void fold_state(GpuContext& ctx, Workspace& ws, StateSet& state) const;
+
+  // Forward only, in evaluation mode (as Model::predict, batch norm at the
+  // CPU model's moving statistics); returns the logits inside ws.
   const DeviceTensor& predict(GpuContext& ctx, Workspace& ws, const DeviceParams& params, const DeviceTensor& x) const;
 
   const Model& cpu() const { return cpu_; }

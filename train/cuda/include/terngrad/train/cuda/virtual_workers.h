@@ -72,6 +72,12 @@ class VirtualWorkers {
   // 1 - decay_at(step) (config.moving_average must be set).
   void update_average(float one_minus_decay);
 
+  // After step(): batch norm's moving statistics folded from worker 0's
+  // batch into the host model state (Model::state(), which evaluation,
+  // checkpoints and export read), as the CPU trainer folds worker 0's.
+  // Nothing for nets without state.
+  void fold_state(StateSet& state);
+
   // Copies the device weights into `params` (evaluation, export).
   void download_params(ParamSet& params);
   // Weights, optimizer slots and steps, average: to the host objects
