@@ -1,10 +1,10 @@
 // Is the trainer input-bound on ImageNet-like data? The streaming loader's
 // images/s (read + JPEG decode + preprocessing, per net's style, at 1 and 2
-// threads) on a generated folder of realistic JPEGs, against the AlexNet
-// training step's examples/s (forward + backward) measured in the same run
-// on the same machine.
+// threads) on a generated folder of realistic JPEGs, against the training
+// step's examples/s (forward + backward) of each 224x224 net (AlexNet,
+// GoogLeNet, VGG-A) measured in the same run on the same machine.
 //
-//   ./bench/input_pipeline_bench [--images=240] [--alexnet_batch=8] [--alexnet_steps=3]
+//   ./bench/input_pipeline_bench [--images=240] [--step_batch=8] [--steps=3]
 //   ./bench/input_pipeline_bench --write_folder=DIR [--images=N]
 //       writes DIR/train/class*/ (N images) and DIR/validation/class*/ (N/4)
 //       for a smoke run of tg-train --dataset_name=imagenet --data_format=folder.
@@ -27,6 +27,7 @@
 
 #include "terngrad/train/image_codec.h"
 #include "terngrad/train/image_folder.h"
+#include "terngrad/train/imagenet_preprocess.h"
 #include "terngrad/train/models.h"
 #include "terngrad/train/streaming_loader.h"
 
@@ -81,8 +82,8 @@ std::string cpu_model() {
 
 int main(int argc, char** argv) {
   const int64_t images = flag(argc, argv, "images", 240);
-  const int64_t ab = flag(argc, argv, "alexnet_batch", 8);
-  const int64_t asteps = flag(argc, argv, "alexnet_steps", 3);
+  const int64_t ab = flag(argc, argv, "step_batch", 8);
+  const int64_t asteps = flag(argc, argv, "steps", 3);
   const std::string write_to = str_flag(argc, argv, "write_folder");
   auto write_folder = [](const fs::path& dir, int64_t n, uint32_t salt) {
     int64_t bytes = 0;
@@ -153,29 +154,33 @@ int main(int argc, char** argv) {
                   1000 * busy / n);
     }
 
-  // AlexNet forward + backward on random 224x224x3 inputs (the step's
-  // compute; the codec and optimizer add a little more).
-  tt::ModelOptions mo;
-  mo.num_classes = 1000;
-  auto model = tt::make_model("alexnet", mo, 1);
-  tt::Model::Workspace ws = model->make_workspace();
-  tt::GradSet grads = model->make_grads();
-  tt::Tensor x({ab, 224, 224, 3}, 0.0f);
-  for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1;
-  std::vector<int32_t> labels(static_cast<size_t>(ab));
-  for (int64_t i = 0; i < ab; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i * 37 % 1000);
-  tt::ForwardContext ctx;
-  ctx.training = true;
-  model->forward_backward(ws, x, labels, grads, ctx);  // warm-up: allocations, first touches
-  const auto t0 = Clock::now();
-  for (int64_t s = 0; s < asteps; ++s) {
-    ctx.dropout_seed = static_cast<uint64_t>(s);
-    model->forward_backward(ws, x, labels, grads, ctx);
+  // Each 224x224 net's forward + backward on fixed 224x224x3 inputs (the
+  // step's compute; the codec and optimizer add a little more), to set
+  // against its preprocessing style's loader rate above.
+  for (const char* net : {"alexnet", "googlenet", "vgg_a"}) {
+    tt::ModelOptions mo;
+    mo.num_classes = 1000;
+    auto model = tt::make_model(net, mo, 1);
+    tt::Model::Workspace ws = model->make_workspace();
+    tt::GradSet grads = model->make_grads();
+    tt::Tensor x({ab, 224, 224, 3}, 0.0f);
+    for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1;
+    std::vector<int32_t> labels(static_cast<size_t>(ab));
+    for (int64_t i = 0; i < ab; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i * 37 % 1000);
+    tt::ForwardContext ctx;
+    ctx.training = true;
+    model->forward_backward(ws, x, labels, grads, ctx);  // warm-up: allocations, first touches
+    const auto t0 = Clock::now();
+    for (int64_t s = 0; s < asteps; ++s) {
+      ctx.dropout_seed = static_cast<uint64_t>(s);
+      model->forward_backward(ws, x, labels, grads, ctx);
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("%s%-9s forward+backward (%s style), batch %lld, %d OpenMP threads: %.1f examples/s (%.2f s/step)\n",
+                std::strcmp(net, "alexnet") == 0 ? "\n" : "", net, tt::image_style_name(tt::image_style_for_net(net)),
+                static_cast<long long>(ab), omp_get_max_threads(), static_cast<double>(asteps * ab) / secs,
+                secs / static_cast<double>(asteps));
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("\nalexnet forward+backward, batch %lld, %d OpenMP threads: %.1f examples/s (%.2f s/step)\n",
-              static_cast<long long>(ab), omp_get_max_threads(), static_cast<double>(asteps * ab) / secs,
-              secs / static_cast<double>(asteps));
   fs::remove_all(dir);
   return 0;
 }
