@@ -434,12 +434,13 @@ void run_phase(Run& run, const tb::LoadModel& m, bool sync, int64_t steps) {
   res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   res.payload_moved = traffic();
   for (auto& t : threads) t.join();
-  // The peak, before the run ends (the processes exit after the chief's finish).
+  // The peak, before the run ends (the processes exit after the chief's
+  // finish). The sampler stops first, so no sample postdates it.
+  sampler.stop();
   for (const auto& p : ps) {
     const auto mem = tb::read_proc_memory(p.pid);
     res.hwm.push_back(mem ? mem->hwm : 0);
   }
-  sampler.stop();
   res.samples = sampler.samples();
   res.max_sampled = sampler.max_rss();
   if (sync) {

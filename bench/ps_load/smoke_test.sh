@@ -33,7 +33,10 @@ for q in p["ps"]:
     assert q["vm_hwm"] < 1 << 30, q  # LeNet's buffers are a few MB
     assert len(q["rss_after_step"]) == 3 and all(x > 0 for x in q["rss_after_step"]), q
     assert q["sum_bytes_per_step"] > 0 and q["push_buffer_bytes"] == 4 * q["payload_bytes_per_replica"], q
-    assert q["max_sampled_rss"] <= q["vm_hwm"], q
+    # Not <= vm_hwm: Linux raises the high-water mark lazily (hiwater_rss is
+    # updated on unmap and exit paths), so a sample of the current RSS can
+    # exceed a VmHWM read later.
+    assert 0 < q["max_sampled_rss"] < 1 << 30, q
 assert len(p["rss_samples"]["t"]) >= 1 and len(p["rss_samples"]["rss"]) == 2
 PY
 

@@ -40,17 +40,22 @@ int64_t load_example(const ExampleSource& src, int64_t index, const StreamOption
   const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(src.size(), 1));  // below(0) would divide by zero
   int64_t i = index;
   std::string first_failure;
+  // Called while a DataError is being handled: rethrows it unless skipping,
+  // else moves i to a replacement (or gives up after kMaxReplacements).
+  auto replace_or_rethrow = [&](const DataError& err, int attempt) {
+    if (!opts.skip_corrupt) throw;
+    if (attempt == 0) first_failure = err.what();
+    if (attempt == kMaxReplacements)
+      throw DataError(first_failure + "; and " + std::to_string(kMaxReplacements) +
+                      " replacements failed too, the last: " + err.what());
+    i = static_cast<int64_t>(pick.below(n));
+  };
   for (int attempt = 0;; ++attempt) {
     EncodedExample e;
     try {
       e = src.read(i);
     } catch (const DataError& err) {
-      if (!opts.skip_corrupt) throw;
-      if (attempt == 0) first_failure = err.what();
-      if (attempt == kMaxReplacements)
-        throw DataError(first_failure + "; and " + std::to_string(kMaxReplacements) +
-                        " replacements failed too, the last: " + err.what());
-      i = static_cast<int64_t>(pick.below(n));
+      replace_or_rethrow(err, attempt);
       continue;
     }
     check_label(e, opts);  // never skipped (see the header)
@@ -59,12 +64,7 @@ int64_t load_example(const ExampleSource& src, int64_t index, const StreamOption
       label = e.label;
       return attempt;
     } catch (const DataError& err) {
-      if (!opts.skip_corrupt) throw;
-      if (attempt == 0) first_failure = err.what();
-      if (attempt == kMaxReplacements)
-        throw DataError(first_failure + "; and " + std::to_string(kMaxReplacements) +
-                        " replacements failed too, the last: " + err.what());
-      i = static_cast<int64_t>(pick.below(n));
+      replace_or_rethrow(err, attempt);
     }
   }
 }

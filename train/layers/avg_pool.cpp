@@ -12,18 +12,10 @@ using detail::fail;
 
 namespace {
 
-struct AvgGeometry {
-  int64_t n, h, w, c, oh, ow, pad_top, pad_left;
-};
+using AvgGeometry = detail::PoolGeometry;
 
 AvgGeometry avg_geometry(const AvgPoolConfig& cfg, const std::string& name, const Shape& in) {
-  if (in.size() != 4) fail(name, "input " + shape_string(in) + " is not [N, H, W, C]");
-  const WindowGeometry gy = window_geometry(in[1], cfg.kernel, cfg.stride, cfg.padding);
-  const WindowGeometry gx = window_geometry(in[2], cfg.kernel, cfg.stride, cfg.padding);
-  if (gy.out <= 0 || gx.out <= 0)
-    fail(name, std::to_string(cfg.kernel) + "x" + std::to_string(cfg.kernel) + " " + padding_name(cfg.padding) +
-                   " window does not fit input " + shape_string(in));
-  return {in[0], in[1], in[2], in[3], gy.out, gx.out, gy.pad_before, gx.pad_before};
+  return detail::pool_geometry(name, in, cfg.kernel, cfg.stride, cfg.padding);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "terngrad/train/layer.h"
+#include "terngrad/train/layers.h"
 
 namespace terngrad::train::detail {
 
@@ -52,6 +53,23 @@ inline Tensor& grad_tensor(GradSet& grads, size_t index, const Shape& expected, 
   Tensor& g = grads[index];
   if (g.shape != expected) fail(layer, "gradient " + std::to_string(index) + " has shape " + shape_string(g.shape) + ", expected " + shape_string(expected));
   return g;
+}
+
+// The windows of a kernel x kernel pooling over an NHWC input: output size
+// and the top/left padding, shared by max and average pooling. A window that
+// does not fit is an error naming the layer and the input.
+struct PoolGeometry {
+  int64_t n, h, w, c, oh, ow, pad_top, pad_left;
+};
+inline PoolGeometry pool_geometry(const std::string& layer, const Shape& in, int64_t kernel, int64_t stride,
+                                  Padding padding) {
+  if (in.size() != 4) fail(layer, "input " + shape_string(in) + " is not [N, H, W, C]");
+  const WindowGeometry gy = window_geometry(in[1], kernel, stride, padding);
+  const WindowGeometry gx = window_geometry(in[2], kernel, stride, padding);
+  if (gy.out <= 0 || gx.out <= 0)
+    fail(layer, std::to_string(kernel) + "x" + std::to_string(kernel) + " " + padding_name(padding) +
+                    " window does not fit input " + shape_string(in));
+  return {in[0], in[1], in[2], in[3], gy.out, gx.out, gy.pad_before, gx.pad_before};
 }
 
 // dy must be shaped like the layer's output.

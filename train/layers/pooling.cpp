@@ -22,20 +22,15 @@ struct PoolScratch final : LayerScratch {
   std::vector<int32_t> argmax;
 };
 
-struct PoolGeometry {
-  int64_t n, h, w, c, oh, ow, pad_top, pad_left;
-};
+using detail::PoolGeometry;
 
+// The shared window geometry, plus the argmax's bound: offsets within one
+// example are stored as int32.
 PoolGeometry pool_geometry(const MaxPoolConfig& cfg, const std::string& name, const Shape& in) {
-  if (in.size() != 4) fail(name, "input " + shape_string(in) + " is not [N, H, W, C]");
-  const WindowGeometry gy = window_geometry(in[1], cfg.kernel, cfg.stride, cfg.padding);
-  const WindowGeometry gx = window_geometry(in[2], cfg.kernel, cfg.stride, cfg.padding);
-  if (gy.out <= 0 || gx.out <= 0)
-    fail(name, std::to_string(cfg.kernel) + "x" + std::to_string(cfg.kernel) + " " + padding_name(cfg.padding) +
-                   " window does not fit input " + shape_string(in));
+  const PoolGeometry g = detail::pool_geometry(name, in, cfg.kernel, cfg.stride, cfg.padding);
   if (in[1] * in[2] * in[3] > std::numeric_limits<int32_t>::max())
     fail(name, "input " + shape_string(in) + " has more than 2^31 elements per example");
-  return {in[0], in[1], in[2], in[3], gy.out, gx.out, gy.pad_before, gx.pad_before};
+  return g;
 }
 
 // Max and argmax over the window rows [y0, y1) x columns [x0, x1) of one

@@ -121,7 +121,13 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
   DataSetup d;
   d.dataset = cfg.dataset;
   if (d.dataset.empty()) d.dataset = cfg.net == "lenet" ? "mnist" : cfg.net == "cifarnet" ? "cifar10" : "synthetic";
-  const bool tfrecord = cfg.data_format == "tfrecord" && (d.dataset == "mnist" || d.dataset == "cifar10");
+  // A format the dataset cannot be read from is refused, not ignored.
+  const bool small = d.dataset == "mnist" || d.dataset == "cifar10";
+  if ((small && cfg.data_format == "folder") || (d.dataset == "synthetic" && !cfg.data_format.empty() &&
+                                                 cfg.data_format != "native"))
+    throw std::invalid_argument("--data_format=" + cfg.data_format + " does not apply to --dataset_name=" + d.dataset +
+                                (small ? " (native or tfrecord)" : " (generated in memory)"));
+  const bool tfrecord = small && cfg.data_format == "tfrecord";
   // TF's converters' shards of tf.train.Example (datasets.h: tfrecord_split_files
   // lists the names taken); each example remembers its file, so the samplers
   // can give each worker whole files.
@@ -138,26 +144,20 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
                    st.first_fault.c_str());
     return ds;
   };
+  // The training split (when this process trains) and the test split, from
+  // TFRecord shards or from the dataset's native files.
+  auto load_splits = [&](Dataset (*native)(const std::string&, bool)) {
+    if (need_train) d.train = tfrecord ? load_tfrecord(true) : native(cfg.data_dir, true);
+    d.test = tfrecord ? load_tfrecord(false) : native(cfg.data_dir, false);
+  };
   if (d.dataset == "mnist") {
     if (cfg.net != "lenet") throw std::invalid_argument("--dataset_name=mnist (28x28x1) fits only --net=lenet");
-    if (tfrecord) {
-      if (need_train) d.train = load_tfrecord(true);
-      d.test = load_tfrecord(false);
-    } else {
-      if (need_train) d.train = load_idx_dir(cfg.data_dir, true);
-      d.test = load_idx_dir(cfg.data_dir, false);
-    }
+    load_splits(load_idx_dir);
     d.train_pre = d.eval_pre = Preprocess::kLeNet;
   } else if (d.dataset == "cifar10") {
     if (cfg.net != "cifarnet")
       throw std::invalid_argument("--dataset_name=cifar10 (32x32x3 cropped to 24x24) fits only --net=cifarnet");
-    if (tfrecord) {
-      if (need_train) d.train = load_tfrecord(true);
-      d.test = load_tfrecord(false);
-    } else {
-      if (need_train) d.train = load_cifar10(cfg.data_dir, true);
-      d.test = load_cifar10(cfg.data_dir, false);
-    }
+    load_splits(load_cifar10);
     d.train_pre = Preprocess::kCifarTrain;
     d.eval_pre = Preprocess::kCifarEval;
   } else if (d.dataset == "imagenet") {
@@ -592,7 +592,7 @@ void TrainingSession::save_gradients(size_t local, int64_t step) const {
     std::vector<uint64_t> shape(ps.params[v].value.shape.begin(), ps.params[v].value.shape.end());
     std::string name = ps.params[v].name;
     std::replace(name.begin(), name.end(), '/', '_');
-    char index[16];
+    char index[24];  // a size_t in decimal, "-" and the NUL always fit
     std::snprintf(index, sizeof index, "%02zu-", v);
     tools::write_tensor((dir / (index + name + ".npy")).string(), tools::TensorFormat::kNpy, shape,
                         worker_[local].grads[v].data);

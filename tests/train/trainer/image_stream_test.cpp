@@ -205,3 +205,30 @@ TEST(TrainerImageStream, ACorruptValidationImageIsNamedByTheEvaluation) {
 }
 
 }  // namespace
+
+namespace {
+
+// A --data_format the dataset cannot be read from stops the run naming both,
+// instead of silently reading something else.
+TEST(TrainerImageStream, AFormatTheDatasetHasNoneOfIsRefused) {
+  tt::TrainConfig c;
+  c.net = "lenet";
+  c.data_format = "folder";
+  try {
+    terngrad::train::detail::load_data(c);
+    ADD_FAILURE() << "accepted --data_format=folder for mnist";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--data_format=folder does not apply to --dataset_name=mnist"),
+              std::string::npos)
+        << e.what();
+  }
+  c.net = "alexnet";
+  c.dataset = "synthetic";
+  c.data_format = "tfrecord";
+  EXPECT_THROW(terngrad::train::detail::load_data(c), std::invalid_argument);
+  c.data_format = "native";
+  c.synthetic_examples = 4;
+  EXPECT_EQ(terngrad::train::detail::load_data(c).train.count, 4);
+}
+
+}  // namespace
