@@ -13,6 +13,7 @@
 
 #include "emulated_network.h"
 #include "terngrad/train/datasets.h"
+#include "terngrad/train/image_folder.h"
 #include "terngrad/train/tfrecord.h"
 #include "terngrad/train/train_config.h"
 
@@ -113,7 +114,7 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
 
   const Dataset& d = cfg.dataset();
   if (d.format() == Dataset::FORMAT_UNSPECIFIED)
-    bad(source, "dataset.format", "is required: IDX, CIFAR10_BINARY, TFRECORD or SYNTHETIC", "nothing");
+    bad(source, "dataset.format", "is required: IDX, CIFAR10_BINARY, TFRECORD, IMAGE_FOLDER or SYNTHETIC", "nothing");
   if (d.format() != Dataset::SYNTHETIC && d.path().empty())
     bad(source, "dataset.path", "is required for " + Dataset::Format_Name(d.format()), "nothing");
   if (d.format() == Dataset::IDX && m.net() != Model::LENET)
@@ -121,9 +122,14 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   if (d.format() == Dataset::CIFAR10_BINARY && m.net() != Model::CIFARNET)
     bad(source, "dataset.format", "CIFAR10_BINARY images are 32x32x3, which only CIFARNET takes",
         "CIFAR10_BINARY with " + Model::Net_Name(m.net()));
-  if (d.format() == Dataset::TFRECORD && m.net() != Model::LENET && m.net() != Model::CIFARNET)
-    bad(source, "dataset.format", "TFRECORD holds MNIST-style (LENET) or CIFAR-10-style (CIFARNET) examples",
-        "TFRECORD with " + Model::Net_Name(m.net()));
+  const bool imagenet_net = m.net() == Model::ALEXNET || m.net() == Model::GOOGLENET || m.net() == Model::VGG_A;
+  if (d.format() == Dataset::IMAGE_FOLDER && !imagenet_net)
+    bad(source, "dataset.format", "IMAGE_FOLDER streams ImageNet-style 224x224 inputs (ALEXNET, GOOGLENET, VGG_A)",
+        "IMAGE_FOLDER with " + Model::Net_Name(m.net()));
+  const bool streamed = imagenet_net && (d.format() == Dataset::TFRECORD || d.format() == Dataset::IMAGE_FOLDER);
+  if (streamed && d.preprocessing() != Dataset::DEFAULT)
+    bad(source, "dataset.preprocessing", "streamed ImageNet is preprocessed per net; leave it DEFAULT",
+        Dataset::Preprocessing_Name(d.preprocessing()));
   if (d.synthetic_examples() < 1) bad(source, "dataset.synthetic_examples", "must be >= 1", num(d.synthetic_examples()));
   if (d.epoch_examples() < 0) bad(source, "dataset.epoch_examples", "must be >= 0", num(d.epoch_examples()));
 
@@ -253,9 +259,12 @@ int64_t training_set_size(const ExperimentConfig& cfg) {
       return train::load_idx_dir(d.path(), true).count;
     case Dataset::CIFAR10_BINARY:
       return train::load_cifar10(d.path(), true).count;
+    case Dataset::IMAGE_FOLDER:
+      return train::open_image_folder_splits(d.path()).train->size();
     case Dataset::TFRECORD: {
       // Counting records needs only the headers (no decoding).
-      const std::string name = cfg.model().net() == Model::LENET ? "mnist" : "cifar10";
+      const Model::Net net = cfg.model().net();
+      const std::string name = net == Model::LENET ? "mnist" : net == Model::CIFARNET ? "cifar10" : "imagenet";
       int64_t n = 0;
       for (const std::string& f : train::tfrecord_split_files(d.path(), name, true)) n += train::TfRecordFile(f, false).size();
       return n;
@@ -307,11 +316,12 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
 
   static const char* const kNets[] = {"", "lenet", "cifarnet", "alexnet", "googlenet", "vgg_a"};
   flag("net", kNets[p.model().net()]);
-  static const char* const kFormats[] = {"", "mnist", "cifar10", "synthetic", ""};
+  static const char* const kFormats[] = {"", "mnist", "cifar10", "synthetic", "", ""};
   const Dataset& d = p.dataset();
-  if (d.format() == Dataset::TFRECORD) {
-    flag("dataset_name", p.model().net() == Model::LENET ? "mnist" : "cifar10");
-    flag("data_format", "tfrecord");
+  if (d.format() == Dataset::TFRECORD || d.format() == Dataset::IMAGE_FOLDER) {
+    const Model::Net net = p.model().net();
+    flag("dataset_name", net == Model::LENET ? "mnist" : net == Model::CIFARNET ? "cifar10" : "imagenet");
+    flag("data_format", d.format() == Dataset::TFRECORD ? "tfrecord" : "folder");
   } else {
     flag("dataset_name", kFormats[d.format()]);
   }

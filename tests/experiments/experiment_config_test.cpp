@@ -144,7 +144,9 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
       {{"evaluation { batch_size: 0 }"}, "evaluation.batch_size"},
       {{"dataset { format: IDX }"}, "dataset.path"},
       {{"model { net: CIFARNET }", "dataset { format: IDX path: \"/x\" }"}, "dataset.format"},
-      {{"model { net: ALEXNET }", "dataset { format: TFRECORD path: \"/x\" }"}, "dataset.format"},
+      {{"model { net: LENET }", "dataset { format: IMAGE_FOLDER path: \"/x\" }"}, "dataset.format"},
+      {{"model { net: ALEXNET }", "dataset { format: TFRECORD path: \"/x\" preprocessing: CIFAR }"},
+       "dataset.preprocessing"},
       {{"dataset { format: TFRECORD }"}, "dataset.path"},
       {{"seeds: [3, 3]"}, "seeds"},
       {{"name: \"a/b\""}, "name"},
@@ -203,6 +205,25 @@ TEST(ExperimentConfig, TfRecordDatasetsReachTheTrainer) {
     terngrad::train::parse_train_flags(flags, check);
     EXPECT_EQ(check.data_format, "tfrecord");
     EXPECT_EQ(check.data_dir, "/d");
+  }
+}
+
+TEST(ExperimentConfig, ImageNetDatasetsStreamToTheTrainer) {
+  for (const auto& [format, data_format] :
+       {std::pair<std::string, std::string>{"TFRECORD", "tfrecord"}, {"IMAGE_FOLDER", "folder"}}) {
+    for (const std::string net : {"ALEXNET", "GOOGLENET", "VGG_A"}) {
+      const auto cfg = tx::parse_experiment_config(
+          with_line(with_line(kValid, "model { net: " + net + " num_classes: 1001 }"),
+                    "dataset { format: " + format + " path: \"/imagenet\" epoch_examples: 1281167 }"),
+          "t");
+      const auto flags = tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 100);
+      EXPECT_TRUE(has_flag(flags, "--dataset_name=imagenet")) << net << " " << format;
+      EXPECT_TRUE(has_flag(flags, "--data_format=" + data_format)) << net << " " << format;
+      terngrad::train::TrainConfig check;
+      terngrad::train::parse_train_flags(flags, check);
+      EXPECT_EQ(check.dataset, "imagenet");
+      EXPECT_EQ(check.data_dir, "/imagenet");
+    }
   }
 }
 
