@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,7 +48,16 @@ std::string str_flag(int argc, char** argv, const char* name) {
 int64_t flag(int argc, char** argv, const char* name, int64_t def) {
   const std::string prefix = std::string("--") + name + "=";
   for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return std::stoll(argv[i] + prefix.size());
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
+      const char* v = argv[i] + prefix.size();
+      char* end = nullptr;
+      const long long x = std::strtoll(v, &end, 10);
+      if (end == v || *end != '\0' || x < 1) {
+        std::fprintf(stderr, "input_pipeline_bench: --%s=%s: expected a positive integer\n", name, v);
+        std::exit(2);
+      }
+      return x;
+    }
   return def;
 }
 
