@@ -6,6 +6,7 @@
 
 #include "gpu_layers.h"
 #include "kernels.h"
+#include "pool_window.cuh"
 #include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 
@@ -18,22 +19,14 @@ using detail::kThreads;
 
 namespace {
 
-struct Geom {
-  int64_t n, h, w, c, oh, ow, pad_top, pad_left, k, stride;
-};
-
-__device__ inline void window(const Geom& g, int64_t oy, int64_t ox, int64_t& y0, int64_t& y1, int64_t& x0,
-                              int64_t& x1) {
-  y0 = max(oy * g.stride - g.pad_top, int64_t{0}), y1 = min(oy * g.stride - g.pad_top + g.k, g.h);
-  x0 = max(ox * g.stride - g.pad_left, int64_t{0}), x1 = min(ox * g.stride - g.pad_left + g.k, g.w);
-}
+using Geom = detail::PoolGeom;
 
 __global__ void avg_pool_forward(const float* x, float* y, Geom g) {
   const int64_t total = g.n * g.oh * g.ow * g.c;
   for (const int64_t o : grid_stride_range(total)) {
     const int64_t ch = o % g.c, ox = (o / g.c) % g.ow, oy = (o / (g.c * g.ow)) % g.oh, n = o / (g.c * g.ow * g.oh);
     int64_t y0, y1, x0, x1;
-    window(g, oy, ox, y0, y1, x0, x1);
+    detail::window(g, oy, ox, y0, y1, x0, x1);
     const float* xn = x + n * g.h * g.w * g.c;
     float sum = 0.0f;
     for (int64_t iy = y0; iy < y1; ++iy)
@@ -46,16 +39,13 @@ __global__ void avg_pool_backward(const float* dy, float* dx, Geom g) {
   const int64_t total = g.n * g.h * g.w * g.c;
   for (const int64_t i : grid_stride_range(total)) {
     const int64_t ch = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h, n = i / (g.c * g.w * g.h);
-    const int64_t py = iy + g.pad_top, px = ix + g.pad_left;
-    const int64_t oy0 = py - g.k + 1 > 0 ? (py - g.k + 1 + g.stride - 1) / g.stride : 0;
-    const int64_t oy1 = min(py / g.stride, g.oh - 1);
-    const int64_t ox0 = px - g.k + 1 > 0 ? (px - g.k + 1 + g.stride - 1) / g.stride : 0;
-    const int64_t ox1 = min(px / g.stride, g.ow - 1);
+    int64_t oy0, oy1, ox0, ox1;
+    detail::covering_outputs(g, iy, ix, oy0, oy1, ox0, ox1);
     float sum = 0.0f;
     for (int64_t oy = oy0; oy <= oy1; ++oy)
       for (int64_t ox = ox0; ox <= ox1; ++ox) {
         int64_t y0, y1, x0, x1;
-        window(g, oy, ox, y0, y1, x0, x1);
+        detail::window(g, oy, ox, y0, y1, x0, x1);
         sum += dy[((n * g.oh + oy) * g.ow + ox) * g.c + ch] * (1.0f / static_cast<float>((y1 - y0) * (x1 - x0)));
       }
     dx[i] = sum;
@@ -89,11 +79,8 @@ class GpuAvgPool final : public GpuLayer {
 
  private:
   Geom geometry(const Shape& in) const {
-    const Shape out = output_shape(in);  // the CPU layer's validation and messages
     const AvgPoolConfig& c = pool_.config();
-    const WindowGeometry gy = window_geometry(in[1], c.kernel, c.stride, c.padding);
-    const WindowGeometry gx = window_geometry(in[2], c.kernel, c.stride, c.padding);
-    return {in[0], in[1], in[2], in[3], out[1], out[2], gy.pad_before, gx.pad_before, c.kernel, c.stride};
+    return detail::pool_geom(in, output_shape(in), c.kernel, c.stride, c.padding);  // output_shape validates
   }
 
   const AvgPool& pool_;

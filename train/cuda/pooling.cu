@@ -12,6 +12,7 @@
 #include "terngrad/device/grid_stride.cuh"
 #include "terngrad/train/cuda/errors.h"
 #include "kernels.h"
+#include "pool_window.cuh"
 
 namespace terngrad::train::cuda {
 
@@ -22,9 +23,7 @@ using detail::kThreads;
 
 namespace {
 
-struct Geom {
-  int64_t n, h, w, c, oh, ow, pad_top, pad_left, k, stride;
-};
+using Geom = detail::PoolGeom;
 
 // One thread per output element. Argmax is the offset within the example,
 // as in the CPU layer's scratch.
@@ -33,8 +32,8 @@ __global__ void max_pool_forward(const float* x, float* y, int32_t* argmax, Geom
   for (const int64_t o : grid_stride_range(total)) {
     const int64_t ch = o % g.c, ox = (o / g.c) % g.ow, oy = (o / (g.c * g.ow)) % g.oh, n = o / (g.c * g.ow * g.oh);
     // Only in-image cells: SAME's -inf padding never wins.
-    const int64_t y0 = max(oy * g.stride - g.pad_top, int64_t{0}), y1 = min(oy * g.stride - g.pad_top + g.k, g.h);
-    const int64_t x0 = max(ox * g.stride - g.pad_left, int64_t{0}), x1 = min(ox * g.stride - g.pad_left + g.k, g.w);
+    int64_t y0, y1, x0, x1;
+    detail::window(g, oy, ox, y0, y1, x0, x1);
     const float* xn = x + n * g.h * g.w * g.c;
     int32_t best_at = static_cast<int32_t>((y0 * g.w + x0) * g.c + ch);
     float best = xn[best_at];
@@ -58,12 +57,8 @@ __global__ void max_pool_backward(const float* dy, const int32_t* argmax, float*
   for (const int64_t i : grid_stride_range(total)) {
     const int64_t ch = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h, n = i / (g.c * g.w * g.h);
     const int32_t cell = static_cast<int32_t>((iy * g.w + ix) * g.c + ch);
-    // Windows containing row iy: oy*stride - pad_top <= iy < oy*stride - pad_top + k.
-    const int64_t py = iy + g.pad_top, px = ix + g.pad_left;
-    const int64_t oy0 = py - g.k + 1 > 0 ? (py - g.k + 1 + g.stride - 1) / g.stride : 0;
-    const int64_t oy1 = min(py / g.stride, g.oh - 1);
-    const int64_t ox0 = px - g.k + 1 > 0 ? (px - g.k + 1 + g.stride - 1) / g.stride : 0;
-    const int64_t ox1 = min(px / g.stride, g.ow - 1);
+    int64_t oy0, oy1, ox0, ox1;
+    detail::covering_outputs(g, iy, ix, oy0, oy1, ox0, ox1);
     float sum = 0.0f;
     const int64_t base = n * g.oh * g.ow * g.c;
     for (int64_t oy = oy0; oy <= oy1; ++oy)
@@ -119,11 +114,8 @@ class GpuMaxPool final : public GpuLayer {
   }
 
   Geom geometry(const Shape& in) const {
-    const Shape out = output_shape(in);  // the CPU layer's validation and messages
     const MaxPoolConfig& c = pool_.config();
-    const WindowGeometry gy = window_geometry(in[1], c.kernel, c.stride, c.padding);
-    const WindowGeometry gx = window_geometry(in[2], c.kernel, c.stride, c.padding);
-    return {in[0], in[1], in[2], in[3], out[1], out[2], gy.pad_before, gx.pad_before, c.kernel, c.stride};
+    return detail::pool_geom(in, output_shape(in), c.kernel, c.stride, c.padding);  // output_shape validates
   }
 
   const MaxPool& pool_;
