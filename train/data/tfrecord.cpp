@@ -2,6 +2,7 @@
 #include "terngrad/train/tfrecord.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,8 +74,23 @@ void TfRecordWriter::commit() { impl_->file.commit(); }
 
 // ---- Reader ----------------------------------------------------------------
 
+namespace {
+
+// A reader keeps every shard open (pread from many threads): ImageNet's 1024
+// train + 128 validation shards pass the common soft limit of 1024 open
+// files. Raises the soft limit to the hard one; false when it already was.
+bool raise_open_file_limit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return false;
+  lim.rlim_cur = lim.rlim_max;
+  return ::setrlimit(RLIMIT_NOFILE, &lim) == 0;
+}
+
+}  // namespace
+
 TfRecordFile::TfRecordFile(std::string path, bool skip_corrupt) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0 && errno == EMFILE && raise_open_file_limit()) fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) {
     const int e = errno;
     throw DataError(path_ + ": cannot open TFRecord file: " + std::strerror(e));

@@ -2,9 +2,12 @@
 // round trip, every framing fault as a DataError naming file, record and
 // offset, skip mode, and sharded file sets (missing and inconsistent shards).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "terngrad/train/crc32c.h"
 #include "terngrad/train/tfrecord.h"
@@ -224,6 +227,37 @@ TEST(TfRecord, EmptyFileHasNoRecordsAndMissingFileIsNamed) {
   put_bytes(dir / "empty", "");
   EXPECT_EQ(tt::TfRecordFile(dir / "empty", false).size(), 0);
   EXPECT_CONTAINS(error_of<tt::DataError>([&] { tt::TfRecordFile(dir / "nope", false); }), dir / "nope");
+}
+
+// Readers keep every shard open: past the soft limit of open files (1024 on
+// many systems; ImageNet has 1152 shards) the reader raises it to the hard
+// limit instead of failing. Here the soft limit is lowered to just above
+// what is open now, then 40 files are opened.
+TEST(TfRecord, MoreShardsThanTheSoftOpenFileLimitStillOpen) {
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int open_now = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) (void)e, ++open_now;
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < static_cast<rlim_t>(open_now + 64))
+    GTEST_SKIP() << "hard limit of open files " << saved.rlim_max << " leaves no room for the check";
+  TempDir dir;
+  put_bytes(dir / "one", "");
+  struct rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 8);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<tt::TfRecordFile> files;
+  std::string error;
+  try {
+    for (int i = 0; i < 40; ++i) files.emplace_back(dir / "one", false);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  struct rlimit after {};
+  ::getrlimit(RLIMIT_NOFILE, &after);
+  files.clear();
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(after.rlim_cur, saved.rlim_max);
 }
 
 // ---- Shard sets -------------------------------------------------------------
