@@ -1,4 +1,4 @@
-// One GPU training step of LeNet and CifarNet with N virtual workers on one
+// One GPU training step of LeNet, CifarNet and AlexNet with N virtual workers on one
 // GPU (default 4 x batch 64): device forward/backward, TernGrad encode with
 // the CUDA codec, on-device aggregation, momentum update
 // (terngrad/train/cuda/virtual_workers.h). Also fp32 (no codec) for the
@@ -9,6 +9,7 @@
 // PyTorch eager rate of the same step and the ratio (target: >= 2x).
 //
 //   ./build/bench/gpu_train_step_bench [--workers=4] [--batch=64] [--steps=100] [--reference=FILE]
+//                                      [--nets=lenet,cifarnet,alexnet]
 //
 // Without a device it prints "no CUDA device: ..." and exits 0 (so the
 // check script can run it everywhere).
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -124,10 +126,27 @@ int main(int argc, char** argv) {
   const int workers = flag(argc, argv, "workers", 4), batch = flag(argc, argv, "batch", 64);
   const int steps = flag(argc, argv, "steps", 100);
   std::printf("net       codec     workers batch  examples/s  ms/step  PyTorch ex/s  x PyTorch\n");
-  for (const char* net : {"lenet", "cifarnet"}) {
+  std::vector<std::string> nets;
+  {
+    std::string list = text_flag(argc, argv, "nets");
+    if (list.empty()) list = "lenet,cifarnet,alexnet";
+    for (size_t at = 0; at <= list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      nets.push_back(list.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  for (const std::string& name : nets) {
+    const char* net = name.c_str();
     for (const char* codec : {"terngrad:clip=2.5,share_scale=1", "fp32"}) {
       const std::string label = std::string(codec).substr(0, std::string(codec).find(':'));
-      const double eps = examples_per_sec(net, codec, workers, batch, steps);
+      double eps = 0;
+      try {
+        eps = examples_per_sec(net, codec, workers, batch, steps);
+      } catch (const std::exception& e) {
+        std::printf("--nets: %s: %s\n", net, e.what());
+        return 2;
+      }
       const double ref = reference.empty() ? 0 : reference_rate(reference, net, label);
       std::printf("%-9s %-9s %7d %5d %11.0f %8.3f", net, label.c_str(), workers, batch, eps, 1e3 * workers * batch / eps);
       if (ref > 0)

@@ -7,7 +7,7 @@
 2. Training step, eager: N virtual workers (sequential replicas on one
    stream), each forward/backward at batch B, per-variable TernGrad
    ternarization of the gradient, the average, SGD momentum, for LeNet and
-   CifarNet as the C++ models define them (TF SAME pooling, TF LRN).
+   CifarNet and AlexNet as the C++ models define them (TF SAME pooling, TF LRN).
 
 Prints JSON lines. Compare with codec_cuda_bench and gpu_train_step_bench.
 """
@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from pytorch_models import CifarNet, LeNet  # beside this script
+from pytorch_models import AlexNet, CifarNet, LeNet  # beside this script
 
 
 def timed(fn, reps=50):
@@ -108,6 +108,7 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--codec_elements", type=int, default=1 << 26)
+    ap.add_argument("--nets", default="lenet,cifarnet,alexnet")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device visible to torch"}))
@@ -122,7 +123,9 @@ def main():
     print(json.dumps({"what": "codec", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
                       "elements": n, "d2d_copy_GBps_read_plus_write": 8 * n / copy_s / 1e9,
                       "torch_encode_GBps_input": 4 * n / enc_s / 1e9, "torch_encode_ms": 1e3 * enc_s}))
-    for cls in (LeNet, CifarNet):
+    nets = {"lenet": LeNet, "cifarnet": CifarNet, "alexnet": AlexNet}
+    for name in a.nets.split(","):
+        cls = nets[name]
         for codec in ("terngrad", "fp32"):
             eps = train_step_examples_per_sec(cls, a.workers, a.batch, codec)
             print(json.dumps({"what": "train_step", "net": cls.__name__.lower(), "codec": codec,

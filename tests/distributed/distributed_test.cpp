@@ -46,6 +46,8 @@ std::string why_no_gpu() {
 
 using terngrad::testing::Proc;
 Proc run(const std::string& cmd) { return terngrad::testing::run_command(cmd); }
+std::string train_bin() { return terngrad::testing::program_path("TG_TRAIN_BIN", TG_TRAIN_BIN); }
+std::string cluster_bin() { return terngrad::testing::program_path("TG_CLUSTER_BIN", TG_CLUSTER_BIN); }
 
 class Distributed : public ::testing::Test {
  protected:
@@ -67,12 +69,12 @@ class Distributed : public ::testing::Test {
   }
 
   Proc in_process(const std::string& name, int workers, const std::string& flags) {
-    return run(std::string(TG_TRAIN_BIN) + " " + flags + " --num_nodes=" + std::to_string(workers) +
+    return run(train_bin() + " " + flags + " --num_nodes=" + std::to_string(workers) +
                " --train_dir=" + (dir_ / name).string());
   }
 
   Proc cluster(const std::string& name, const std::string& launcher, const std::string& flags) {
-    return run(std::string(TG_CLUSTER_BIN) + " --replica_threads=1 " + launcher + " -- " + flags +
+    return run(cluster_bin() + " --replica_threads=1 " + launcher + " -- " + flags +
                " --peer_timeout_secs=10 --startup_timeout_secs=30 --train_dir=" + (dir_ / name).string());
   }
 
@@ -222,7 +224,7 @@ TEST_F(Distributed, AsyncTrainingConverges) {
 }
 
 TEST_F(Distributed, AKilledWorkerIsReportedAndNobodyHangs) {
-  const Proc r = run(std::string(TG_CLUSTER_BIN) +
+  const Proc r = run(cluster_bin() +
                     " --replica_threads=1 --num_ps=1 --num_workers=2 --kill_task=worker:1 --kill_after_secs=4 -- " +
                     model_flags(1000000, "--grad_bits=2") + " --peer_timeout_secs=3 --train_dir=" +
                     (dir_ / "killed").string());
@@ -254,12 +256,12 @@ TEST_F(Distributed, BadTfConfigIsRefusedWithAClearMessage) {
     std::string quoted = "'";
     for (char ch : c.tf_config) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
     quoted += "'";
-    const Proc r = run("TF_CONFIG=" + quoted + " " + TG_TRAIN_BIN + " " + model_flags(1));
+    const Proc r = run("TF_CONFIG=" + quoted + " " + train_bin() + " " + model_flags(1));
     EXPECT_EQ(r.exit_code, 2) << c.tf_config << "\n" << r.output;
     EXPECT_NE(r.output.find(c.fragment), std::string::npos) << c.tf_config << "\n" << r.output;
   }
   // Flags: an unparsable address.
-  const Proc r = run(std::string(TG_TRAIN_BIN) + " --job_name=worker --ps_hosts=127.0.0.1:x --worker_hosts=127.0.0.1:1 " +
+  const Proc r = run(train_bin() + " --job_name=worker --ps_hosts=127.0.0.1:x --worker_hosts=127.0.0.1:1 " +
                     model_flags(1));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--ps_hosts entry 0"), std::string::npos) << r.output;

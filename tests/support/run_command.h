@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace terngrad::testing {
@@ -28,6 +29,14 @@ inline Proc run_command(const std::string& cmd) {
   r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// A program a test drives: the path in the environment variable `env_name`
+// when set (scripts/gpu_kit.sh runs the tests from an unpacked archive, where
+// the build tree's paths do not exist), else `build_tree_path`.
+inline std::string program_path(const char* env_name, const char* build_tree_path) {
+  const char* v = std::getenv(env_name);
+  return v && *v ? v : build_tree_path;
 }
 
 }  // namespace terngrad::testing
