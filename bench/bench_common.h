@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <cstdlib>
@@ -34,6 +35,7 @@ inline constexpr float kOutlierScale = 8.0f * kGradSigma;
 
 struct BenchArgs {
   bool quick = false;
+  std::vector<size_t> sizes;  // --sizes=64M,256M (K and M suffixes); empty: the program's own
   std::vector<char*> argv;  // for benchmark::Initialize, null-terminated
   int argc = 0;
 };
@@ -77,12 +79,37 @@ inline bool has_flag(const std::vector<char*>& args, const char* prefix) {
   return false;
 }
 
+// "64M,256M,4096" -> element counts; a malformed list ends the program with
+// a message naming the token (exit 2).
+inline std::vector<size_t> parse_sizes(const char* list) {
+  std::vector<size_t> out;
+  const std::string all(list);
+  for (size_t at = 0; at <= all.size();) {
+    const size_t comma = std::min(all.find(',', at), all.size());
+    const std::string tok = all.substr(at, comma - at);
+    at = comma + 1;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(tok.c_str(), &end, 10);
+    size_t mult = 1;
+    if (end && *end == 'K') mult = size_t{1} << 10, ++end;
+    else if (end && *end == 'M') mult = size_t{1} << 20, ++end;
+    if (tok.empty() || end == tok.c_str() || *end != '\0' || v == 0 || v > (size_t{1} << 32) / mult) {
+      std::fprintf(stderr, "--sizes: '%s' is not an element count (e.g. 4096, 64K, 256M; at most 4096M)\n", tok.c_str());
+      std::exit(2);
+    }
+    out.push_back(static_cast<size_t>(v) * mult);
+  }
+  return out;
+}
+
 inline BenchArgs parse_bench_args(int argc, char** argv) {
   BenchArgs b;
   if (const char* e = std::getenv("TG_BENCH_QUICK")) b.quick = *e != '\0' && std::strcmp(e, "0") != 0;
   for (int i = 0; i < argc; ++i) {
     if (i > 0 && std::strcmp(argv[i], "--quick") == 0)
       b.quick = true;
+    else if (i > 0 && std::strncmp(argv[i], "--sizes=", 8) == 0)
+      b.sizes = parse_sizes(argv[i] + 8);
     else
       b.argv.push_back(argv[i]);
   }

@@ -2,7 +2,7 @@
 // sharing, decode, decode_accumulate) against device-memory bandwidth
 // measured in this same process, on the same buffers.
 //
-//   codec_cuda_bench [--quick] [Google Benchmark flags...]
+//   codec_cuda_bench [--quick] [--sizes=64M,256M] [Google Benchmark flags...]
 //
 // --quick (or TG_BENCH_QUICK=1): three sizes, short runs, one repetition.
 // Otherwise 4K..64M elements (powers of 4), 5 repetitions.
@@ -420,7 +420,9 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(bargc, args.data())) return 1;
 
   std::vector<size_t> sizes;
-  if (quick)
+  if (!parsed.sizes.empty())
+    sizes = parsed.sizes;
+  else if (quick)
     sizes = {size_t{1} << 12, size_t{1} << 20, size_t{1} << 24};
   else
     for (size_t n = size_t{1} << 12; n <= (size_t{1} << 26); n *= 4) sizes.push_back(n);
@@ -429,7 +431,7 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, device));
-  std::printf("codec_cuda_bench: %s, %s (%d SMs), clip %.1f\n", quick ? "quick mode" : "all sizes",
+  std::printf("codec_cuda_bench: %s, %s (%d SMs), clip %.1f\n", !parsed.sizes.empty() ? "--sizes" : quick ? "quick mode" : "all sizes",
               prop.name, prop.multiProcessorCount, static_cast<double>(kClip));
   CUDA_OK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   CUDA_OK(cudaEventCreate(&g_start));

@@ -51,6 +51,8 @@ mkdir -p "$OUTDIR" || { echo "run.sh: cannot create '$OUTDIR'" >&2; exit 2; }
 OUTDIR=$(cd "$OUTDIR" && pwd)
 RESULTS=$OUTDIR/gpu_kit_results.txt
 REHEARSE=${TG_KIT_REHEARSE:-0}
+TESTS=${TG_KIT_TESTS:-quantize train distributed capi}  # the test stage's binaries
+BENCH=${TG_KIT_BENCH:-codec step}  # the bench stage's parts: codec (codec_cuda_bench), step (PyTorch reference + gpu_train_step_bench)
 BUDGET=${TG_KIT_BUDGET_S:-330}
 START=$SECONDS
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/terngrad-kit-work.XXXXXX")
@@ -120,11 +122,31 @@ run_step() {
   shift 2
   out_of_time "$name" && return 1
   echo "\$ $*"
-  timeout -k 5 "$(limit "$secs")" "$@"
-  rc=$?
+  timeout -k 5 "$(limit "$secs")" "$@" 2>&1 | { head -c 400000; cat >/dev/null; }
+  rc=${PIPESTATUS[0]}
   echo "exit status: $rc$( ((rc == 124 || rc == 137)) && echo ' (time limit)')"
   ((rc == 0)) || fail "$name (exit $rc)"
   return $rc
+}
+
+# condensed LOG: a GoogleTest log without the passing tests' lines: each
+# failing (or unfinished) test's output, at most 60 lines of it, and the
+# summary. Failures that print per element cannot flood the results file.
+condensed() {
+  awk '
+    /^\[ RUN      \]/ { inside = 1; n = 0; delete buf; buf[n++] = $0; next }
+    inside && /^\[       OK \]/ { inside = 0; next }
+    inside && /^\[  SKIPPED \]/ { inside = 0; print; next }
+    inside && /^\[  FAILED  \]/ {
+      inside = 0
+      for (i = 0; i < n && i < 60; i++) print buf[i]
+      if (n > 60) print "  ... (" n - 60 " more lines)"
+      print; next
+    }
+    inside { buf[n++] = $0; next }
+    { print }
+    END { if (inside) { for (i = 0; i < n && i < 60; i++) print buf[i]; print "  (the test did not finish)" } }
+  ' "$1" | grep -v -E '^(/.*: Skipped|no CUDA device: .*)$' | head -c 300000
 }
 
 # gtest NAME SECONDS ALLOWED_SKIPS BINARY [ARGS]: a GoogleTest binary with its
@@ -138,7 +160,10 @@ gtest() {
   echo "\$ $*"
   timeout -k 5 "$(limit "$secs")" "$@" >"$log" 2>&1
   rc=$?
-  cat "$log"
+  condensed "$log"
+  # The whole log of a failing binary comes back beside the results (capped:
+  # the device tool returns files of at most 16 MiB).
+  ((rc == 0)) || head -c 4000000 "$log" >"$OUTDIR/$name.log"
   echo "exit status: $rc$( ((rc == 124 || rc == 137)) && echo ' (time limit)')"
   ((rc == 0)) || fail "$name (exit $rc)"
   ran=$(grep -c -E '^\[ RUN      \]' "$log")
@@ -209,26 +234,30 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
   cd "$WORK" || exit 1
 
   if stage test; then
-    section "CUDA codec: CPU/GPU bit-exactness"
-    gtest quantize_cuda_tests 150 '^$' "$KIT/bin/quantize_cuda_tests"
-    section "GPU layers vs CPU, codec in the loop, GPU vs CPU loss curves, checkpoints, EMA (two-GPU tests skip on one GPU)"
-    gtest train_cuda_tests 240 'TwoGpus' "$KIT/bin/train_cuda_tests"
-    section "distributed GPU replicas: GPU cluster vs in-process GPU trainer, resume, async"
-    gtest distributed_gpu_tests 180 '^$' "$KIT/bin/distributed_tests" --gtest_filter='*Gpu*'
-    section "C API: device pointers vs host (exit 77: no device)"
-    out_of_time capi_cuda_test || {
+    want() { [[ " $TESTS " == *" $1 "* ]]; }
+    want quantize && section "CUDA codec: CPU/GPU bit-exactness"
+    want quantize && gtest quantize_cuda_tests 150 '^$' "$KIT/bin/quantize_cuda_tests"
+    want train && section "GPU layers vs CPU, codec in the loop, GPU vs CPU loss curves, checkpoints, EMA (two-GPU tests skip on one GPU)"
+    want train && gtest train_cuda_tests 240 'TwoGpus' "$KIT/bin/train_cuda_tests"
+    want distributed && section "distributed GPU replicas: GPU cluster vs in-process GPU trainer, resume, async"
+    want distributed && gtest distributed_gpu_tests 180 '^$' "$KIT/bin/distributed_tests" --gtest_filter='*Gpu*'
+    want capi && section "C API: device pointers vs host (exit 77: no device)"
+    want capi && ! out_of_time capi_cuda_test && {
       echo "\$ $KIT/bin/capi_cuda_test"
-      timeout -k 5 "$(limit 60)" "$KIT/bin/capi_cuda_test"
-      rc=$?
+      timeout -k 5 "$(limit 60)" "$KIT/bin/capi_cuda_test" 2>&1 | { head -c 200000; cat >/dev/null; }
+      rc=${PIPESTATUS[0]}
       echo "exit status: $rc"
       if ((REHEARSE)); then ((rc == 77)) || fail "capi_cuda_test: expected the no-device skip (77), got $rc"
       else ((rc == 0)) || fail "capi_cuda_test (exit $rc)"; fi
     }
   fi
 
-  if stage bench && ((!REHEARSE)); then
-    section "benchmark: CUDA codec vs device-to-device copy"
-    run_step codec_cuda_bench 120 "$KIT/bin/codec_cuda_bench"
+  if stage bench && ((!REHEARSE)) && [[ " $BENCH " == *" codec "* ]]; then
+    section "benchmark: CUDA codec vs device-to-device copy (64M and 256M elements)"
+    run_step codec_cuda_bench 120 "$KIT/bin/codec_cuda_bench" --sizes=64M,256M --benchmark_repetitions=3 \
+      --benchmark_min_time=0.1
+  fi
+  if stage bench && ((!REHEARSE)) && [[ " $BENCH " == *" step "* ]]; then
     section "PyTorch reference on this GPU: TernGrad encode, eager train steps"
     ref=$OUTDIR/pytorch_gpu_reference.jsonl
     out_of_time pytorch_reference || {
@@ -253,16 +282,19 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
   fi
 
   if stage sanitize && ((!REHEARSE)); then
-    section "compute-sanitizer: memcheck and racecheck"
+    section "compute-sanitizer: memcheck and racecheck (exit 99: the sanitizer found errors)"
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+    # One test per kernel family: stats, encode (stochastic, nearest, shared
+    # scale, device scale), decode/accumulate, the ps sum, the packings.
+    codec_filter='CudaCodec.EncodeMatchesCpuBytesAndStats:CudaCodec.NearestRoundingMatchesCpuBytes:CudaCodec.EncodeSharedAsyncMatchesCpuSharedEncode:CudaCodec.LocalScaleAsyncMatchesCpuLocalScale:CudaCodec.DecodeAccumulateAndCountsMatchCpu:CudaCodec.NonFiniteInputReportsFirstIndexAndWritesNothing:CudaCodecDecodeErrors.*:CudaSumDecode.*:CudaPacking.EncodeMatchesCpuBytesForEverySize:CudaPackingDecode.EveryPackingDecodesAsOnTheCpu'
     if [[ -z $cs ]]; then
       fail "compute-sanitizer not found"
     else
       for tool in memcheck racecheck; do
-        run_step "sanitizer_${tool}_codec" 90 "$cs" --tool "$tool" --error-exitcode 1 --print-limit 20 \
-          "$KIT/bin/quantize_cuda_tests" --gtest_brief=1
-        run_step "sanitizer_${tool}_train" 60 "$cs" --tool "$tool" --error-exitcode 1 --print-limit 20 \
-          "$KIT/bin/tg-train" --net=lenet --device=gpu --num_nodes=4 --batch_size=16 --max_steps=20 --grad_bits=2 \
+        run_step "sanitizer_${tool}_codec" 75 "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+          "$KIT/bin/quantize_cuda_tests" --gtest_brief=1 --gtest_filter="$codec_filter"
+        run_step "sanitizer_${tool}_train" 60 "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+          "$KIT/bin/tg-train" --net=lenet --device=gpu --num_nodes=4 --batch_size=16 --max_steps=10 --grad_bits=2 \
           --data_dir="$TG_FASHION_MNIST_DIR" --eval_interval_steps=0 --train_dir="$WORK/sanitize-$tool"
       done
     fi

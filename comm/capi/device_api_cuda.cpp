@@ -134,7 +134,8 @@ tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, uint64_
       qc::encode_async(d_grad, n, p, d_out, capacity, workspace_for(h, n, s), s);
     } else {
       uint8_t header[terngrad::comm::detail::kDenseHeaderBytes];
-      terngrad::comm::detail::write_dense_header(dense_type(h), n, header);
+      // Capacity was checked above for the whole payload.
+      terngrad::comm::detail::write_dense_header_bytes(dense_type(h), n, header);
       terngrad::capi::cuda::dense_encode_async(dense_type(h), header, d_grad, n, d_out, s);
     }
     if (out_written != nullptr) *out_written = h.codec->payload_bytes(n);

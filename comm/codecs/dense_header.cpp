@@ -39,7 +39,11 @@ void write_dense_header(DenseType t, uint64_t n, std::span<uint8_t> out) {
   if (out.size() < need)
     throw std::invalid_argument(prefix(t, "encode") + "output buffer has " + std::to_string(out.size()) +
                                 " bytes, " + std::to_string(n) + " elements need " + std::to_string(need));
-  uint8_t* p = out.data();
+  write_dense_header_bytes(t, n, out.first<kDenseHeaderBytes>());
+}
+
+void write_dense_header_bytes(DenseType t, uint64_t n, std::span<uint8_t, kDenseHeaderBytes> header) {
+  uint8_t* p = header.data();
   quantize::store_le32(p + kDenseMagicOffset, kDenseMagicLe32);
   p[kDenseVersionOffset] = kDenseVersion;
   p[kDenseTypeOffset] = static_cast<uint8_t>(t);

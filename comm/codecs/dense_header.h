@@ -46,6 +46,11 @@ size_t dense_payload_bytes(DenseType t, uint64_t n);
 // std::invalid_argument naming both sizes) and writes the header into it.
 void write_dense_header(DenseType t, uint64_t n, std::span<uint8_t> out);
 
+// The header bytes alone, for a payload whose capacity the caller has checked
+// against dense_payload_bytes (the C API's device path builds the header on
+// the host and the elements on the GPU).
+void write_dense_header_bytes(DenseType t, uint64_t n, std::span<uint8_t, kDenseHeaderBytes> header);
+
 // Validates everything about a payload before a single output element is
 // written: length, magic, version, element type, reserved bytes, count
 // against length, and count against out_elements. Throws std::runtime_error
