@@ -141,7 +141,12 @@ inline Partials partials_of(const Workspace& ws) {
 //   offsets   per block, the stream's offset in the payload: encode (blocks of
 //             2^14 symbols) and decode (blocks of 2^4 symbols at the least, the
 //             smallest a valid payload may use), + 1.
-// About 0.5 byte per element of max_elements: the price of encoding every
+//   symbols   encode: the base-3 symbols (n/5 bytes), the rANS coder's input,
+//             copied into the payload only when base-3 wins; so an
+//             entropy-coded payload leaves its buffer past its length
+//             untouched (its symbols in the buffer would be overwritten only
+//             up to the shorter rANS payload).
+// About 0.7 byte per element of max_elements: the price of encoding every
 // block at once without knowing the streams' lengths beforehand.
 inline constexpr uint64_t kEncodeBlockSymbols = uint64_t{1} << 14;  // rans::kEncoderBlockLog2
 inline constexpr uint64_t kStreamSlotBytes = 4 * 32 + 2 * kEncodeBlockSymbols;  // Layout::max_stream_bytes
@@ -151,6 +156,7 @@ inline uint64_t decode_blocks_max(uint64_t n) { return (packed_symbols(n) + 15) 
 
 struct PackedScratch {
   uint8_t* slots;
+  uint8_t* symbols;
   uint32_t* counts;
   uint16_t* probs;
   uint32_t* bytes;
@@ -158,7 +164,7 @@ struct PackedScratch {
 };
 
 struct PackedScratchLayout {
-  size_t slots, counts, probs, bytes, offsets, end;  // byte offsets from the workspace base
+  size_t slots, counts, probs, bytes, offsets, symbols, end;  // byte offsets from the workspace base
 };
 
 inline size_t round_up_256(size_t v) { return (v + 255) / 256 * 256; }
@@ -174,14 +180,15 @@ inline PackedScratchLayout packed_scratch_layout(uint64_t max_elements) {
   l.bytes = round_up_256(l.probs + 3 * sizeof(uint16_t) * blocks);
   l.offsets = round_up_256(l.bytes + sizeof(uint32_t) * blocks);
   const uint64_t offsets = (decode_blocks_max(max_elements) > blocks ? decode_blocks_max(max_elements) : blocks) + 1;
-  l.end = l.offsets + sizeof(uint64_t) * offsets;
+  l.symbols = round_up_256(l.offsets + sizeof(uint64_t) * offsets);
+  l.end = l.symbols + sym_bytes;
   return l;
 }
 
 inline PackedScratch packed_scratch_of(const Workspace& ws) {
   const PackedScratchLayout l = packed_scratch_layout(ws.max_elements());
   auto* base = reinterpret_cast<uint8_t*>(ws.device());
-  return PackedScratch{base + l.slots, reinterpret_cast<uint32_t*>(base + l.counts),
+  return PackedScratch{base + l.slots, base + l.symbols, reinterpret_cast<uint32_t*>(base + l.counts),
                        reinterpret_cast<uint16_t*>(base + l.probs), reinterpret_cast<uint32_t*>(base + l.bytes),
                        reinterpret_cast<uint64_t*>(base + l.offsets)};
 }

@@ -351,6 +351,14 @@ __global__ void __launch_bounds__(256)
   for (uint32_t i = threadIdx.x; i < len; i += blockDim.x) dst[i] = src[i];
 }
 
+// When base-3 won: the symbols from scratch into the codec-4 body.
+__global__ void base3_fallback_kernel(uint8_t* __restrict__ body, const uint8_t* __restrict__ symbols,
+                                      uint64_t nsym, const Workspace::Device* dev) {
+  if (error_pending(dev) || dev->encode_entropy != 0) return;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < nsym; i += uint64_t{gridDim.x} * blockDim.x)
+    body[i] = symbols[i];
+}
+
 // ---------------------------------------------------------------- decode
 
 // check_base3_header (packed_cpu.cpp), in its order.
@@ -813,7 +821,9 @@ void launch_packed_encode(const float* d_x, uint64_t n, bool entropy, const RngS
   const unsigned grid = static_cast<unsigned>(blocks);
   const PackedScratch sc = packed_scratch_of(ws);
   Workspace::Device* dev = ws.device();
-  uint8_t* syms = d_out + kHeaderBytes;  // the base-3 body: codec 4's payload, codec 5's fallback
+  // Codec 4: the symbols are the payload's body. Codec 5: scratch, copied
+  // into the body only if base-3 wins (nothing past a rANS payload is written).
+  uint8_t* syms = entropy ? sc.symbols : d_out + kHeaderBytes;
   const bool vec = reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0;
   if (blocks * kSubBlocks > 0x7FFFFFFFull)
     fail(Errc::kInvalidArgument, "tensor of " + std::to_string(n) + " elements is too large for the packed encode");
@@ -838,6 +848,12 @@ void launch_packed_encode(const float* d_x, uint64_t n, bool entropy, const RngS
   TG_CHECK_LAUNCH("entropy_finish_kernel");
   entropy_copy_kernel<<<grid, 256, 0, stream>>>(d_out, sc.slots, sc.bytes, sc.offsets, dev);
   TG_CHECK_LAUNCH("entropy_copy_kernel");
+  {
+    static const int resident = resident_blocks(reinterpret_cast<const void*>(&base3_fallback_kernel), kBodyThreads);
+    base3_fallback_kernel<<<grid_for(nsym, kBodyThreads, resident), kBodyThreads, 0, stream>>>(
+        d_out + kHeaderBytes, sc.symbols, nsym, dev);
+    TG_CHECK_LAUNCH("base3_fallback_kernel");
+  }
 }
 
 void launch_any_header(const uint8_t* d_payload, size_t payload_bytes, uint64_t n, Workspace& ws, uint32_t op,

@@ -17,7 +17,21 @@
 namespace terngrad::train::cuda {
 namespace {
 
-void check_model(const Model& model, int64_t batch, uint64_t dropout_seed = 0, double grad_bound = 1e-4) {
+// How close the GPU's parameter gradients must be to the CPU's. The nets
+// without batch norm: every gradient within `max_element` of its largest
+// magnitude. The batch norm nets at batch 2 are badly conditioned in float32
+// (tests/python/test_models_torch.py measured, against float64: any float32
+// implementation lands 1.7e-2 (ours) to 2.5e-2 (PyTorch's) off in relative L2 on
+// GoogLeNet, 4.4e-3 on VGG-A; and a ReLU whose input is 0 in one and 1e-7 in
+// the other routes one element differently): there the bound is that test's,
+// relative L2 within max(1e-2, 2 x PyTorch float32's worst) and no element
+// off by half the largest magnitude. A wrong kernel gives errors of O(1).
+struct GradBound {
+  double max_element = 1e-4;
+  double l2 = INFINITY;
+};
+
+void check_model(const Model& model, int64_t batch, uint64_t dropout_seed = 0, GradBound bound = {}) {
   const std::string& net = model.name();
   Shape in{batch};
   for (int64_t d : model.input_shape()) in.push_back(d);
@@ -43,9 +57,11 @@ void check_model(const Model& model, int64_t batch, uint64_t dropout_seed = 0, d
   float gloss = 0;
   TG_CUDA_CHECK(cudaMemcpy(&gloss, dloss.data(), sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT_NEAR(gloss, loss, 1e-5 * std::abs(loss)) << net;
-  for (size_t v = 0; v < grads.size(); ++v)
-    EXPECT_LE(testing::relative_error(to_host(dgrads[v]), grads[v]), grad_bound)
-        << net << " " << model.params().params[v].name;
+  for (size_t v = 0; v < grads.size(); ++v) {
+    const Tensor g = to_host(dgrads[v]);
+    EXPECT_LE(testing::relative_error(g, grads[v]), bound.max_element) << net << " " << model.params().params[v].name;
+    EXPECT_LE(testing::relative_l2_error(g, grads[v]), bound.l2) << net << " " << model.params().params[v].name;
+  }
 }
 
 // Batch norm nets: the moving statistics folded from the GPU's batch
@@ -113,19 +129,22 @@ TEST(GpuModel, AlexNetForwardBackwardMatchesCpu) {
   check_model(*m, 2, 12345);
 }
 
-// Batch norm through 57 convs: the CPU and GPU reduce the batch statistics
-// in different (fixed) orders, and the differences compound, hence 1e-3.
+// Batch norm through 57 convs at batch 2: the CPU and GPU reduce in
+// different (fixed) orders, and the badly conditioned batch norm gradient
+// amplifies the difference (GradBound). On an H100 (2026-11-27) a bound of
+// 1e-3 of the largest element failed with 3.6e-3 to 1.5e-2 on GoogLeNet and up
+// to 1.3e-1 on one VGG-A variable (conv4_2/weights: the ReLU routing above).
 TEST(GpuModel, GoogLeNetForwardBackwardMatchesCpu) {
   TG_REQUIRE_GPU();
   auto m = make_model("googlenet", ModelOptions{.num_classes = 1000}, 3);
-  check_model(*m, 2, 12345, 1e-3);
+  check_model(*m, 2, 12345, GradBound{.max_element = 0.5, .l2 = 2 * 2.5e-2});
   check_state_and_predict(*m, 2);
 }
 
 TEST(GpuModel, VggAForwardBackwardMatchesCpu) {
   TG_REQUIRE_GPU();
   auto m = make_model("vgg_a", ModelOptions{.num_classes = 1000}, 3);
-  check_model(*m, 2, 12345, 1e-3);
+  check_model(*m, 2, 12345, GradBound{.max_element = 0.5, .l2 = 1e-2});
   check_state_and_predict(*m, 2);
 }
 

@@ -59,6 +59,19 @@ inline double relative_error(const Tensor& gpu, const Tensor& cpu) {
   return mag > 0 ? diff / mag : diff;
 }
 
+// ||gpu - cpu|| / ||cpu|| (L2 norms, in double).
+inline double relative_l2_error(const Tensor& gpu, const Tensor& cpu) {
+  EXPECT_EQ(shape_string(gpu.shape), shape_string(cpu.shape));
+  if (gpu.size() != cpu.size()) return INFINITY;
+  double diff = 0.0, mag = 0.0;
+  for (int64_t i = 0; i < cpu.size(); ++i) {
+    const double d = static_cast<double>(gpu.data[i]) - cpu.data[i];
+    diff += d * d;
+    mag += static_cast<double>(cpu.data[i]) * cpu.data[i];
+  }
+  return mag > 0 ? std::sqrt(diff / mag) : std::sqrt(diff);
+}
+
 // Runs `layer` on the CPU and its GPU twin with the same parameters, input,
 // output gradient and ForwardContext; checks y, dx and every parameter
 // gradient against `bound`. params must already hold the layer's variables.

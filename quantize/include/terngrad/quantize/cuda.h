@@ -24,8 +24,8 @@ bool device_available();
 
 // Device-side scratch for tensors of up to max_elements elements: stats
 // partials, the scale, the error record, and the entropy packing's scratch
-// (about 0.5 byte per element: every block's rANS stream slot, the decoded
-// symbols). One per stream in flight.
+// (about 0.7 byte per element: every block's rANS stream slot, the symbols
+// the encode codes, the decoded symbols). One per stream in flight.
 class Workspace {
  public:
   explicit Workspace(uint64_t max_elements);
@@ -84,7 +84,8 @@ void local_scale_async(const float* d_x, uint64_t n, float clip_factor, float* d
 // (kBase3), and for kEntropy codec 5, or codec 4 when the rANS payload would
 // not be strictly smaller (tiny or dense tensors), exactly as the CPU decides.
 // The payload's length is ws.encoded_bytes(stream) afterwards (or encode()
-// below); a kEntropy payload is shorter than its buffer.
+// below); a kEntropy payload is shorter than its buffer, whose bytes past
+// the payload are left as they were.
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream);
 
