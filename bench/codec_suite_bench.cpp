@@ -84,9 +84,11 @@ size_t encode_once(tc::GradientCodec& codec, std::span<const float> g, std::span
 std::string check_codec(tc::GradientCodec& codec, const std::string& spec, std::span<const float> g) {
   std::vector<uint8_t> out(codec.payload_bytes(g.size()));
   try {
-    encode_once(codec, g, out, 1);
+    // A variable-size codec's payload is the first encode() bytes of its
+    // buffer (payload_bytes() is a capacity), and only those decode.
+    const size_t used = encode_once(codec, g, out, 1);
     std::vector<float> d(g.size());
-    codec.decode(out, d);
+    codec.decode(std::span<const uint8_t>(out).first(used), d);
     double dot = 0, gg = 0, dd = 0;
     for (size_t i = 0; i < g.size(); ++i) {
       if (!std::isfinite(d[i])) return "decoded element " + std::to_string(i) + " is not finite";
@@ -197,7 +199,10 @@ int main(int argc, char** argv) {
         row.error = e.what();
       }
       if (codec && (row.error = check_codec(*codec, spec, g)).empty()) {
-        row.bytes = codec->payload_bytes(n);
+        // A variable-size codec: the bytes its payload of this gradient uses
+        // (payload_bytes() is only the capacity).
+        std::vector<uint8_t> probe(codec->payload_bytes(n));
+        row.bytes = codec->variable_size() ? encode_once(*codec, g, probe, 2) : codec->payload_bytes(n);
         row.t = time_encode(*codec, g, rounds, min_round_s);
       }
       rows.push_back(row);

@@ -21,6 +21,11 @@
 // and hands the inner codec p; the residual is p minus the inner codec's
 // decoding of its own payload with the step's round sums (P^ Q_w^T).
 //
+// Fused path: where the inner codec offers it (terngrad) and there is no
+// momentum, p and e' come from the codec's own two passes
+// (GradientCodec::prepare_error_feedback / encode_slices_error_feedback),
+// with the same floats as the steps above.
+//
 // Aggregation, validation and decoding are the inner codec's: the server
 // never sees a residual.
 //
@@ -64,7 +69,15 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     return c;
   }
 
+  // ef(ef(...)) is ef's own arithmetic, not its inner codec's.
+  bool fuses_error_feedback() const override { return false; }
+
   float local_scale(std::span<const float> grad) override {
+    if (fused()) {
+      const float s = prepare_fused(grad);
+      prepared_ = Prepared{grad.data(), grad.size()};
+      return s;
+    }
     prepare(grad);
     prepared_ = Prepared{grad.data(), grad.size()};
     return inner_->local_scale(corrected_);
@@ -82,7 +95,15 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
                      std::span<const std::span<uint8_t>> outs) override {
     const std::optional<Prepared> prepared = std::exchange(prepared_, std::nullopt);
     check_slices(spec(), grad.size(), slices, outs, *this);
-    if (!prepared || prepared->data != grad.data() || prepared->size != grad.size()) prepare(grad);
+    const bool same = prepared && prepared->data == grad.data() && prepared->size == grad.size();
+    if (fused()) {
+      // p's statistics in one pass, then the payloads and e' in one, p never
+      // stored (terngrad/quantize/error_feedback.h): the generic path's floats.
+      if (!same) prepare_fused(grad);
+      inner_->encode_slices_error_feedback(grad, ctx, slices, outs, residual_);
+      return;
+    }
+    if (!same) prepare(grad);
     const std::span<const float> p(corrected_);
     inner_->encode_slices(p, ctx, slices, outs);  // throws before any state changes
     // The residual is against what is sent: a variable-size payload's used
@@ -187,15 +208,31 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     size_t size;
   };
 
-  // corrected_ = g + e (or, with momentum, u' = M u + g kept in
-  // momentum_next_ and corrected_ = u' + e). The first call sizes the state.
-  void prepare(std::span<const float> g) {
-    const size_t n = g.size();
+  // The fused path: no momentum, an inner codec that offers it, and a
+  // residual held as it is (a state loaded or saved mid-way is never negated_
+  // on this path: it always writes the residual itself).
+  bool fused() const { return params_.momentum == 0.0f && inner_->fuses_error_feedback() && !negated_; }
+
+  // The first call sizes the state; a gradient of another size is refused.
+  void size_state(size_t n) {
     if (residual_.empty()) residual_.assign(n, 0.0f), negated_ = false;
     if (residual_.size() != n)
       throw std::invalid_argument(spec() + ": the residual holds " + std::to_string(residual_.size()) +
                                   " elements, the gradient has " + std::to_string(n) +
                                   " (a state from another variable?)");
+  }
+
+  // The statistics of g + e, kept by the inner codec; returns its local scale.
+  float prepare_fused(std::span<const float> g) {
+    size_state(g.size());
+    return inner_->prepare_error_feedback(g, residual_);
+  }
+
+  // corrected_ = g + e (or, with momentum, u' = M u + g kept in
+  // momentum_next_ and corrected_ = u' + e). The first call sizes the state.
+  void prepare(std::span<const float> g) {
+    const size_t n = g.size();
+    size_state(n);
     corrected_.resize(n);
     if (params_.momentum == 0.0f) {
       float* p = corrected_.data();

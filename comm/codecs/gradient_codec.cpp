@@ -63,6 +63,16 @@ uint64_t GradientCodec::presum_floats(uint32_t round, uint64_t n) const {
                               std::to_string(presum_rounds()) + " pre-rounds");
 }
 
+float GradientCodec::prepare_error_feedback(std::span<const float>, std::span<const float>) {
+  throw std::logic_error(spec() + ": no fused error feedback (ask fuses_error_feedback() first)");
+}
+
+void GradientCodec::encode_slices_error_feedback(std::span<const float>, const EncodeContext&,
+                                                 std::span<const ElementRange>, std::span<const std::span<uint8_t>>,
+                                                 std::span<float>) {
+  throw std::logic_error(spec() + ": no fused error feedback (ask fuses_error_feedback() first)");
+}
+
 void GradientCodec::presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out) {
   (void)grad;
   (void)ctx;

@@ -37,12 +37,17 @@
 //
 // An instance holds this cache, so it is not thread-safe; the trainer keeps
 // one codec per (worker, variable).
+#include <algorithm>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "builtin_codecs.h"
 #include "slices.h"
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/error_feedback.h"
 #include "terngrad/quantize/ternary_sum.h"
 
 namespace terngrad::comm::detail {
@@ -86,6 +91,48 @@ class TernGradCodec final : public GradientCodec {
 
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
                      std::span<const std::span<uint8_t>> outs) override {
+    encode(grad, ctx, slices, outs, {});
+  }
+
+  // Error feedback: p = g + e's statistics in one pass (the cache, as
+  // local_scale() keeps it, keyed by both spans), then each slice's payload
+  // and residual in one; p is never stored.
+  bool fuses_error_feedback() const override { return true; }
+
+  float prepare_error_feedback(std::span<const float> grad, std::span<const float> residual) override {
+    cached_.reset();
+    const quantize::TensorStats stats = quantize::stats_of_sum(grad, residual);
+    cached_ = Cached{grad.data(), grad.size(), stats, residual.data()};
+    return quantize::local_scale(stats, clip_);  // as local_scale(p)
+  }
+
+  void encode_slices_error_feedback(std::span<const float> grad, const EncodeContext& ctx,
+                                    std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs,
+                                    std::span<float> residual) override {
+    if (residual.size() != grad.size()) {
+      cached_.reset();
+      throw std::invalid_argument("terngrad: a residual of " + std::to_string(residual.size()) +
+                                  " elements for a gradient of " + std::to_string(grad.size()));
+    }
+    encode(grad, ctx, slices, outs, residual);
+    // Elements no slice covers sent nothing: their residual is p = g + e.
+    std::vector<ElementRange> sorted(slices.begin(), slices.end());
+    std::sort(sorted.begin(), sorted.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
+    uint64_t next = 0;
+    auto keep_p = [&](uint64_t from, uint64_t to) {
+      for (uint64_t i = from; i < to; ++i) residual[i] = grad[i] + residual[i];
+    };
+    for (const ElementRange& r : sorted) {
+      if (r.begin > next) keep_p(next, r.begin);
+      next = std::max(next, r.begin + r.count);
+    }
+    keep_p(next, grad.size());
+  }
+
+ private:
+  // encode_slices(), and with a residual (not empty) error feedback's too.
+  void encode(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+              std::span<const std::span<uint8_t>> outs, std::span<float> residual) {
     const std::optional<Cached> cached = std::exchange(cached_, std::nullopt);
     check_slices("terngrad", grad.size(), slices, outs, *this);
     quantize::EncodeParams p;
@@ -98,14 +145,24 @@ class TernGradCodec final : public GradientCodec {
     // A codec configured with share_scale=0 ignores a shared scale, as the
     // codecs that do not want one (fp32, fp16) do.
     if (share_scale_) p.shared_scale = ctx.shared_scale;
-    const quantize::TensorStats stats = cached && cached->data == grad.data() && cached->size == grad.size()
-                                            ? cached->stats
-                                            : quantize::compute_stats(grad);
+    // The cache holds the statistics of grad, or of grad + residual for
+    // error feedback: it serves only the same spans.
+    const bool hit = cached && cached->data == grad.data() && cached->size == grad.size() &&
+                     cached->residual == (residual.empty() ? nullptr : residual.data());
+    const quantize::TensorStats stats = hit ? cached->stats
+                                        : residual.empty() ? quantize::compute_stats(grad)
+                                                           : quantize::stats_of_sum(grad, residual);
     for (size_t i = 0; i < slices.size(); ++i) {
       p.element_offset = slices[i].begin;
-      quantize::encode_with_stats(grad.subspan(slices[i].begin, slices[i].count), stats, p, outs[i]);
+      const std::span<const float> x = grad.subspan(slices[i].begin, slices[i].count);
+      if (residual.empty())
+        quantize::encode_with_stats(x, stats, p, outs[i]);
+      else
+        quantize::encode_error_feedback(x, residual.subspan(slices[i].begin, slices[i].count), stats, p, outs[i]);
     }
   }
+
+ public:
 
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
     quantize::decode(payload, out);
@@ -177,6 +234,7 @@ class TernGradCodec final : public GradientCodec {
     const float* data;
     size_t size;
     quantize::TensorStats stats;
+    const float* residual = nullptr;  // error feedback: the stats are of data + residual
   };
 
   TernGradParams params_;

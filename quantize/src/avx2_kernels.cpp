@@ -79,7 +79,43 @@ __attribute__((target("avx2,fma,bmi2"))) uint64_t encode_range(const float* x, u
   return k;
 }
 
+// Nearest rounding: quantize8 with every word kNearestWord (u = 2^23), 16
+// elements (4 body bytes) a step; returns the first byte not written.
+template <bool kUnitPre, bool kClip>
+__attribute__((target("avx2,fma,bmi2"))) uint64_t nearest_range(const float* x, uint64_t n, uint64_t k_begin,
+                                                                uint64_t k_end, const TernaryQuantizer& tq,
+                                                                uint8_t* body) {
+  const Quantizer8 q{_mm256_set1_ps(tq.scale), _mm256_set1_ps(tq.pre), _mm256_set1_ps(tq.inv24),
+                     _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))};
+  const __m256i words = _mm256_set1_epi32(static_cast<int>(kNearestWord));
+  uint64_t k = k_begin;
+  for (; k + 4 <= k_end && 4 * (k + 4) <= n; k += 4) {
+    uint32_t k0, n0, k1, n1;
+    quantize8<kUnitPre, kClip>(x + 4 * k, words, q, k0, n0);
+    quantize8<kUnitPre, kClip>(x + 4 * k + 8, words, q, k1, n1);
+    const uint32_t kept = _pdep_u32(k0 | k1 << 8, 0x55555555u);
+    const uint32_t bits = kept + (kept & _pdep_u32(n0 | n1 << 8, 0x55555555u));
+    std::memcpy(body + k, &bits, 4);
+  }
+  return k;
+}
+
 }  // namespace
+
+__attribute__((target("avx2,fma,bmi2"))) void encode_bytes_nearest_avx2(const float* x, uint64_t n, uint64_t k_begin,
+                                                                        uint64_t k_end, const TernaryQuantizer& q,
+                                                                        uint8_t* body) {
+  if (q.scale == 0.0f) {  // all-zero tensor: every code is 0
+    std::fill(body + k_begin, body + k_end, uint8_t{0});
+    return;
+  }
+  const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
+  const uint64_t k = unit ? (clip ? nearest_range<true, true>(x, n, k_begin, k_end, q, body)
+                                  : nearest_range<true, false>(x, n, k_begin, k_end, q, body))
+                          : (clip ? nearest_range<false, true>(x, n, k_begin, k_end, q, body)
+                                  : nearest_range<false, false>(x, n, k_begin, k_end, q, body));
+  encode_bytes_nearest(x, n, k, k_end, q, body);
+}
 
 __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin,
                                                                 uint64_t k_end, const TernaryQuantizer& q,

@@ -107,7 +107,38 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t enco
   return k;
 }
 
+// Nearest rounding: quantize16 with every word kNearestWord (u = 2^23), 32
+// elements (8 body bytes) a step; returns the first byte not written.
+template <bool kUnitPre, bool kClip>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t nearest_range(
+    const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& tq, uint8_t* body) {
+  const Quantizer16 q{_mm512_set1_ps(tq.scale), _mm512_set1_ps(tq.pre), _mm512_set1_ps(tq.inv24)};
+  const __m512i words = _mm512_set1_epi32(static_cast<int>(kNearestWord));
+  uint64_t k = k_begin;
+  for (; k + 8 <= k_end && 4 * (k + 8) <= n; k += 8) {
+    const float* p = x + 4 * k;
+    const uint64_t two =
+        quantize16<kUnitPre, kClip>(p, words, q) | uint64_t{quantize16<kUnitPre, kClip>(p + 16, words, q)} << 32;
+    std::memcpy(body + k, &two, 8);
+  }
+  return k;
+}
+
 }  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void encode_bytes_nearest_avx512(
+    const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q, uint8_t* body) {
+  if (q.scale == 0.0f) {  // all-zero tensor: every code is 0
+    std::fill(body + k_begin, body + k_end, uint8_t{0});
+    return;
+  }
+  const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
+  const uint64_t k = unit ? (clip ? nearest_range<true, true>(x, n, k_begin, k_end, q, body)
+                                  : nearest_range<true, false>(x, n, k_begin, k_end, q, body))
+                          : (clip ? nearest_range<false, true>(x, n, k_begin, k_end, q, body)
+                                  : nearest_range<false, false>(x, n, k_begin, k_end, q, body));
+  encode_bytes_nearest(x, n, k, k_end, q, body);
+}
 
 // Whether a clipped element (a = s) needs its own test: not when its
 // threshold t(s) exceeds the largest 24-bit random integer.

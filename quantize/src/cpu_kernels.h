@@ -52,8 +52,14 @@ void encode_bytes_avx512(const float* x, uint64_t n, uint64_t k_begin, uint64_t 
 void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
                        const TernaryQuantizer& q, const RngStream& rng, uint8_t* body);
 // Nearest rounding (no random stream): the same bytes for every SIMD level.
+// The portable kernel; the x86 ones are the stochastic kernels' quantize
+// step with every random word at kNearestWord.
 void encode_bytes_nearest(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
                           uint8_t* body);
+void encode_bytes_nearest_avx512(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                                 const TernaryQuantizer& q, uint8_t* body);
+void encode_bytes_nearest_avx2(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                               const TernaryQuantizer& q, uint8_t* body);
 // Whether the x86 encode kernels must test a >= s for clipped elements:
 // false when the threshold of a = s, (s * pre) * inv24, exceeds every 24-bit
 // random integer, so that u < t keeps them already (avx512_kernels.cpp).
@@ -143,6 +149,9 @@ struct KernelTable {
   // One rANS block (rans_block.h); the same stream at every level.
   size_t (*rans_encode)(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
                         uint8_t* stream_end);
+  // Nearest rounding (no random stream): encode_bytes_nearest's bytes.
+  void (*encode_bytes_nearest)(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                               const TernaryQuantizer& q, uint8_t* body);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

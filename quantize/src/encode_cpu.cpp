@@ -1,12 +1,16 @@
 // Encode pass: stochastic ternarization fused with 2-bit packing.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpu_kernels.h"
 #include "messages.h"
 #include "packed_cpu.h"
 #include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/error_feedback.h"
 
 namespace terngrad::quantize {
 namespace detail {
@@ -21,14 +25,33 @@ void encode_bytes_portable(const float* x, uint64_t n, uint64_t k_begin, uint64_
   }
 }
 
-// Nearest rounding draws nothing: one plain loop, which the compiler
+namespace {
+
+// nearest_code() without branches, so that the byte loop below vectorizes
+// (the branchy form mispredicts on about every other element): the same
+// float operations, so the same codes.
+inline uint32_t nearest_code_branchless(float x, const TernaryQuantizer& q) {
+  const float a = std::fmin(std::fabs(x), q.scale);
+  const float t = (a * q.pre) * q.inv24;
+  const float u = static_cast<float>(kNearestWord >> 8);
+  const uint32_t keep = static_cast<uint32_t>(a > 0.0f) & (static_cast<uint32_t>(a >= q.scale) | static_cast<uint32_t>(u < t));
+  return keep * (1u + (float_bits(x) >> 31));
+}
+
+}  // namespace
+
+// Nearest rounding draws nothing: a branch-free loop, which the compiler
 // vectorizes; the encode is then a pure function of x and the scale.
 void encode_bytes_nearest(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
                           uint8_t* body) {
   const uint64_t full = std::min(k_end, n / 4);  // bytes whose four elements all exist
   uint64_t k = k_begin;
-  for (; k < full; ++k)
-    body[k] = encode_byte_nearest(x[4 * k], x[4 * k + 1], x[4 * k + 2], x[4 * k + 3], q);
+#pragma omp simd
+  for (uint64_t kk = k_begin; kk < std::max(k_begin, full); ++kk)
+    body[kk] = static_cast<uint8_t>(nearest_code_branchless(x[4 * kk], q) | (nearest_code_branchless(x[4 * kk + 1], q) << 2) |
+                                    (nearest_code_branchless(x[4 * kk + 2], q) << 4) |
+                                    (nearest_code_branchless(x[4 * kk + 3], q) << 6));
+  k = std::max(k_begin, full);
   for (; k < k_end; ++k) {
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // absent elements encode as zero padding
     for (uint64_t j = 0; j < 4 && 4 * k + j < n; ++j) v[j] = x[4 * k + j];
@@ -68,13 +91,64 @@ void check_slice(uint64_t element_offset, uint64_t n, uint64_t whole_count) {
   }
 }
 
+// Error feedback's residual of elements [e0, e1) from their body bytes:
+// 0 - (-p + d), the generic path's expression (encode_with_residual()).
+// Per body byte, its four elements' code_sign() as floats: d = scale * row[j]
+// is decode's value (+0, +s or -s), four elements at a time without a
+// variable shift (which baseline x86-64 lacks, so a per-element shift loop
+// stays scalar).
+struct SignRows {
+  alignas(16) float row[256][4];
+};
+const SignRows& sign_rows() {
+  static const SignRows rows = [] {
+    SignRows r{};
+    for (uint32_t b = 0; b < 256; ++b)
+      for (uint32_t j = 0; j < 4; ++j) r.row[b][j] = static_cast<float>(code_sign((b >> (2 * j)) & 3u));
+    return r;
+  }();
+  return rows;
+}
+
+// Error feedback's residual of elements [e0, e1), e0 a multiple of 4, from
+// their body bytes: 0 - (-p + d), the generic path's expression.
+void residual_from_body(const float* p, const uint8_t* body, uint64_t e0, uint64_t e1, float scale, float* residual) {
+  const SignRows& signs = sign_rows();
+  uint64_t k = e0 / 4;
+  for (; 4 * k + 4 <= e1; ++k) {
+    const float* __restrict sign = signs.row[body[k]];
+    const float* __restrict pp = p + 4 * k;
+    float* __restrict rr = residual + 4 * k;
+    for (int j = 0; j < 4; ++j) rr[j] = 0.0f - (-pp[j] + scale * sign[j]);
+  }
+  for (uint64_t i = 4 * k; i < e1; ++i) residual[i] = 0.0f - (-p[i] + scale * signs.row[body[k]][i - 4 * k]);
+}
+
+// The encode of x; with `residual`, of p = x + residual (float adds), which
+// is then overwritten with error feedback's residual of p
+// (encode_error_feedback()). p is never stored whole: each 64 Ki-element
+// block is summed into this thread's buffer, encoded from there (its Philox
+// counters offset to the block, as the packed encode does) and its residual
+// written back, while the block is in cache.
 size_t encode_body(std::span<const float> x, const TensorStats& stats, const EncodeParams& params,
-                   std::span<uint8_t> out) {
+                   std::span<uint8_t> out, float* residual = nullptr) {
   const uint64_t n = x.size();
   const float scale = resolve_scale(stats, params);
   const bool nearest = params.rounding == Rounding::kNearest;
   const uint8_t flags = (params.shared_scale ? kFlagSharedScale : 0) | (nearest ? kFlagNearest : 0);
-  if (params.packing != Packing::k2Bit) return detail::encode_packed(x, scale, flags, params, out);
+  if (params.packing != Packing::k2Bit) {
+    if (residual == nullptr) return detail::encode_packed(x, scale, flags, params, out);
+    // The packed encodes take p whole: p, then -p, plus the decoding, then
+    // 0 - that, the generic path's steps.
+    std::vector<float> p(n);
+    for (uint64_t i = 0; i < n; ++i) p[i] = x[i] + residual[i];
+    const size_t written = detail::encode_packed(p, scale, flags, params, out);
+    std::span<float> r(residual, n);
+    for (uint64_t i = 0; i < n; ++i) r[i] = -p[i];
+    decode_accumulate(out.first(written), r);
+    for (uint64_t i = 0; i < n; ++i) r[i] = 0.0f - r[i];
+    return written;
+  }
   write_header_bits(out.data(), flags, n, float_bits(scale), params.tensor_id, nearest ? 0 : params.seed,
                     params.step);
 
@@ -83,16 +157,33 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
   uint8_t* body = out.data() + kHeaderBytes;
   const uint64_t nbytes = body_bytes(n);
   auto* kernel = detail::kernels().encode_bytes;
+  auto* nearest_kernel = detail::kernels().encode_bytes_nearest;
   // Blocks of 16 KiB of output (64 Ki elements): a multiple of the 16-byte SIMD group.
   constexpr uint64_t kBlockBytes = 16384;
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
   const float* data = x.data();
   detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t k0 = b * kBlockBytes;
+    const uint64_t k1 = std::min(nbytes, k0 + kBlockBytes);
+    if (residual == nullptr) {
+      if (nearest)
+        nearest_kernel(data, n, k0, k1, q, body);
+      else
+        kernel(data, n, k0, k1, q, rng, body);
+      return;
+    }
+    thread_local std::vector<float> block_p;
+    const uint64_t e0 = 4 * k0, len = std::min(n, 4 * k1) - e0;
+    block_p.resize(4 * kBlockBytes);
+    float* __restrict pb = block_p.data();
+    const float* __restrict xb = data + e0;
+    float* __restrict rb = residual + e0;
+    for (uint64_t i = 0; i < len; ++i) pb[i] = xb[i] + rb[i];
     if (nearest)
-      detail::encode_bytes_nearest(data, n, k0, std::min(nbytes, k0 + kBlockBytes), q, body);
+      nearest_kernel(pb, len, 0, k1 - k0, q, body + k0);
     else
-      kernel(data, n, k0, std::min(nbytes, k0 + kBlockBytes), q, rng, body);
+      kernel(pb, len, 0, k1 - k0, q, RngStream{rng.seed, rng.step, rng.tensor_id, rng.block_offset + k0}, body + k0);
+    residual_from_body(pb, body + k0, 0, len, scale, rb);
   });
   return max_encoded_bytes(n);
 }
@@ -123,6 +214,19 @@ size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
   require_capacity(x.size(), params.packing, out.size());
   check_slice(params.element_offset, x.size(), stats.count);
   return encode_body(x, stats, params, out);
+}
+
+size_t encode_error_feedback(std::span<const float> g, std::span<float> residual, const TensorStats& stats,
+                             const EncodeParams& params, std::span<uint8_t> out) {
+  require_capacity(g.size(), params.packing, out.size());
+  check_slice(params.element_offset, g.size(), stats.count);
+  if (residual.size() != g.size())
+    throw CodecError(Errc::kInvalidArgument, "encode_error_feedback: the residual has " +
+                                                 std::to_string(residual.size()) + " elements, the gradient " +
+                                                 std::to_string(g.size()));
+  if (!g.empty() && residual.data() < g.data() + g.size() && g.data() < residual.data() + residual.size())
+    throw CodecError(Errc::kInvalidArgument, "encode_error_feedback: the residual overlaps the gradient");
+  return encode_body(g, stats, params, out, residual.data());
 }
 
 size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out) {

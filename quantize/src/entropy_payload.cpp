@@ -116,7 +116,9 @@ EntropyView check_entropy_header(std::span<const uint8_t> payload, uint8_t expec
   if (p[kEntropyReservedOffset] != 0) malformed("reserved byte 39 is " + std::to_string(p[kEntropyReservedOffset]));
   if (h.length != size)
     malformed("length field says " + std::to_string(h.length) + " bytes, the payload has " + std::to_string(size) +
-              " (truncated or padded payload)");
+              (h.length < size ? " (padded payload: an entropy-coded payload is shorter than its buffer; pass only "
+                                 "the bytes encode() returned, or payload_length())"
+                               : " (truncated payload)"));
   v.layout = Layout{h.count, alphabet, g, h.lanes, h.block_log2};
   v.zero_digit = zero_digit;
   const Layout& l = v.layout;

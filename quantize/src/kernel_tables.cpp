@@ -17,7 +17,8 @@ const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             sum_fields_max_portable,    decode_sum_fields_portable,
                             fp16::encode_portable,      fp16::decode_portable,
                             fp16::decode_accumulate_portable, dense_sum_f32_portable,
-                            dense_sum_f16_portable,     rans_encode_portable};
+                            dense_sum_f16_portable,     rans_encode_portable,
+                            encode_bytes_nearest};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {
@@ -25,6 +26,7 @@ KernelTable avx512_table() {
   const char* v = std::getenv("TG_HWY_AVX512");
   if (v != nullptr && std::strcmp(v, "1") == 0) return t;
   t.encode_bytes = encode_bytes_avx512;
+  t.encode_bytes_nearest = encode_bytes_nearest_avx512;
   t.rans_encode = rans_encode_avx512;
   return t;
 }
@@ -33,6 +35,7 @@ KernelTable avx2_table() {
   const char* v = std::getenv("TG_HWY_AVX2");
   if (v != nullptr && std::strcmp(v, "1") == 0) return t;
   t.encode_bytes = encode_bytes_avx2;
+  t.encode_bytes_nearest = encode_bytes_nearest_avx2;
   t.rans_encode = rans_encode_avx2;
   return t;
 }

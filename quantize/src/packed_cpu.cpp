@@ -156,7 +156,7 @@ struct BlockSymbols {
     const uint64_t e0 = b * kBlockElements, len = std::min(kBlockElements, n - e0);
     const uint64_t nbytes = body_bytes(len);
     if (nearest)
-      encode_bytes_nearest(x + e0, len, 0, nbytes, q, codes);
+      kernels().encode_bytes_nearest(x + e0, len, 0, nbytes, q, codes);
     else
       kernels().encode_bytes(x + e0, len, 0, nbytes, q, RngStream{rng.seed, rng.step, rng.tensor_id, rng.block_offset + e0 / 4},
                              codes);

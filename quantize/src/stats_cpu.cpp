@@ -8,6 +8,7 @@
 #include "cpu_kernels.h"
 #include "messages.h"
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/error_feedback.h"
 
 namespace terngrad::quantize {
 namespace detail {
@@ -70,17 +71,20 @@ std::vector<detail::ChunkSums>& partials_scratch(size_t chunks) {
 
 }  // namespace
 
-TensorStats compute_stats(std::span<const float> x) {
-  const uint64_t n = x.size();
+namespace {
+
+// The canonical reduction of compute_stats(): chunk c's partial from
+// chunk_partial(begin, len), chunks in parallel, then level 2 in order.
+// On a non-finite value, non_finite() throws naming it.
+template <class ChunkPartial, class NonFinite>
+TensorStats reduce_chunks(uint64_t n, ChunkPartial&& chunk_partial, NonFinite&& non_finite) {
   if (n == 0) return TensorStats{};
   const uint64_t chunks = (n + kStatsChunk - 1) / kStatsChunk;
-  auto* kernel = detail::kernels().chunk_sums;
   auto& partial = partials_scratch(chunks);
-  const float* data = x.data();
 
   detail::for_each_block(n, chunks, [&](uint64_t c) {
     const uint64_t begin = c * kStatsChunk;
-    partial[c] = kernel(data + begin, std::min<uint64_t>(kStatsChunk, n - begin));
+    partial[c] = chunk_partial(begin, std::min<uint64_t>(kStatsChunk, n - begin));
   });
 
   // Level 2: chunk c goes to lane c % 32 in increasing c, then the butterfly.
@@ -92,8 +96,44 @@ TensorStats compute_stats(std::span<const float> x) {
     lane_sq[c % kStatsLanes] += partial[c].sum_sq;
     max_bits = std::max(max_bits, partial[c].max_abs_bits);
   }
-  if (max_bits >= kExpAllOnes) throw_non_finite(data, n);
+  if (max_bits >= kExpAllOnes) non_finite();
   return stats_from_sums(n, butterfly_sum32(lane_sum), butterfly_sum32(lane_sq), max_bits);
+}
+
+}  // namespace
+
+TensorStats compute_stats(std::span<const float> x) {
+  auto* kernel = detail::kernels().chunk_sums;
+  const float* data = x.data();
+  const uint64_t n = x.size();
+  return reduce_chunks(
+      n, [&](uint64_t begin, uint64_t len) { return kernel(data + begin, len); },
+      [&] { throw_non_finite(data, n); });
+}
+
+TensorStats stats_of_sum(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size())
+    throw CodecError(Errc::kInvalidArgument, "stats_of_sum: a has " + std::to_string(a.size()) + " elements, b " +
+                                                 std::to_string(b.size()) + " (they must have one length)");
+  auto* kernel = detail::kernels().chunk_sums;
+  const float* pa = a.data();
+  const float* pb = b.data();
+  const uint64_t n = a.size();
+  // Each chunk's sums go through this thread's 16 KiB buffer (in L1), never
+  // to memory.
+  return reduce_chunks(
+      n,
+      [&](uint64_t begin, uint64_t len) {
+        thread_local float sum[kStatsChunk];
+        float* __restrict s = sum;
+        for (uint64_t i = 0; i < len; ++i) s[i] = pa[begin + i] + pb[begin + i];
+        return kernel(s, len);
+      },
+      [&] {
+        std::vector<float> s(n);
+        for (uint64_t i = 0; i < n; ++i) s[i] = pa[i] + pb[i];
+        throw_non_finite(s.data(), n);
+      });
 }
 
 float local_scale(const TensorStats& stats, float clip_factor) {

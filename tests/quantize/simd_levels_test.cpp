@@ -145,6 +145,56 @@ TEST_F(SimdLevels, EncodeIsBitIdentical) {
   }
 }
 
+// Nearest rounding (kernels().encode_bytes_nearest): every size and offset,
+// with and without clipping, and the edges of the rule: elements at half the
+// scale (ties go to zero) and one ulp either side, at the scale and beyond
+// it, for scales whose clip test is needed and not, pre = 1 and 2^64, all
+// zeros; 2-bit and base-3 packing (whose symbols come from the same kernel).
+TEST_F(SimdLevels, NearestEncodeIsBitIdentical) {
+  const auto base = tg_test::gradient_like(kSizes.back() + 3, 17);
+  for (size_t n : kSizes) {
+    for (size_t offset : {0u, 3u}) {
+      const std::span<const float> x(base.data() + offset, n);
+      for (tq::Packing packing : {tq::Packing::k2Bit, tq::Packing::kBase3}) {
+        tq::EncodeParams p;
+        p.rounding = tq::Rounding::kNearest;
+        p.packing = packing;
+        p.clip_factor = offset == 3 ? 0.0f : 2.5f;
+        compare_levels<std::vector<uint8_t>>(
+            [&] {
+              std::vector<uint8_t> out(tq::max_encoded_bytes(x.size(), packing));
+              out.resize(tq::encode(x, p, out));
+              return out;
+            },
+            [&](const char* level, const auto& want, const auto& got) {
+              EXPECT_EQ(want, got) << level << " n=" << n << " offset=" << offset << " " << tq::packing_name(packing);
+            });
+      }
+    }
+  }
+  for (float s : {1.0f, 1.0000001f, 0.7f, 3e-25f, 0.0f}) {
+    std::vector<float> x(4099);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float half = s / 2;
+      switch (i % 9) {
+        case 0: x[i] = half; break;
+        case 1: x[i] = -std::nextafter(half, 0.0f); break;
+        case 2: x[i] = std::nextafter(half, 2 * s + 1); break;
+        case 3: x[i] = -s; break;
+        case 4: x[i] = 3 * s; break;
+        case 5: x[i] = -0.0f; break;
+        default: x[i] = s * static_cast<float>((i * 37) % 100) / 100.0f * (i % 2 ? -1.0f : 1.0f);
+      }
+    }
+    tq::EncodeParams p;
+    p.rounding = tq::Rounding::kNearest;
+    p.clip_factor = 0.0f;
+    compare_levels<std::vector<uint8_t>>(
+        [&] { return encode_vec(x, p); },
+        [&](const char* level, const auto& want, const auto& got) { EXPECT_EQ(want, got) << level << " s=" << s; });
+  }
+}
+
 TEST_F(SimdLevels, EncodeOfTinyScalesSharedScalesAndZerosIsBitIdentical) {
   // s < 2^-64 takes the pre = 2^64 route; a shared scale above the tensor's
   // own; an all-zero tensor; a constant one.

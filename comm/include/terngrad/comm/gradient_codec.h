@@ -129,6 +129,27 @@ class GradientCodec {
   virtual bool wants_shared_scale() const { return false; }
   virtual float local_scale(std::span<const float> grad) { (void)grad; return 0.0f; }
 
+  // Error feedback fused into the codec: ef() without momentum takes this
+  // path where the codec offers it (fuses_error_feedback()), for the bytes and
+  // floats of its generic path in two passes over the variable instead of
+  // about seven, and without storing p = grad + residual
+  // (terngrad/quantize/error_feedback.h).
+  //   prepare_error_feedback(): local_scale(p), keeping p's statistics for
+  //     the next call with the same spans (as local_scale()'s cache). Throws
+  //     naming an element where p is not finite.
+  //   encode_slices_error_feedback(): encode_slices(p, ...), and residual[i]
+  //     = p[i] - decode(sent)[i] on the slices' elements (written
+  //     0 - (-p + d), as the generic path rounds it), p[i] on elements no
+  //     slice covers. Throws as encode_slices() does, before the residual
+  //     changes.
+  // grad and residual have one length. The defaults throw std::logic_error:
+  // callers ask fuses_error_feedback().
+  virtual bool fuses_error_feedback() const { return false; }
+  virtual float prepare_error_feedback(std::span<const float> grad, std::span<const float> residual);
+  virtual void encode_slices_error_feedback(std::span<const float> grad, const EncodeContext& ctx,
+                                            std::span<const ElementRange> slices,
+                                            std::span<const std::span<uint8_t>> outs, std::span<float> residual);
+
   // Multi-round codecs (see the top of this file): the number of pre-rounds
   // (0 for every single-round codec), the floats round `round` produces for a
   // variable of n elements (exact; throws std::invalid_argument naming the
