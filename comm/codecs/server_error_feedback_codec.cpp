@@ -9,6 +9,9 @@
 //   p   = S + e                                    (e: the slice's residual, 0 at first)
 //   out = encode(p) with <codec>                   (its own scale, clip, levels...)
 //   e'  = p - decode(out)
+// (where the codec fuses error feedback, terngrad: p's statistics and out
+// with e' in two passes, p never stored, e' written 0 - (-p + d) as ef()
+// writes it, which is p - d but for the sign of a zero where p is -0)
 // so what the workers pull is one <codec> payload (2 bits per element for
 // terngrad, whatever the worker count), and what it leaves out is sent in
 // later steps. Randomness (stochastic codecs) comes from its own stream:
@@ -95,6 +98,10 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
     inner_->aggregate(payloads, n, summed_);   // validates every payload
     corrected_.resize(n);
     inner_->decode_aggregate(summed_, corrected_);
+    if (encoder_->fuses_error_feedback()) {
+      fused_step(n, ctx, state, out);
+      return;
+    }
     if (!state.empty()) {
       const uint8_t* e = state.data() + kStateHeaderBytes;
       for (uint64_t i = 0; i < n; ++i) {
@@ -138,6 +145,40 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   }
 
  private:
+  // aggregate_step() with the encoder's fused error feedback: corrected_
+  // holds the sum S; p = S + e is never stored, its statistics and the
+  // payload with e' take two passes (terngrad/quantize/error_feedback.h).
+  // e' is written 0 - (-p + d), ef()'s expression: p - d but for the sign of
+  // a zero residual where p is -0.
+  void fused_step(uint64_t n, const AggregateContext& ctx, std::vector<uint8_t>& state,
+                  std::vector<uint8_t>& out) const {
+    residual_.assign(n, 0.0f);
+    if (!state.empty()) {
+      const uint8_t* e = state.data() + kStateHeaderBytes;
+      for (uint64_t i = 0; i < n; ++i) {
+        residual_[i] = load_float_le(e + 4 * i);
+        if (!std::isfinite(residual_[i])) throw non_finite_residual(i);  // nothing has changed yet
+      }
+    }
+    EncodeContext ec;
+    ec.tensor_id = ctx.tensor_id;
+    ec.step = ctx.step;
+    ec.seed = server_seed(ctx.begin);
+    const float scale = encoder_->prepare_error_feedback(corrected_, residual_);  // throws on a non-finite sum
+    if (encoder_->wants_shared_scale()) ec.shared_scale = scale;
+    sent_.resize(encoder_->payload_bytes(n));
+    const ElementRange whole{0, n};
+    const std::span<uint8_t> buffer(sent_);
+    encoder_->encode_slices_error_feedback(corrected_, ec, std::span(&whole, 1), std::span(&buffer, 1), residual_);
+    sent_.resize(encoder_->encoded_size(sent_, n));  // a variable-size payload: the bytes it uses
+    // Commit: nothing below throws.
+    state.resize(kStateHeaderBytes + 4 * n);
+    write_state_header(kState, n, state.data());
+    uint8_t* e = state.data() + kStateHeaderBytes;
+    for (uint64_t i = 0; i < n; ++i) store_float_le(e + 4 * i, residual_[i]);
+    out.assign(sent_.begin(), sent_.end());
+  }
+
   // The header and length of a state for n elements (empty: fresh).
   void check_state_frame(std::span<const uint8_t> state, uint64_t n) const {
     if (state.empty()) return;
@@ -158,7 +199,7 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   std::string spec_;
   mutable std::mutex mutex_;
   mutable std::vector<uint8_t> summed_, sent_;
-  mutable std::vector<float> corrected_, decoded_;
+  mutable std::vector<float> corrected_, decoded_, residual_;
 };
 
 }  // namespace
