@@ -117,6 +117,34 @@ __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_nearest_avx2(const fl
   encode_bytes_nearest(x, n, k, k_end, q, body);
 }
 
+__attribute__((target("avx2,fma,bmi2"))) void add_f32_avx2(const float* a, const float* b, float* out, size_t len) {
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < len; ++i) out[i] = a[i] + b[i];
+}
+
+// 8 elements from 16 bits of codes: lane j takes bits 2j..2j+1 (vpsrlvd), d
+// is +s, -s or +0 by two compares, r = 0 - (-p + d) with -p a sign flip, as
+// the portable kernel computes it.
+__attribute__((target("avx2,fma,bmi2"))) void ef_residual_avx2(const float* p, const uint8_t* body, uint64_t len,
+                                                                float scale, float* r) {
+  const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m256i three = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2);
+  const __m256 pos = _mm256_set1_ps(scale), neg = _mm256_set1_ps(-scale), zero = _mm256_setzero_ps();
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  uint64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint16_t half;
+    std::memcpy(&half, body + i / 4, sizeof half);
+    const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(half), shifts), three);
+    const __m256 d = _mm256_blendv_ps(_mm256_blendv_ps(zero, pos, _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, one))), neg,
+                                      _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, two)));
+    const __m256 minus_p = _mm256_xor_ps(_mm256_loadu_ps(p + i), sign);
+    _mm256_storeu_ps(r + i, _mm256_sub_ps(zero, _mm256_add_ps(minus_p, d)));
+  }
+  if (i < len) ef_residual_portable(p + i, body + i / 4, len - i, scale, r + i);
+}
+
 __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin,
                                                                 uint64_t k_end, const TernaryQuantizer& q,
                                                                 const RngStream& rng, uint8_t* body) {

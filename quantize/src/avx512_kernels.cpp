@@ -140,6 +140,36 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void encode_b
   encode_bytes_nearest(x, n, k, k_end, q, body);
 }
 
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void add_f32_avx512(const float* a,
+                                                                                  const float* b, float* out,
+                                                                                  size_t len) {
+  size_t i = 0;
+  for (; i + 16 <= len; i += 16) _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+  for (; i < len; ++i) out[i] = a[i] + b[i];
+}
+
+// 16 elements from one 32-bit word of codes: lane j takes bits 2j..2j+1
+// (vpsrlvd), d is +s, -s or +0 by two compares, r = 0 - (-p + d) with -p a
+// sign flip, as the portable kernel computes it.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void ef_residual_avx512(
+    const float* p, const uint8_t* body, uint64_t len, float scale, float* r) {
+  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i three = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  const __m512 pos = _mm512_set1_ps(scale), neg = _mm512_set1_ps(-scale), zero = _mm512_setzero_ps();
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  uint64_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    uint32_t word;
+    std::memcpy(&word, body + i / 4, sizeof word);
+    const __m512i c = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(word)), shifts), three);
+    const __m512 d = _mm512_mask_mov_ps(_mm512_mask_mov_ps(zero, _mm512_cmpeq_epi32_mask(c, one), pos),
+                                        _mm512_cmpeq_epi32_mask(c, two), neg);
+    const __m512 minus_p = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_loadu_ps(p + i)), sign));
+    _mm512_storeu_ps(r + i, _mm512_sub_ps(zero, _mm512_add_ps(minus_p, d)));
+  }
+  if (i < len) ef_residual_portable(p + i, body + i / 4, len - i, scale, r + i);
+}
+
 // Whether a clipped element (a = s) needs its own test: not when its
 // threshold t(s) exceeds the largest 24-bit random integer.
 bool clip_test_needed(const TernaryQuantizer& q) {

@@ -60,6 +60,16 @@ void encode_bytes_nearest_avx512(const float* x, uint64_t n, uint64_t k_begin, u
                                  const TernaryQuantizer& q, uint8_t* body);
 void encode_bytes_nearest_avx2(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
                                const TernaryQuantizer& q, uint8_t* body);
+// Fused error feedback's element passes (KernelTable::add_f32, ef_residual):
+// float adds, and d = +0, +s or -s as decode gives it, so every level's
+// floats are the portable ones.
+void add_f32_portable(const float* a, const float* b, float* out, size_t len);
+void ef_residual_portable(const float* p, const uint8_t* body, uint64_t len, float scale, float* r);
+void add_f32_avx512(const float* a, const float* b, float* out, size_t len);
+void ef_residual_avx512(const float* p, const uint8_t* body, uint64_t len, float scale, float* r);
+void add_f32_avx2(const float* a, const float* b, float* out, size_t len);
+void ef_residual_avx2(const float* p, const uint8_t* body, uint64_t len, float scale, float* r);
+
 // Whether the x86 encode kernels must test a >= s for clipped elements:
 // false when the threshold of a = s, (s * pre) * inv24, exceeds every 24-bit
 // random integer, so that u < t keeps them already (avx512_kernels.cpp).
@@ -152,6 +162,10 @@ struct KernelTable {
   // Nearest rounding (no random stream): encode_bytes_nearest's bytes.
   void (*encode_bytes_nearest)(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
                                const TernaryQuantizer& q, uint8_t* body);
+  // Fused error feedback (error_feedback.h): out = a + b, and the residual
+  // of elements [0, len) from their body bytes, r = 0 - (-p + d).
+  void (*add_f32)(const float* a, const float* b, float* out, size_t len);
+  void (*ef_residual)(const float* p, const uint8_t* body, uint64_t len, float scale, float* r);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

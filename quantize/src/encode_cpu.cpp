@@ -59,6 +59,39 @@ void encode_bytes_nearest(const float* x, uint64_t n, uint64_t k_begin, uint64_t
   }
 }
 
+// Fused error feedback, portable. d = scale * row[j], row the body byte's
+// four code_sign() values as floats: decode's +0, +s or -s, four elements
+// at a time without a variable shift (baseline x86-64 has none, and a
+// per-element shift loop stays scalar).
+struct SignRows {
+  alignas(16) float row[256][4];
+};
+const SignRows& sign_rows() {
+  static const SignRows rows = [] {
+    SignRows r{};
+    for (uint32_t b = 0; b < 256; ++b)
+      for (uint32_t j = 0; j < 4; ++j) r.row[b][j] = static_cast<float>(code_sign((b >> (2 * j)) & 3u));
+    return r;
+  }();
+  return rows;
+}
+
+void add_f32_portable(const float* a, const float* b, float* out, size_t len) {
+  for (size_t i = 0; i < len; ++i) out[i] = a[i] + b[i];
+}
+
+void ef_residual_portable(const float* p, const uint8_t* body, uint64_t len, float scale, float* r) {
+  const SignRows& signs = sign_rows();
+  uint64_t k = 0;
+  for (; 4 * k + 4 <= len; ++k) {
+    const float* __restrict sign = signs.row[body[k]];
+    const float* __restrict pp = p + 4 * k;
+    float* __restrict rr = r + 4 * k;
+    for (int j = 0; j < 4; ++j) rr[j] = 0.0f - (-pp[j] + scale * sign[j]);
+  }
+  for (uint64_t i = 4 * k; i < len; ++i) r[i] = 0.0f - (-p[i] + scale * signs.row[body[k]][i - 4 * k]);
+}
+
 }  // namespace detail
 
 namespace {
@@ -89,39 +122,6 @@ void check_slice(uint64_t element_offset, uint64_t n, uint64_t whole_count) {
                                                                    std::to_string(element_offset)
                                                              : std::string()));
   }
-}
-
-// Error feedback's residual of elements [e0, e1) from their body bytes:
-// 0 - (-p + d), the generic path's expression (encode_with_residual()).
-// Per body byte, its four elements' code_sign() as floats: d = scale * row[j]
-// is decode's value (+0, +s or -s), four elements at a time without a
-// variable shift (which baseline x86-64 lacks, so a per-element shift loop
-// stays scalar).
-struct SignRows {
-  alignas(16) float row[256][4];
-};
-const SignRows& sign_rows() {
-  static const SignRows rows = [] {
-    SignRows r{};
-    for (uint32_t b = 0; b < 256; ++b)
-      for (uint32_t j = 0; j < 4; ++j) r.row[b][j] = static_cast<float>(code_sign((b >> (2 * j)) & 3u));
-    return r;
-  }();
-  return rows;
-}
-
-// Error feedback's residual of elements [e0, e1), e0 a multiple of 4, from
-// their body bytes: 0 - (-p + d), the generic path's expression.
-void residual_from_body(const float* p, const uint8_t* body, uint64_t e0, uint64_t e1, float scale, float* residual) {
-  const SignRows& signs = sign_rows();
-  uint64_t k = e0 / 4;
-  for (; 4 * k + 4 <= e1; ++k) {
-    const float* __restrict sign = signs.row[body[k]];
-    const float* __restrict pp = p + 4 * k;
-    float* __restrict rr = residual + 4 * k;
-    for (int j = 0; j < 4; ++j) rr[j] = 0.0f - (-pp[j] + scale * sign[j]);
-  }
-  for (uint64_t i = 4 * k; i < e1; ++i) residual[i] = 0.0f - (-p[i] + scale * signs.row[body[k]][i - 4 * k]);
 }
 
 // The encode of x; with `residual`, of p = x + residual (float adds), which
@@ -158,6 +158,7 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
   const uint64_t nbytes = body_bytes(n);
   auto* kernel = detail::kernels().encode_bytes;
   auto* nearest_kernel = detail::kernels().encode_bytes_nearest;
+  const detail::KernelTable& ef = detail::kernels();
   // Blocks of 16 KiB of output (64 Ki elements): a multiple of the 16-byte SIMD group.
   constexpr uint64_t kBlockBytes = 16384;
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
@@ -175,15 +176,14 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
     thread_local std::vector<float> block_p;
     const uint64_t e0 = 4 * k0, len = std::min(n, 4 * k1) - e0;
     block_p.resize(4 * kBlockBytes);
-    float* __restrict pb = block_p.data();
-    const float* __restrict xb = data + e0;
-    float* __restrict rb = residual + e0;
-    for (uint64_t i = 0; i < len; ++i) pb[i] = xb[i] + rb[i];
+    float* pb = block_p.data();
+    float* rb = residual + e0;
+    ef.add_f32(data + e0, rb, pb, len);
     if (nearest)
       nearest_kernel(pb, len, 0, k1 - k0, q, body + k0);
     else
       kernel(pb, len, 0, k1 - k0, q, RngStream{rng.seed, rng.step, rng.tensor_id, rng.block_offset + k0}, body + k0);
-    residual_from_body(pb, body + k0, 0, len, scale, rb);
+    ef.ef_residual(pb, body + k0, len, scale, rb);
   });
   return max_encoded_bytes(n);
 }

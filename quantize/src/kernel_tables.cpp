@@ -18,7 +18,8 @@ const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             fp16::encode_portable,      fp16::decode_portable,
                             fp16::decode_accumulate_portable, dense_sum_f32_portable,
                             dense_sum_f16_portable,     rans_encode_portable,
-                            encode_bytes_nearest};
+                            encode_bytes_nearest,       add_f32_portable,
+                            ef_residual_portable};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {
@@ -27,6 +28,8 @@ KernelTable avx512_table() {
   if (v != nullptr && std::strcmp(v, "1") == 0) return t;
   t.encode_bytes = encode_bytes_avx512;
   t.encode_bytes_nearest = encode_bytes_nearest_avx512;
+  t.add_f32 = add_f32_avx512;
+  t.ef_residual = ef_residual_avx512;
   t.rans_encode = rans_encode_avx512;
   return t;
 }
@@ -36,6 +39,8 @@ KernelTable avx2_table() {
   if (v != nullptr && std::strcmp(v, "1") == 0) return t;
   t.encode_bytes = encode_bytes_avx2;
   t.encode_bytes_nearest = encode_bytes_nearest_avx2;
+  t.add_f32 = add_f32_avx2;
+  t.ef_residual = ef_residual_avx2;
   t.rans_encode = rans_encode_avx2;
   return t;
 }

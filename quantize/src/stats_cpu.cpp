@@ -116,6 +116,7 @@ TensorStats stats_of_sum(std::span<const float> a, std::span<const float> b) {
     throw CodecError(Errc::kInvalidArgument, "stats_of_sum: a has " + std::to_string(a.size()) + " elements, b " +
                                                  std::to_string(b.size()) + " (they must have one length)");
   auto* kernel = detail::kernels().chunk_sums;
+  auto* add = detail::kernels().add_f32;
   const float* pa = a.data();
   const float* pb = b.data();
   const uint64_t n = a.size();
@@ -125,9 +126,8 @@ TensorStats stats_of_sum(std::span<const float> a, std::span<const float> b) {
       n,
       [&](uint64_t begin, uint64_t len) {
         thread_local float sum[kStatsChunk];
-        float* __restrict s = sum;
-        for (uint64_t i = 0; i < len; ++i) s[i] = pa[begin + i] + pb[begin + i];
-        return kernel(s, len);
+        add(pa + begin, pb + begin, sum, len);
+        return kernel(sum, len);
       },
       [&] {
         std::vector<float> s(n);
