@@ -35,7 +35,10 @@ import time
 CODECS = {"fp32": ["--grad_bits=32"], "fp16": ["--codec=fp16"], "terngrad": ["--grad_bits=2"],
           # The same codes packed below 2 bits (quantize/FORMAT.md): 5 per byte, or rANS-coded
           # (with the ps's sum entropy-coded too); training is bit-identical to "terngrad".
-          "terngrad-base3": ["--codec=terngrad:pack=base3"], "terngrad-entropy": ["--codec=terngrad:pack=entropy"]}
+          "terngrad-base3": ["--codec=terngrad:pack=base3"], "terngrad-entropy": ["--codec=terngrad:pack=entropy"],
+          # experiments/results/codecs' recommendation: error feedback on the workers and the ps,
+          # nearest rounding (fused into the codec's passes since issue 32).
+          "ef-server-ef-nearest": ["--codec=ef(server_ef(terngrad:round=nearest))"]}
 NET_FLAGS = {
     # The paper's LeNet hyperparameters (momentum 0.9, lr 0.01, poly decay 0.5, wd 5e-4).
     "lenet": ["--net=lenet", "--batch_size=32", "--optimizer=momentum", "--momentum=0.9",
