@@ -52,11 +52,17 @@ std::string text_flag(int argc, char** argv, const std::string& name) {
 
 // examples_per_sec of the train_step line for (net, codec) in the reference
 // script's JSON lines; 0 when absent.
-double reference_rate(const std::string& path, const std::string& net, const std::string& codec) {
+// tf32: the line with PyTorch's default (cuDNN convolutions in TF32) or with
+// TF32 off (like for like: ours run in fp32); a file without "tf32" fields
+// (older reference runs) serves the default.
+double reference_rate(const std::string& path, const std::string& net, const std::string& codec, bool tf32) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
     if (line.find("\"train_step\"") == std::string::npos || line.find("\"net\": \"" + net + "\"") == std::string::npos ||
         line.find("\"codec\": \"" + codec + "\"") == std::string::npos)
+      continue;
+    const bool has_field = line.find("\"tf32\"") != std::string::npos;
+    if (has_field ? line.find(std::string("\"tf32\": ") + (tf32 ? "true" : "false")) == std::string::npos : !tf32)
       continue;
     const std::string key = "\"examples_per_sec\": ";
     const size_t at = line.find(key);
@@ -125,7 +131,7 @@ int main(int argc, char** argv) {
   }
   const int workers = flag(argc, argv, "workers", 4), batch = flag(argc, argv, "batch", 64);
   const int steps = flag(argc, argv, "steps", 100);
-  std::printf("net       codec     workers batch  examples/s  ms/step  PyTorch ex/s  x PyTorch\n");
+  std::printf("net       codec     workers batch  examples/s  ms/step  PyTorch ex/s  x PyTorch  x PyTorch, TF32 off\n");
   std::vector<std::string> nets;
   {
     std::string list = text_flag(argc, argv, "nets");
@@ -147,12 +153,17 @@ int main(int argc, char** argv) {
         std::printf("--nets: %s: %s\n", net, e.what());
         return 2;
       }
-      const double ref = reference.empty() ? 0 : reference_rate(reference, net, label);
+      const double ref = reference.empty() ? 0 : reference_rate(reference, net, label, true);
+      const double ref_fp32 = reference.empty() ? 0 : reference_rate(reference, net, label, false);
       std::printf("%-9s %-9s %7d %5d %11.0f %8.3f", net, label.c_str(), workers, batch, eps, 1e3 * workers * batch / eps);
       if (ref > 0)
-        std::printf(" %13.0f %10.2f\n", ref, eps / ref);
+        std::printf(" %13.0f %10.2f", ref, eps / ref);
       else
-        std::printf(" %13s %10s\n", "-", "-");
+        std::printf(" %13s %10s", "-", "-");
+      if (ref_fp32 > 0)
+        std::printf(" %20.2f\n", eps / ref_fp32);
+      else
+        std::printf(" %20s\n", "-");
     }
   }
   std::fflush(stdout);

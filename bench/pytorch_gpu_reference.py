@@ -124,12 +124,16 @@ def main():
                       "elements": n, "d2d_copy_GBps_read_plus_write": 8 * n / copy_s / 1e9,
                       "torch_encode_GBps_input": 4 * n / enc_s / 1e9, "torch_encode_ms": 1e3 * enc_s}))
     nets = {"lenet": LeNet, "cifarnet": CifarNet, "alexnet": AlexNet}
-    for name in a.nets.split(","):
-        cls = nets[name]
-        for codec in ("terngrad", "fp32"):
-            eps = train_step_examples_per_sec(cls, a.workers, a.batch, codec)
-            print(json.dumps({"what": "train_step", "net": cls.__name__.lower(), "codec": codec,
-                              "workers": a.workers, "batch": a.batch, "examples_per_sec": eps}))
+    # PyTorch's default runs cuDNN convolutions in TF32 (torch.backends.cudnn.allow_tf32); ours
+    # run in fp32 to match the CPU. Lines with "tf32": false are the like-for-like baseline.
+    for tf32 in (True, False):
+        torch.backends.cudnn.allow_tf32 = tf32
+        for name in a.nets.split(","):
+            cls = nets[name]
+            for codec in ("terngrad", "fp32"):
+                eps = train_step_examples_per_sec(cls, a.workers, a.batch, codec)
+                print(json.dumps({"what": "train_step", "net": cls.__name__.lower(), "codec": codec, "tf32": tf32,
+                                  "workers": a.workers, "batch": a.batch, "examples_per_sec": eps}), flush=True)
 
 
 if __name__ == "__main__":
