@@ -128,13 +128,18 @@ void decode_accumulate_portable(const uint8_t* in, size_t n, float* out);
 
 namespace terngrad::quantize::detail {
 
-struct BlockModel;  // rans_block.h
+struct BlockModel;            // rans_block.h
+enum class BlockFault : int;  // rans_block.h
 size_t rans_encode_portable(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
                             uint8_t* stream_end);
 size_t rans_encode_avx512(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
                           uint8_t* stream_end);
 size_t rans_encode_avx2(const uint8_t* syms, uint32_t count, uint32_t lanes, const BlockModel& model,
                         uint8_t* stream_end);
+BlockFault rans_decode_block(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
+BlockFault rans_decode_avx512(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                              const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
 
 // One kernel of each pass for one SIMD level.
 struct KernelTable {
@@ -166,6 +171,9 @@ struct KernelTable {
   // of elements [0, len) from their body bytes, r = 0 - (-p + d).
   void (*add_f32)(const float* a, const float* b, float* out, size_t len);
   void (*ef_residual)(const float* p, const uint8_t* body, uint64_t len, float scale, float* r);
+  // One rANS block's decode (rans_block.h); the same symbols and faults at every level.
+  BlockFault (*rans_decode)(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                            const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

@@ -158,10 +158,10 @@ void read_entropy_symbols(std::span<const uint8_t> payload, const EntropyView& v
       fault[j] = kBadModel;
       return;
     }
-    uint8_t slot_symbol[kProbScale];
+    uint8_t slot_symbol[kProbScale + kSlotTablePadding] = {};
     model.build_slot_table(slot_symbol);
-    fault[j] = static_cast<int>(rans_decode_block(p + offset[j], offset[j + 1] - offset[j], l.block_symbols(j),
-                                                  l.lanes, model, slot_symbol, symbols + (j << l.block_log2)));
+    fault[j] = static_cast<int>(kernels().rans_decode(p + offset[j], offset[j + 1] - offset[j], l.block_symbols(j),
+                                                      l.lanes, model, slot_symbol, symbols + (j << l.block_log2)));
   });
   for (uint64_t j = 0; j < m; ++j) {
     if (fault[j] == 0) continue;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cpu_kernels.h"
+#include "rans_block.h"
 
 namespace terngrad::quantize::detail {
 namespace {
@@ -19,7 +20,7 @@ const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             fp16::decode_accumulate_portable, dense_sum_f32_portable,
                             dense_sum_f16_portable,     rans_encode_portable,
                             encode_bytes_nearest,       add_f32_portable,
-                            ef_residual_portable};
+                            ef_residual_portable,       rans_decode_block};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {
@@ -30,6 +31,7 @@ KernelTable avx512_table() {
   t.encode_bytes_nearest = encode_bytes_nearest_avx512;
   t.add_f32 = add_f32_avx512;
   t.ef_residual = ef_residual_avx512;
+  t.rans_decode = rans_decode_avx512;
   t.rans_encode = rans_encode_avx512;
   return t;
 }

@@ -89,22 +89,26 @@ const char* block_fault_name(BlockFault f) {
   return "unknown fault";
 }
 
-BlockFault rans_decode_block(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
-                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms) {
+BlockFault rans_decode_start(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes, uint32_t* x) {
   const uint32_t used = count < lanes ? count : lanes;
   if (bytes < 4ull * used) return BlockFault::kStreamTooShort;
   if ((bytes - 4ull * used) % 2 != 0) return BlockFault::kOddStream;
-  uint32_t x[kMaxLanes];
   for (uint32_t l = 0; l < used; ++l) {
     x[l] = load_le32(stream + 4 * l);
     if (x[l] < kStateLow) return BlockFault::kBadState;
   }
+  return BlockFault::kNone;
+}
+
+BlockFault rans_decode_rows(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                            const BlockModel& model, const uint8_t* slot_symbol, uint32_t row_begin, uint64_t wi,
+                            uint32_t* x, uint8_t* syms) {
+  const uint32_t used = count < lanes ? count : lanes;
   const uint8_t* words = stream + 4ull * used;
   const uint64_t nwords = (bytes - 4ull * used) / 2;
-  uint64_t wi = 0;
   bool overrun = false;
   const uint32_t rows = (count + lanes - 1) / lanes;
-  for (uint32_t r = 0; r < rows; ++r) {
+  for (uint32_t r = row_begin; r < rows; ++r) {
     const uint32_t base = r * lanes;
     const uint32_t in_row = count - base < lanes ? count - base : lanes;
     for (uint32_t l = 0; l < in_row; ++l) {
@@ -130,6 +134,14 @@ BlockFault rans_decode_block(const uint8_t* stream, uint64_t bytes, uint32_t cou
   for (uint32_t l = 0; l < used; ++l)
     if (x[l] != kStateLow) return BlockFault::kFinalState;
   return BlockFault::kNone;
+}
+
+BlockFault rans_decode_block(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms) {
+  uint32_t x[kMaxLanes];
+  const BlockFault f = rans_decode_start(stream, bytes, count, lanes, x);
+  if (f != BlockFault::kNone) return f;
+  return rans_decode_rows(stream, bytes, count, lanes, model, slot_symbol, 0, 0, x, syms);
 }
 
 }  // namespace terngrad::quantize::detail

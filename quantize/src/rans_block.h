@@ -56,8 +56,20 @@ enum class BlockFault : int {
 };
 const char* block_fault_name(BlockFault f);
 
-// Decodes count symbols of one block from stream[0, bytes) into syms.
+// Decodes count symbols of one block from stream[0, bytes) into syms. The
+// portable kernel; KernelTable::rans_decode holds the level's. slot_symbol
+// (build_slot_table) has kSlotTablePadding readable bytes past its 2^14 (the
+// SIMD kernels gather 4 bytes at a slot).
 BlockFault rans_decode_block(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
                              const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
+inline constexpr uint32_t kSlotTablePadding = 4;
+
+// The pieces the SIMD decoders share with it: the lanes' initial states into
+// x (the stream's length checks first), and the rows from row_begin on, with
+// word wi next, to the end and the final checks.
+BlockFault rans_decode_start(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes, uint32_t* x);
+BlockFault rans_decode_rows(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                            const BlockModel& model, const uint8_t* slot_symbol, uint32_t row_begin, uint64_t wi,
+                            uint32_t* x, uint8_t* syms);
 
 }  // namespace terngrad::quantize::detail

@@ -175,4 +175,59 @@ __attribute__((target("avx2,popcnt"))) size_t rans_encode_avx2(const uint8_t* sy
   return static_cast<size_t>(stream_end - rans_write_states(x, kMaxLanes, w));
 }
 
+// The decoder, AVX-512, 32 lanes as two vectors: per vector a gather of
+// each lane's slot symbol (4 bytes at the slot: the table's padding) and of
+// its freq | cum << 16, x = freq (x >> 14) + slot - cum, and the lanes below
+// 2^16 take the next 16-bit words in lane order (a compress-expand of the
+// words, lanes 0..15 before 16..31: the scalar order). Rows run here while
+// whole and while 32 words remain (every load in bounds); the rest, and the
+// faults' checks, are the portable decoder's (rans_decode_rows).
+namespace {
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"), always_inline)) inline __m512i decode16(
+    __m512i x, const uint8_t* slot_symbol, const uint32_t* freq_cum, const uint8_t* words, uint64_t& wi,
+    uint8_t* syms) {
+  const __m512i slot = _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(kProbScale - 1)));
+  const __m512i sym = _mm512_and_si512(_mm512_i32gather_epi32(slot, slot_symbol, 1), _mm512_set1_epi32(0xFF));
+  const __m512i fc = _mm512_i32gather_epi32(sym, freq_cum, 4);
+  const __m512i freq = _mm512_and_si512(fc, _mm512_set1_epi32(0xFFFF));
+  const __m512i cum = _mm512_srli_epi32(fc, 16);
+  __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(freq, _mm512_srli_epi32(x, kProbBits)), _mm512_sub_epi32(slot, cum));
+  const __mmask16 need = _mm512_cmplt_epu32_mask(s, _mm512_set1_epi32(static_cast<int>(kStateLow)));
+  const __m512i w16 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + 2 * wi)));
+  const __m512i w = _mm512_maskz_expand_epi32(need, w16);
+  s = _mm512_mask_or_epi32(s, need, _mm512_slli_epi32(s, kWordBits), w);
+  wi += static_cast<uint64_t>(std::popcount(static_cast<uint32_t>(need)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(syms), _mm512_cvtepi32_epi8(sym));
+  return s;
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"))) BlockFault rans_decode_avx512(
+    const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes, const BlockModel& model,
+    const uint8_t* slot_symbol, uint8_t* syms) {
+  if (lanes != kMaxLanes || count < kMaxLanes)
+    return rans_decode_block(stream, bytes, count, lanes, model, slot_symbol, syms);
+  alignas(64) uint32_t x[kMaxLanes];
+  const BlockFault f = rans_decode_start(stream, bytes, count, lanes, x);
+  if (f != BlockFault::kNone) return f;
+  alignas(64) uint32_t freq_cum[256] = {};
+  for (uint32_t s = 0; s < model.symbols; ++s) freq_cum[s] = model.freq[s] | (model.cum[s] << 16);
+  const uint8_t* words = stream + 4ull * kMaxLanes;
+  const uint64_t nwords = (bytes - 4ull * kMaxLanes) / 2;
+  const uint32_t full_rows = count / kMaxLanes;
+  __m512i x0 = _mm512_load_si512(x), x1 = _mm512_load_si512(x + 16);
+  uint64_t wi = 0;
+  uint32_t r = 0;
+  for (; r < full_rows && wi + kMaxLanes <= nwords; ++r) {
+    uint8_t* out = syms + uint64_t{r} * kMaxLanes;
+    x0 = decode16(x0, slot_symbol, freq_cum, words, wi, out);
+    x1 = decode16(x1, slot_symbol, freq_cum, words, wi, out + 16);
+  }
+  _mm512_store_si512(x, x0);
+  _mm512_store_si512(x + 16, x1);
+  return rans_decode_rows(stream, bytes, count, lanes, model, slot_symbol, r, wi, x, syms);
+}
+
 }  // namespace terngrad::quantize::detail

@@ -697,7 +697,7 @@ namespace {
     &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::SumFieldsMax, \
         &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate,   \
         &NS::DenseSumF32, &NS::DenseSumF16, &rans_encode_portable, &encode_bytes_nearest,   \
-        &add_f32_portable, &ef_residual_portable                                           \
+        &add_f32_portable, &ef_residual_portable, &rans_decode_block                        \
   }
 }  // namespace
 

@@ -265,6 +265,50 @@ TEST_F(SimdLevels, DecodeAndAccumulateAreBitIdentical) {
   }
 }
 
+// The rANS block decoder of each level (KernelTable::rans_decode): entropy
+// payloads of whole 32-lane blocks and of small ones, intact and with one
+// byte of their streams changed (200 places, each a different fault or a
+// different decoding), give the portable decoder's floats or its error
+// message.
+TEST_F(SimdLevels, EntropyDecodeOfIntactAndCorruptPayloadsIsIdentical) {
+  for (size_t n : {size_t{37}, size_t{5000}, size_t{300007}}) {
+    const auto x = tg_test::gradient_like(n, 23);
+    tq::EncodeParams p;
+    p.seed = 8;
+    p.packing = tq::Packing::kEntropy;
+    std::vector<uint8_t> payload(tq::max_encoded_bytes(n, p.packing));
+    payload.resize(tq::encode(x, p, payload));
+    if (n > 1000) ASSERT_EQ(tq::read_header(payload).codec, tq::kCodecTernaryEntropy) << n;  // tiny ones fall back to base-3
+    auto decode_or_error = [&](const std::vector<uint8_t>& bytes) {
+      std::vector<float> out(n);
+      try {
+        tq::decode(bytes, out);
+      } catch (const tq::CodecError& e) {
+        return std::pair(std::vector<float>{}, std::string(e.what()));
+      }
+      return std::pair(out, std::string());
+    };
+    using Result = std::pair<std::vector<float>, std::string>;
+    auto same = [&](const char* level, const Result& want, const Result& got, size_t at) {
+      EXPECT_EQ(want.second, got.second) << level << " n=" << n << " byte " << at;
+      ASSERT_EQ(want.first.size(), got.first.size());
+      EXPECT_EQ(std::memcmp(want.first.data(), got.first.data(), want.first.size() * sizeof(float)), 0)
+          << level << " n=" << n << " byte " << at;
+    };
+    compare_levels<Result>([&] { return decode_or_error(payload); },
+                           [&](const char* level, const Result& want, const Result& got) { same(level, want, got, 0); });
+    // The streams follow the header and the directory: corrupt the last 90%.
+    const size_t first = payload.size() / 10;
+    for (uint32_t k = 0; k < 200; ++k) {
+      const size_t at = first + (size_t{k} * 7919u) % (payload.size() - first);
+      std::vector<uint8_t> bad = payload;
+      bad[at] ^= static_cast<uint8_t>(1u << (k % 8));
+      compare_levels<Result>([&] { return decode_or_error(bad); },
+                             [&](const char* level, const Result& want, const Result& got) { same(level, want, got, at); });
+    }
+  }
+}
+
 TEST_F(SimdLevels, PayloadSumsAreBitIdentical) {
   for (size_t n : {size_t{1}, size_t{4}, size_t{7}, size_t{8}, size_t{9}, size_t{63}, size_t{64},
                    size_t{65}, size_t{127}, size_t{129}, size_t{1000}, size_t{65536 * 8 + 13}}) {
