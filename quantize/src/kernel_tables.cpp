@@ -43,6 +43,7 @@ KernelTable avx2_table() {
   t.encode_bytes_nearest = encode_bytes_nearest_avx2;
   t.add_f32 = add_f32_avx2;
   t.ef_residual = ef_residual_avx2;
+  t.rans_decode = rans_decode_avx2;
   t.rans_encode = rans_encode_avx2;
   return t;
 }

@@ -230,4 +230,80 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"))) BlockFault 
   return rans_decode_rows(stream, bytes, count, lanes, model, slot_symbol, r, wi, x, syms);
 }
 
+// The decoder, AVX2: the same steps on four vectors of 8 lanes; the words
+// of the lanes that need one are spread by a permutation from a 256-entry
+// table (AVX2 has no expand), and the unsigned test x < 2^16 is x >> 16 == 0.
+namespace {
+
+struct ExpandTable {
+  alignas(32) uint32_t idx[256][8];
+  ExpandTable() {
+    for (uint32_t m = 0; m < 256; ++m) {
+      uint32_t k = 0;
+      for (uint32_t l = 0; l < 8; ++l) idx[m][l] = (m >> l) & 1u ? k++ : 0u;
+    }
+  }
+};
+const ExpandTable& expand_table() {
+  static const ExpandTable t;
+  return t;
+}
+
+__attribute__((target("avx2,popcnt"), always_inline)) inline __m256i decode8(__m256i x, const uint8_t* slot_symbol,
+                                                                             const uint32_t* freq_cum,
+                                                                             const uint8_t* words, uint64_t& wi,
+                                                                             const ExpandTable& et, uint8_t* syms) {
+  const __m256i slot = _mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(kProbScale - 1)));
+  const __m256i sym = _mm256_and_si256(
+      _mm256_i32gather_epi32(reinterpret_cast<const int*>(slot_symbol), slot, 1), _mm256_set1_epi32(0xFF));
+  const __m256i fc = _mm256_i32gather_epi32(reinterpret_cast<const int*>(freq_cum), sym, 4);
+  const __m256i freq = _mm256_and_si256(fc, _mm256_set1_epi32(0xFFFF));
+  const __m256i cum = _mm256_srli_epi32(fc, 16);
+  __m256i s = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srli_epi32(x, kProbBits)), _mm256_sub_epi32(slot, cum));
+  const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(s, kWordBits), _mm256_setzero_si256());
+  const uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(need)));
+  const __m256i w16 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words + 2 * wi)));
+  const __m256i w = _mm256_permutevar8x32_epi32(w16, _mm256_load_si256(reinterpret_cast<const __m256i*>(et.idx[m])));
+  s = _mm256_blendv_epi8(s, _mm256_or_si256(_mm256_slli_epi32(s, kWordBits), w), need);
+  wi += static_cast<uint64_t>(std::popcount(m));
+  // The 8 symbols (one byte of each lane) to 8 bytes.
+  const __m256i bytes = _mm256_shuffle_epi8(sym, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                  -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                                  -1, -1, -1, -1));
+  const uint32_t lo = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 0));
+  const uint32_t hi = static_cast<uint32_t>(_mm256_extract_epi32(bytes, 4));
+  std::memcpy(syms, &lo, 4);
+  std::memcpy(syms + 4, &hi, 4);
+  return s;
+}
+
+}  // namespace
+
+__attribute__((target("avx2,popcnt"))) BlockFault rans_decode_avx2(const uint8_t* stream, uint64_t bytes,
+                                                                   uint32_t count, uint32_t lanes,
+                                                                   const BlockModel& model,
+                                                                   const uint8_t* slot_symbol, uint8_t* syms) {
+  if (lanes != kMaxLanes || count < kMaxLanes)
+    return rans_decode_block(stream, bytes, count, lanes, model, slot_symbol, syms);
+  alignas(32) uint32_t x[kMaxLanes];
+  const BlockFault f = rans_decode_start(stream, bytes, count, lanes, x);
+  if (f != BlockFault::kNone) return f;
+  alignas(32) uint32_t freq_cum[256] = {};
+  for (uint32_t s = 0; s < model.symbols; ++s) freq_cum[s] = model.freq[s] | (model.cum[s] << 16);
+  const ExpandTable& et = expand_table();
+  const uint8_t* words = stream + 4ull * kMaxLanes;
+  const uint64_t nwords = (bytes - 4ull * kMaxLanes) / 2;
+  const uint32_t full_rows = count / kMaxLanes;
+  __m256i v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(x + 8 * i));
+  uint64_t wi = 0;
+  uint32_t r = 0;
+  for (; r < full_rows && wi + kMaxLanes <= nwords; ++r) {
+    uint8_t* out = syms + uint64_t{r} * kMaxLanes;
+    for (int i = 0; i < 4; ++i) v[i] = decode8(v[i], slot_symbol, freq_cum, words, wi, et, out + 8 * i);
+  }
+  for (int i = 0; i < 4; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(x + 8 * i), v[i]);
+  return rans_decode_rows(stream, bytes, count, lanes, model, slot_symbol, r, wi, x, syms);
+}
+
 }  // namespace terngrad::quantize::detail
