@@ -1,4 +1,5 @@
-// rANS block encoders for AVX-512 and AVX2 (x86-64 only): 32 lanes as two
+// rANS block encoders and decoders for AVX-512 and AVX2 (x86-64 only); the
+// decoders are at the end. Encoders: 32 lanes as two
 // (AVX-512) or four (AVX2) vectors of states, the same stream as
 // rans_encode_portable() (tests/quantize/packed_payload_test.cpp checks at
 // every SIMD level).
@@ -28,15 +29,20 @@ using namespace rans;
 
 namespace {
 
-// The per-block tables the vector steps gather from.
+// freq | cum << 16 per symbol: what the vector steps gather, both ways.
+struct FreqCum {
+  alignas(64) uint32_t v[256] = {};
+  explicit FreqCum(const BlockModel& m) {
+    for (uint32_t s = 0; s < m.symbols; ++s) v[s] = m.freq[s] | (m.cum[s] << 16);
+  }
+};
+
+// The per-block tables the encoder's vector steps gather from.
 struct VectorTables {
-  alignas(64) uint32_t freq_cum[256];  // freq | cum << 16
-  alignas(64) double rcp[256];         // 1 / freq (0 for absent symbols, never gathered)
-  explicit VectorTables(const BlockModel& m) {
-    for (uint32_t s = 0; s < m.symbols; ++s) {
-      freq_cum[s] = m.freq[s] | (m.cum[s] << 16);
-      rcp[s] = m.freq[s] != 0 ? 1.0 / m.freq[s] : 0.0;
-    }
+  FreqCum freq_cum;
+  alignas(64) double rcp[256];  // 1 / freq (0 for absent symbols, never gathered)
+  explicit VectorTables(const BlockModel& m) : freq_cum(m) {
+    for (uint32_t s = 0; s < m.symbols; ++s) rcp[s] = m.freq[s] != 0 ? 1.0 / m.freq[s] : 0.0;
   }
 };
 
@@ -44,7 +50,7 @@ struct VectorTables {
 
 TG_AVX512 __m512i step16(__m512i x, const uint8_t* syms, const VectorTables& t, uint8_t*& w) {
   const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(syms)));
-  const __m512i fc = _mm512_i32gather_epi32(idx, t.freq_cum, 4);
+  const __m512i fc = _mm512_i32gather_epi32(idx, t.freq_cum.v, 4);
   const __m512i freq = _mm512_and_si512(fc, _mm512_set1_epi32(0xFFFF));
   const __m512i cum = _mm512_srli_epi32(fc, 16);
   const __mmask16 whole = _mm512_cmpeq_epi32_mask(freq, _mm512_set1_epi32(static_cast<int>(kProbScale)));
@@ -89,7 +95,7 @@ TG_AVX2 __m256i step8(__m256i x, const uint8_t* syms, const VectorTables& t, uin
   uint64_t eight;
   std::memcpy(&eight, syms, sizeof eight);
   const __m256i id = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-  const __m256i fc = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.freq_cum), id, 4);
+  const __m256i fc = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.freq_cum.v), id, 4);
   const __m256i freq = _mm256_and_si256(fc, _mm256_set1_epi32(0xFFFF));
   const __m256i cum = _mm256_srli_epi32(fc, 16);
   const __m256i xmax = _mm256_slli_epi32(freq, 18);
@@ -212,8 +218,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"))) BlockFault 
   alignas(64) uint32_t x[kMaxLanes];
   const BlockFault f = rans_decode_start(stream, bytes, count, lanes, x);
   if (f != BlockFault::kNone) return f;
-  alignas(64) uint32_t freq_cum[256] = {};
-  for (uint32_t s = 0; s < model.symbols; ++s) freq_cum[s] = model.freq[s] | (model.cum[s] << 16);
+  const FreqCum fc(model);
   const uint8_t* words = stream + 4ull * kMaxLanes;
   const uint64_t nwords = (bytes - 4ull * kMaxLanes) / 2;
   const uint32_t full_rows = count / kMaxLanes;
@@ -222,8 +227,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,popcnt"))) BlockFault 
   uint32_t r = 0;
   for (; r < full_rows && wi + kMaxLanes <= nwords; ++r) {
     uint8_t* out = syms + uint64_t{r} * kMaxLanes;
-    x0 = decode16(x0, slot_symbol, freq_cum, words, wi, out);
-    x1 = decode16(x1, slot_symbol, freq_cum, words, wi, out + 16);
+    x0 = decode16(x0, slot_symbol, fc.v, words, wi, out);
+    x1 = decode16(x1, slot_symbol, fc.v, words, wi, out + 16);
   }
   _mm512_store_si512(x, x0);
   _mm512_store_si512(x + 16, x1);
@@ -288,8 +293,7 @@ __attribute__((target("avx2,popcnt"))) BlockFault rans_decode_avx2(const uint8_t
   alignas(32) uint32_t x[kMaxLanes];
   const BlockFault f = rans_decode_start(stream, bytes, count, lanes, x);
   if (f != BlockFault::kNone) return f;
-  alignas(32) uint32_t freq_cum[256] = {};
-  for (uint32_t s = 0; s < model.symbols; ++s) freq_cum[s] = model.freq[s] | (model.cum[s] << 16);
+  const FreqCum fc(model);
   const ExpandTable& et = expand_table();
   const uint8_t* words = stream + 4ull * kMaxLanes;
   const uint64_t nwords = (bytes - 4ull * kMaxLanes) / 2;
@@ -300,7 +304,7 @@ __attribute__((target("avx2,popcnt"))) BlockFault rans_decode_avx2(const uint8_t
   uint32_t r = 0;
   for (; r < full_rows && wi + kMaxLanes <= nwords; ++r) {
     uint8_t* out = syms + uint64_t{r} * kMaxLanes;
-    for (int i = 0; i < 4; ++i) v[i] = decode8(v[i], slot_symbol, freq_cum, words, wi, et, out + 8 * i);
+    for (int i = 0; i < 4; ++i) v[i] = decode8(v[i], slot_symbol, fc.v, words, wi, et, out + 8 * i);
   }
   for (int i = 0; i < 4; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(x + 8 * i), v[i]);
   return rans_decode_rows(stream, bytes, count, lanes, model, slot_symbol, r, wi, x, syms);
