@@ -14,6 +14,9 @@
 #   train     tg-compare --device=gpu, the main job on Fashion-MNIST
 #   sanitize  compute-sanitizer memcheck and racecheck: codec tests, a short GPU training run
 #   python    the Python package and its DDP hook under the device's PyTorch
+#   profile   (not in the default) Nsight Compute on the 64M encode's kernels
+#             and the AlexNet step's first kernels: the two targets missed on
+#             the first H100 run (bench/RESULTS.md)
 # Default: "machine test bench train sanitize python"; each step has its own
 # time limit and the whole run stops starting work after TG_KIT_BUDGET_S
 # seconds (default 340), so the default run ends within 6 minutes and its
@@ -43,7 +46,8 @@ OUTDIR=$1
 STAGES=${2:-machine test bench train sanitize python}
 for s in $STAGES; do
   case $s in machine|test|bench|train|sanitize|python) ;;
-    *) echo "run.sh: unknown stage '$s' (machine test bench train sanitize python)" >&2; exit 2 ;;
+    profile) ;;
+    *) echo "run.sh: unknown stage '$s' (machine test bench train sanitize python profile)" >&2; exit 2 ;;
   esac
 done
 KIT=$(cd "$(dirname "$0")" && pwd)
@@ -299,6 +303,20 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
           "$KIT/bin/tg-train" --net=lenet --device=gpu --num_nodes=4 --batch_size=16 --max_steps=10 --grad_bits=2 \
           --data_dir="$TG_FASHION_MNIST_DIR" --eval_interval_steps=0 --train_dir="$WORK/sanitize-$tool"
       done
+    fi
+  fi
+
+  if stage profile && ((!REHEARSE)); then
+    section "profile: Nsight Compute on the 64M encode and the AlexNet step"
+    ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    if [[ -z $ncu_bin ]]; then
+      fail "ncu not found"
+    else
+      run_step ncu_encode 120 "$ncu_bin" --section SpeedOfLight --section MemoryWorkloadAnalysis -c 8 \
+        "$KIT/bin/codec_cuda_bench" --sizes=64M --benchmark_filter='^(stats|encode)/' --benchmark_repetitions=1 \
+        --benchmark_min_time=0.01
+      run_step ncu_alexnet_step 150 "$ncu_bin" --section SpeedOfLight -c 60 --print-summary per-kernel \
+        "$KIT/bin/gpu_train_step_bench" --nets=alexnet --workers=4 --batch=64 --steps=1
     fi
   fi
 
