@@ -230,7 +230,7 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     # only those).
     outside=$(ldd "$KIT"/bin/* "$kit_lib"/libterngrad.so 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
       grep -v -F "$kit_lib/" |
-      grep -v -E '^(libc|libm|libdl|libpthread|librt|libresolv)\.so|^ld-linux|^(libcuda|libcublas|libcublasLt|libcudnn|libcudart|libnccl|libnvrtc|libnvJitLink)[^ ]*\.so' |
+      grep -v -E '^(libc|libm|libdl|libpthread|librt|libresolv)\.so|^ld-linux|^linux-vdso|^(libcuda|libnvidia-|libcublas|libcudnn|libcudart|libnccl|libnvrtc|libnvJitLink|libcufft|libcurand|libcusolver|libcusparse)[^ ]*\.so' |
       grep -v -E '^(libstdc\+\+|libgcc_s|libgomp)\.so')
     [[ -z $outside ]] || fail "libraries resolved outside the kit that the device lacks: $(tr '\n' ';' <<<"$outside")"
   fi
