@@ -169,6 +169,35 @@ float accumulate_counts(std::span<const uint8_t> payload, std::span<int16_t> cou
   return h.scale;
 }
 
+namespace detail {
+
+void add_codes_range(const uint8_t* body, uint64_t i0, uint64_t i1, int16_t* counts) {
+  for (uint64_t i = i0; i < i1; ++i)
+    counts[i - i0] = static_cast<int16_t>(counts[i - i0] + code_sign((body[i / 4] >> (2 * (i % 4))) & 3u));
+}
+
+OpenedSum open_for_sum(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const char* what) {
+  // Packed payloads (codec 4, 5) are opened once and kept as their symbols.
+  OpenedSum o;
+  o.symbols.resize(payloads.size());
+  o.headers.resize(payloads.size());
+  for (size_t p = 0; p < payloads.size(); ++p) {
+    if (is_symbol_packed(payloads[p])) {
+      o.symbols[p] = open_symbol_payload(payloads[p], n, "counts");
+      o.headers[p] = o.symbols[p].header;
+    } else {
+      o.headers[p] = parse_header(payloads[p]);
+    }
+    const PayloadHeader& h = o.headers[p];
+    require_same_scale(p, h, o.headers[0], what);
+    if (o.symbols[p].symbols == nullptr) checked_body(payloads[p], h);
+  }
+  require_length(o.headers[0], n, "counts");
+  return o;
+}
+
+}  // namespace detail
+
 float sum_shared(std::span<const std::span<const uint8_t>> payloads, std::span<int16_t> counts) {
   if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_shared needs at least one payload");
   if (payloads.size() > 32767) {
@@ -176,29 +205,15 @@ float sum_shared(std::span<const std::span<const uint8_t>> payloads, std::span<i
                                                  std::to_string(payloads.size()));
   }
   // Check every payload first, whole: a bad one must leave counts untouched.
-  // Packed payloads (codec 4, 5) are opened once and kept as their symbols.
-  std::vector<detail::SymbolPayload> opened(payloads.size());
-  std::vector<PayloadHeader> headers(payloads.size());
-  for (size_t p = 0; p < payloads.size(); ++p) {
-    if (detail::is_symbol_packed(payloads[p])) {
-      opened[p] = detail::open_symbol_payload(payloads[p], counts.size(), "counts");
-      headers[p] = opened[p].header;
-    } else {
-      headers[p] = parse_header(payloads[p]);
-    }
-    const PayloadHeader& h = headers[p];
-    detail::require_same_scale(p, h, headers[0], "sum_shared");
-    if (opened[p].symbols == nullptr) checked_body(payloads[p], h);
-  }
-  require_length(headers[0], counts.size(), "counts");
+  const detail::OpenedSum o = detail::open_for_sum(payloads, counts.size(), "sum_shared");
   std::fill(counts.begin(), counts.end(), int16_t{0});
   for (size_t p = 0; p < payloads.size(); ++p) {
-    if (opened[p].symbols != nullptr)
-      detail::add_symbol_codes(opened[p], counts.data());
+    if (o.symbols[p].symbols != nullptr)
+      detail::add_symbol_codes(o.symbols[p], counts.data());
     else
-      add_codes(payloads[p].data() + kHeaderBytes, headers[0].count, counts.data());
+      add_codes(payloads[p].data() + kHeaderBytes, o.headers[0].count, counts.data());
   }
-  return headers[0].scale;
+  return o.headers[0].scale;
 }
 
 PayloadHeader read_header(std::span<const uint8_t> payload) {

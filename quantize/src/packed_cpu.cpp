@@ -314,6 +314,19 @@ void expand_symbols(const SymbolPayload& sp, bool accumulate, std::span<float> o
   }
 }
 
+void add_symbol_codes_range(const SymbolPayload& sp, uint64_t i0, uint64_t i1, int16_t* counts) {
+  // Whole symbols by a fixed five-lane loop (no division per element); the
+  // partial ones at the ends element by element.
+  uint64_t i = i0;
+  for (; i < i1 && i % 5 != 0; ++i) counts[i - i0] = static_cast<int16_t>(counts[i - i0] + kSigns.v[sp.symbols[i / 5]][i % 5]);
+  for (; i + 5 <= i1; i += 5) {
+    const int8_t* sign = kSigns.v[sp.symbols[i / 5]];
+    int16_t* c = counts + (i - i0);
+    for (int j = 0; j < 5; ++j) c[j] = static_cast<int16_t>(c[j] + sign[j]);
+  }
+  for (; i < i1; ++i) counts[i - i0] = static_cast<int16_t>(counts[i - i0] + kSigns.v[sp.symbols[i / 5]][i % 5]);
+}
+
 void add_symbol_codes(const SymbolPayload& sp, int16_t* counts) {
   const uint64_t n = sp.header.count, nsym = base3_body_bytes(n);
   const uint64_t blocks = (nsym + kBlockSymbols - 1) / kBlockSymbols;

@@ -46,5 +46,20 @@ SymbolPayload open_symbol_payload(std::span<const uint8_t> payload, std::optiona
 void expand_symbols(const SymbolPayload& sp, bool accumulate, std::span<float> out);
 // counts += the elements' signed codes.
 void add_symbol_codes(const SymbolPayload& sp, int16_t* counts);
+// The same for elements [i0, i1) only, counts[0] being element i0's.
+void add_symbol_codes_range(const SymbolPayload& sp, uint64_t i0, uint64_t i1, int16_t* counts);
+// And of a 2-bit body (decode_cpu.cpp).
+void add_codes_range(const uint8_t* body, uint64_t i0, uint64_t i1, int16_t* counts);
+
+// The payloads of one sum of n elements, every one validated whole before
+// anything is summed (sum_shared, sum_payloads): headers[p], and symbols[p]
+// opened to its base-3 symbols for a packed payload (codec 4, 5; .symbols
+// null for a 2-bit one). Same scale and count n, or CodecError naming the
+// payload (what: the caller, for the messages).
+struct OpenedSum {
+  std::vector<SymbolPayload> symbols;
+  std::vector<PayloadHeader> headers;
+};
+OpenedSum open_for_sum(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const char* what);
 
 }  // namespace terngrad::quantize::detail

@@ -34,12 +34,13 @@ void check_contributions(uint32_t contributions) {
 }
 
 // Writes elements [e0, e1) (whole groups, except possibly the last) to body.
+// Fields of elements [e0, e1) (e0 a multiple of 8) from counts[0..e1-e0).
 void pack_range(const int16_t* counts, uint64_t n, uint64_t e0, uint64_t e1, uint32_t bits,
                 uint32_t offset, uint8_t* body) {
   uint8_t* out = body + e0 / 8 * bits;
   uint32_t acc = 0, held = 0;
   for (uint64_t i = e0; i < e1; ++i) {
-    acc |= static_cast<uint32_t>(counts[i] + static_cast<int32_t>(offset)) << held;
+    acc |= static_cast<uint32_t>(counts[i - e0] + static_cast<int32_t>(offset)) << held;
     held += bits;
     while (held >= 8) {
       *out++ = static_cast<uint8_t>(acc);
@@ -186,9 +187,37 @@ size_t pack_sum(std::span<const int16_t> counts, float scale, uint32_t contribut
   const uint64_t blocks = (groups + kGroupsPerBlock - 1) / kGroupsPerBlock;
   detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t e0 = b * kGroupsPerBlock * 8;
-    pack_range(counts.data(), n, e0, std::min(n, e0 + kGroupsPerBlock * 8), bits, contributions, body);
+    pack_range(counts.data() + e0, n, e0, std::min(n, e0 + kGroupsPerBlock * 8), bits, contributions, body);
   });
   return bytes;
+}
+
+// sum_payloads() of inputs among which some are packed (codec 4 or 5); out
+// has room for the codec-2 sum (require_sum_room).
+size_t sum_packed_inputs(std::span<const std::span<const uint8_t>> payloads, const PayloadHeader& first, uint32_t r,
+                         std::span<uint8_t> out) {
+  const uint64_t n = first.count;
+  const detail::OpenedSum opened = detail::open_for_sum(payloads, n, "sum_payloads");  // throws before any write
+  const uint32_t bits = sum_bits(r);
+  write_sum_header_bits(out.data(), n, float_bits(opened.headers[0].scale), r, static_cast<uint8_t>(bits),
+                        first.tensor_id, first.step);
+  uint8_t* body = out.data() + kHeaderBytes;
+  // Blocks of whole symbols (5 elements) and whole output bytes (8 fields).
+  constexpr uint64_t kBlock = 40 * 1638;
+  const uint64_t blocks = (n + kBlock - 1) / kBlock;
+  detail::for_each_block(n, blocks, [&](uint64_t b) {
+    const uint64_t e0 = b * kBlock, e1 = std::min(n, e0 + kBlock);
+    thread_local std::vector<int16_t> counts;
+    counts.assign(e1 - e0, 0);
+    for (size_t p = 0; p < payloads.size(); ++p) {
+      if (opened.symbols[p].symbols != nullptr)
+        detail::add_symbol_codes_range(opened.symbols[p], e0, e1, counts.data());
+      else
+        detail::add_codes_range(payloads[p].data() + kHeaderBytes, e0, e1, counts.data());
+    }
+    pack_range(counts.data(), n, e0, e1, bits, r, body);
+  });
+  return kHeaderBytes + sum_body_bytes(n, bits);
 }
 
 }  // namespace
@@ -335,16 +364,17 @@ size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::spa
 size_t sum_payloads(std::span<const std::span<const uint8_t>> payloads, std::span<uint8_t> out) {
   if (payloads.empty()) throw CodecError(Errc::kInvalidArgument, "sum_payloads needs at least one payload");
   const uint32_t r = static_cast<uint32_t>(std::min<size_t>(payloads.size(), UINT32_MAX));
-  // Packed inputs (codec 4, 5) have no 2-bit body to sum from: the int16 route.
+  // Packed inputs (codec 4, 5) have no 2-bit body to sum from: their
+  // symbols (and any 2-bit bodies) are counted block by block into a
+  // cache-resident int16 buffer and packed from there, every payload
+  // validated first.
   if (std::any_of(payloads.begin(), payloads.end(), [](auto p) { return detail::is_symbol_packed(p); })) {
     if (payloads.size() > kMaxSumContributions)
       throw CodecError(Errc::kInvalidArgument, "a ternary sum takes at most " + std::to_string(kMaxSumContributions) +
                                                    " payloads, got " + std::to_string(payloads.size()));
     const PayloadHeader first = read_header(payloads[0]);
     require_sum_room(first.count, r, out);
-    std::vector<int16_t> counts(first.count);
-    const float scale = sum_shared(payloads, counts);
-    return encode_sum(counts, scale, r, first.tensor_id, first.step, out);
+    return sum_packed_inputs(payloads, first, r, out);
   }
   const PayloadHeader first = header_only(payloads[0], 0);
   for (size_t p = 1; p < payloads.size(); ++p) {

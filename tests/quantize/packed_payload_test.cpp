@@ -299,6 +299,42 @@ TEST(Base3, RefusesBytesAbove242AndNonzeroPadding) {
   }
 }
 
+// Packed inputs are summed block by block (whole symbols, whole output
+// bytes): the bytes of the int16 route, sum_shared() + encode_sum(), at
+// every edge of those blocks, with mixed packings; a corrupt input throws
+// before the output is touched.
+TEST(PackedSum, BlockwiseSumEqualsSumSharedThenEncodeSum) {
+  for (size_t n : {size_t{1}, size_t{5}, size_t{7}, size_t{39}, size_t{40}, size_t{41}, size_t{65519}, size_t{65520},
+                   size_t{65521}, size_t{131041}, size_t{200003}}) {
+    for (uint32_t r : {1u, 3u, 4u}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " r " << r);
+      std::vector<std::vector<uint8_t>> payloads;
+      for (uint32_t w = 0; w < r; ++w) {
+        q::EncodeParams p;
+        p.seed = 300 + w;
+        p.shared_scale = 6.0f;
+        const q::Packing pk = w % 3 == 0 ? q::Packing::kBase3 : w % 3 == 1 ? q::Packing::kEntropy : q::Packing::k2Bit;
+        payloads.push_back(encode(gaussian(n, 70 + w), pk, p));
+      }
+      std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
+      std::vector<int16_t> counts(n);
+      const float scale = q::sum_shared(views, counts);
+      std::vector<uint8_t> want(q::sum_payload_bytes(n, r)), got(want.size(), 0xA5);
+      const q::PayloadHeader h = q::read_header(payloads[0]);
+      want.resize(q::encode_sum(counts, scale, r, h.tensor_id, h.step, want));
+      ASSERT_EQ(q::sum_payloads(views, got), want.size());
+      EXPECT_EQ(got, want);
+      if (n < 40) continue;
+      std::vector<uint8_t> bad = payloads[0];  // a base-3 payload: a byte above 242
+      bad[q::kHeaderBytes + n / 10] = 250;
+      views[0] = bad;
+      std::vector<uint8_t> untouched(want.size(), 0xA5);
+      EXPECT_THROW(q::sum_payloads(views, untouched), q::CodecError);
+      EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](uint8_t b) { return b == 0xA5; }));
+    }
+  }
+}
+
 TEST(EntropySum, SmallerThanBitPackedAndTheSameSum) {
   const size_t n = 300000;
   for (uint32_t r : {1u, 2u, 4u, 8u}) {
