@@ -105,15 +105,9 @@ __attribute__((target("avx2,fma,bmi2"))) uint64_t nearest_range(const float* x, 
 __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_nearest_avx2(const float* x, uint64_t n, uint64_t k_begin,
                                                                         uint64_t k_end, const TernaryQuantizer& q,
                                                                         uint8_t* body) {
-  if (q.scale == 0.0f) {  // all-zero tensor: every code is 0
-    std::fill(body + k_begin, body + k_end, uint8_t{0});
-    return;
-  }
-  const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
-  const uint64_t k = unit ? (clip ? nearest_range<true, true>(x, n, k_begin, k_end, q, body)
-                                  : nearest_range<true, false>(x, n, k_begin, k_end, q, body))
-                          : (clip ? nearest_range<false, true>(x, n, k_begin, k_end, q, body)
-                                  : nearest_range<false, false>(x, n, k_begin, k_end, q, body));
+  const uint64_t k = x86_encode_case(q, k_begin, k_end, body, [&]<bool kUnitPre, bool kClip>() {
+    return nearest_range<kUnitPre, kClip>(x, n, k_begin, k_end, q, body);
+  });
   encode_bytes_nearest(x, n, k, k_end, q, body);
 }
 
@@ -148,15 +142,9 @@ __attribute__((target("avx2,fma,bmi2"))) void ef_residual_avx2(const float* p, c
 __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin,
                                                                 uint64_t k_end, const TernaryQuantizer& q,
                                                                 const RngStream& rng, uint8_t* body) {
-  if (q.scale == 0.0f) {  // all-zero tensor: every code is 0
-    std::fill(body + k_begin, body + k_end, uint8_t{0});
-    return;
-  }
-  const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
-  const uint64_t k = unit ? (clip ? encode_range<true, true>(x, n, k_begin, k_end, q, rng, body)
-                                  : encode_range<true, false>(x, n, k_begin, k_end, q, rng, body))
-                          : (clip ? encode_range<false, true>(x, n, k_begin, k_end, q, rng, body)
-                                  : encode_range<false, false>(x, n, k_begin, k_end, q, rng, body));
+  const uint64_t k = x86_encode_case(q, k_begin, k_end, body, [&]<bool kUnitPre, bool kClip>() {
+    return encode_range<kUnitPre, kClip>(x, n, k_begin, k_end, q, rng, body);
+  });
   encode_bytes_portable(x, n, k, k_end, q, rng, body);
 }
 

@@ -75,6 +75,21 @@ void ef_residual_avx2(const float* p, const uint8_t* body, uint64_t len, float s
 // random integer, so that u < t keeps them already (avx512_kernels.cpp).
 bool clip_test_needed(const TernaryQuantizer& q);
 
+// The x86 encode kernels' entry (stochastic and nearest, AVX2 and AVX-512):
+// an all-zero tensor's codes are all 0; otherwise range.template
+// operator()<kUnitPre, kClip>() runs for this quantizer's case. Returns the
+// first byte not written, for the portable kernel to finish.
+template <class Range>
+uint64_t x86_encode_case(const TernaryQuantizer& q, uint64_t k_begin, uint64_t k_end, uint8_t* body, Range&& range) {
+  if (q.scale == 0.0f) {
+    for (uint64_t k = k_begin; k < k_end; ++k) body[k] = 0;
+    return k_end;
+  }
+  const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
+  return unit ? (clip ? range.template operator()<true, true>() : range.template operator()<true, false>())
+              : (clip ? range.template operator()<false, true>() : range.template operator()<false, false>());
+}
+
 // Elements [4*k_begin, min(n, 4*k_end)) from body bytes [k_begin, k_end).
 // Mode: write (out = v), accumulate (out += v).
 void decode_bytes_portable(const uint8_t* body, uint64_t n, uint64_t k_begin, uint64_t k_end,

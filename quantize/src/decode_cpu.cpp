@@ -150,9 +150,8 @@ namespace {
 void add_codes(const uint8_t* body, uint64_t n, int16_t* counts) {
   const uint64_t nbytes = body_bytes(n), blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
   detail::for_each_block(n, blocks, [&](uint64_t b) {
-    const uint64_t end = std::min(n, 4 * std::min(nbytes, (b + 1) * kBlockBytes));
-    for (uint64_t i = 4 * b * kBlockBytes; i < end; ++i)
-      counts[i] = static_cast<int16_t>(counts[i] + code_sign((body[i / 4] >> (2 * (i % 4))) & 3u));
+    const uint64_t begin = 4 * b * kBlockBytes, end = std::min(n, 4 * std::min(nbytes, (b + 1) * kBlockBytes));
+    detail::add_codes_range(body, begin, end, counts + begin);
   });
 }
 }  // namespace

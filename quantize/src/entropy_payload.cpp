@@ -158,7 +158,10 @@ void read_entropy_symbols(std::span<const uint8_t> payload, const EntropyView& v
       fault[j] = kBadModel;
       return;
     }
-    uint8_t slot_symbol[kProbScale + kSlotTablePadding] = {};
+    // build_slot_table fills every slot; only the padding the SIMD gathers
+    // read past the table needs a value.
+    uint8_t slot_symbol[kProbScale + kSlotTablePadding];
+    std::memset(slot_symbol + kProbScale, 0, kSlotTablePadding);
     model.build_slot_table(slot_symbol);
     fault[j] = static_cast<int>(kernels().rans_decode(p + offset[j], offset[j + 1] - offset[j], l.block_symbols(j),
                                                       l.lanes, model, slot_symbol, symbols + (j << l.block_log2)));

@@ -332,8 +332,7 @@ void add_symbol_codes(const SymbolPayload& sp, int16_t* counts) {
   const uint64_t blocks = (nsym + kBlockSymbols - 1) / kBlockSymbols;
   for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t i0 = b * kBlockElements, i1 = std::min(n, i0 + kBlockElements);
-    for (uint64_t i = i0; i < i1; ++i)
-      counts[i] = static_cast<int16_t>(counts[i] + kSigns.v[sp.symbols[i / 5]][i % 5]);
+    add_symbol_codes_range(sp, i0, i1, counts + i0);
   });
 }
 
