@@ -129,41 +129,6 @@ class TernGradCodec final : public GradientCodec {
     keep_p(next, grad.size());
   }
 
- private:
-  // encode_slices(), and with a residual (not empty) error feedback's too.
-  void encode(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
-              std::span<const std::span<uint8_t>> outs, std::span<float> residual) {
-    const std::optional<Cached> cached = std::exchange(cached_, std::nullopt);
-    check_slices("terngrad", grad.size(), slices, outs, *this);
-    quantize::EncodeParams p;
-    p.clip_factor = clip_;
-    p.seed = ctx.seed;
-    p.step = ctx.step;
-    p.tensor_id = ctx.tensor_id;
-    p.rounding = rounding_of(params_.round);
-    p.packing = packing_;
-    // A codec configured with share_scale=0 ignores a shared scale, as the
-    // codecs that do not want one (fp32, fp16) do.
-    if (share_scale_) p.shared_scale = ctx.shared_scale;
-    // The cache holds the statistics of grad, or of grad + residual for
-    // error feedback: it serves only the same spans.
-    const bool hit = cached && cached->data == grad.data() && cached->size == grad.size() &&
-                     cached->residual == (residual.empty() ? nullptr : residual.data());
-    const quantize::TensorStats stats = hit ? cached->stats
-                                        : residual.empty() ? quantize::compute_stats(grad)
-                                                           : quantize::stats_of_sum(grad, residual);
-    for (size_t i = 0; i < slices.size(); ++i) {
-      p.element_offset = slices[i].begin;
-      const std::span<const float> x = grad.subspan(slices[i].begin, slices[i].count);
-      if (residual.empty())
-        quantize::encode_with_stats(x, stats, p, outs[i]);
-      else
-        quantize::encode_error_feedback(x, residual.subspan(slices[i].begin, slices[i].count), stats, p, outs[i]);
-    }
-  }
-
- public:
-
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
     quantize::decode(payload, out);
   }
@@ -211,6 +176,39 @@ class TernGradCodec final : public GradientCodec {
   }
 
  private:
+  // encode_slices(), and with a residual (not empty) error feedback's too.
+  void encode(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+              std::span<const std::span<uint8_t>> outs, std::span<float> residual) {
+    const std::optional<Cached> cached = std::exchange(cached_, std::nullopt);
+    check_slices("terngrad", grad.size(), slices, outs, *this);
+    quantize::EncodeParams p;
+    p.clip_factor = clip_;
+    p.seed = ctx.seed;
+    p.step = ctx.step;
+    p.tensor_id = ctx.tensor_id;
+    p.rounding = rounding_of(params_.round);
+    p.packing = packing_;
+    // A codec configured with share_scale=0 ignores a shared scale, as the
+    // codecs that do not want one (fp32, fp16) do.
+    if (share_scale_) p.shared_scale = ctx.shared_scale;
+    // The cache holds the statistics of grad, or of grad + residual for
+    // error feedback: it serves only the same spans.
+    const bool hit = cached && cached->data == grad.data() && cached->size == grad.size() &&
+                     cached->residual == (residual.empty() ? nullptr : residual.data());
+    const quantize::TensorStats stats = hit ? cached->stats
+                                        : residual.empty() ? quantize::compute_stats(grad)
+                                                           : quantize::stats_of_sum(grad, residual);
+    for (size_t i = 0; i < slices.size(); ++i) {
+      p.element_offset = slices[i].begin;
+      const std::span<const float> x = grad.subspan(slices[i].begin, slices[i].count);
+      if (residual.empty())
+        quantize::encode_with_stats(x, stats, p, outs[i]);
+      else
+        quantize::encode_error_feedback(x, residual.subspan(slices[i].begin, slices[i].count), stats, p, outs[i]);
+    }
+  }
+
+
   // Every header is well formed, flagged shared, with the same scale and
   // count n (bodies are validated by sum_shared itself, once).
   static bool shares_one_scale(std::span<const std::span<const uint8_t>> payloads, uint64_t n) {
