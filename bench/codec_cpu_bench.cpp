@@ -22,7 +22,9 @@
 // Minimal traffic B per op (n elements, n/4 payload body bytes):
 //   stats              4n          read the input once
 //   encode             8n + n/4    statistics pass + quantize pass over the input, write the body
-//   (encode_quantize   4n + n/4    diagnostic: the quantize pass alone, stats given)
+//   (encode_quantize   4n + n/4    diagnostic: the quantize pass alone, stats given;
+//    encode_quantize_v1: the same with format version 1's stream, Philox4x32-10
+//    words, against the default version 2, Philox4x32-7 half words)
 //   decode             2(n/4) + 4n validate the body, then read it again and write n floats
 //   decode_accumulate  2(n/4) + 8n the same, reading and writing the accumulator
 //
@@ -345,9 +347,10 @@ void bm_encode(benchmark::State& st, size_t n) {
 // Diagnostic, not a target: encode's quantize pass alone (encode_with_stats
 // with the statistics computed once up front), so that encode's time splits
 // into this plus stats. Traffic: one read of the input, the body written.
-void bm_encode_quantize(benchmark::State& st, size_t n) {
+void bm_encode_quantize(benchmark::State& st, size_t n, tq::RandomStream stream) {
   SizeState& s = state_for(n);
-  const tq::EncodeParams p = bench_params();
+  tq::EncodeParams p = bench_params();
+  p.stream = stream;
   const tq::TensorStats stats = tq::compute_stats({s.x.data(), n});
   const LoopTimer timer;
   for (auto _ : st) {
@@ -612,7 +615,10 @@ int main(int argc, char** argv) {
       {"mem_copy", bm_mem_copy},
       {"stats", bm_stats},
       {"encode", bm_encode},
-      {"encode_quantize", bm_encode_quantize},
+      {"encode_quantize",
+       [](benchmark::State& st, size_t n) { bm_encode_quantize(st, n, tq::RandomStream::kPhilox7Half16); }},
+      {"encode_quantize_v1",
+       [](benchmark::State& st, size_t n) { bm_encode_quantize(st, n, tq::RandomStream::kPhilox10Word32); }},
       {"decode", bm_decode},
       {"decode_accumulate", bm_decode_accumulate},
       {"sum_payloads_r2", [](benchmark::State& st, size_t n) { bm_sum_payloads(st, n, 2); }},

@@ -69,6 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (h.codec != tq::kCodecTernary2Bit && h.codec != tq::kCodecTernaryBase3 && h.codec != tq::kCodecTernaryEntropy)
     fail("inspect() accepted an unknown codec id");
   if (h.count != quick.count) fail("read_header() and inspect() disagree on the element count");
+  if (!tq::known_drawn_version(h.version)) fail("inspect() accepted an unknown format version");
   const float s = h.scale;
   auto ternary = [&](const std::vector<float>& v, const char* what) {
     for (float x : v)

@@ -143,14 +143,19 @@ void codec_seeds() {
 }
 
 void quantize_seeds() {
+  // Both random streams: format version 2 (the default) and version 1.
   for (size_t n : {0, 1, 4, 7, 33}) {
     const auto g = gradient(n, 0.1f);
-    tq::EncodeParams p;
-    p.seed = 9;
-    p.step = 2;
-    Buf out(tq::max_encoded_bytes(n));
-    tq::encode(g, p, out);
-    put("quantize_format", "n" + std::to_string(n), cat({{0}, out}));
+    for (tq::RandomStream stream : {tq::RandomStream::kPhilox7Half16, tq::RandomStream::kPhilox10Word32}) {
+      tq::EncodeParams p;
+      p.seed = 9;
+      p.step = 2;
+      p.stream = stream;
+      Buf out(tq::max_encoded_bytes(n));
+      tq::encode(g, p, out);
+      put("quantize_format", "n" + std::to_string(n) + "_v" + std::to_string(out[tq::kHeaderVersionOffset]),
+          cat({{0}, out}));
+    }
   }
   for (uint32_t r : {1u, 2u, 4u, 8u}) {
     std::vector<int16_t> counts;

@@ -25,13 +25,15 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 CodecParams parse_terngrad(const CodecSpec& spec) {
-  const SpecReader r(spec, {"clip", "share_scale", "bucket", "round", "pack"});
+  const SpecReader r(spec, {"clip", "share_scale", "bucket", "round", "pack", "stream"});
   TernGradParams p;
   p.clip = r.number("clip", p.clip, 0.0f);
   p.bucket = r.integer("bucket", 0, 4, 1u << 30, 4, /*allow_zero=*/true);
   p.round = r.choice("round", 0, {"stochastic", "nearest"}) == 0 ? TernaryRounding::kStochastic
                                                                    : TernaryRounding::kNearest;
   p.pack = static_cast<TernaryPacking>(r.choice("pack", 0, {"2bit", "base3", "entropy"}));
+  p.stream = r.choice("stream", 0, {"philox7x16", "philox10"}) == 0 ? quantize::RandomStream::kPhilox7Half16
+                                                                    : quantize::RandomStream::kPhilox10Word32;
   if (p.bucket != 0 && p.pack != TernaryPacking::k2Bit)
     throw std::invalid_argument("codec \"terngrad\": pack=" + std::string(p.pack == TernaryPacking::kBase3 ? "base3" : "entropy") +
                                 " is implemented for one scale per variable, not with bucket=" + std::to_string(p.bucket));
@@ -130,6 +132,7 @@ std::string params_spec(const CodecParams& params) {
             if (p.round == TernaryRounding::kNearest) s += ",round=nearest";
             if (p.pack == TernaryPacking::kBase3) s += ",pack=base3";
             if (p.pack == TernaryPacking::kEntropy) s += ",pack=entropy";
+            if (p.stream == quantize::RandomStream::kPhilox10Word32) s += ",stream=philox10";
             return s;
           },
           [](const QsgdParams& p) {

@@ -53,6 +53,7 @@ class TernGradBucketedCodec final : public GradientCodec {
     p.seed = ctx.seed;
     p.step = ctx.step;
     p.tensor_id = ctx.tensor_id;
+    p.stream = params_.stream;
     // One statistics pass over the whole variable: sigma for clipping, and
     // NaN/Inf refused before any output byte is written.
     const tq::TensorStats stats = tq::compute_stats(grad);

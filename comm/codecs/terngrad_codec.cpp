@@ -13,6 +13,9 @@
 //                size depends on the values: payload_bytes() is then a
 //                capacity and encoded_size() reads the length from the
 //                header). The codes are the same; decoders take any packing.
+//   stream       philox7x16 (format version 2: a 16-bit half of a 7-round
+//                Philox block per element; default) or philox10 (version 1:
+//                a 32-bit word of a 10-round block, the earlier payloads' bytes).
 //
 // Slices (a variable sharded across servers) are encoded with the whole
 // variable's statistics and element positions (quantize::EncodeParams::
@@ -187,6 +190,7 @@ class TernGradCodec final : public GradientCodec {
     p.step = ctx.step;
     p.tensor_id = ctx.tensor_id;
     p.rounding = rounding_of(params_.round);
+    p.stream = params_.stream;
     p.packing = packing_;
     // A codec configured with share_scale=0 ignores a shared scale, as the
     // codecs that do not want one (fp32, fp16) do.

@@ -299,6 +299,7 @@ struct FinishParams {
   uint32_t step = 0;
   uint32_t tensor_id = 0;
   bool nearest = false;  // Rounding::kNearest: kFlagNearest in the header, seed field 0
+  uint8_t version = kFormatVersion;  // payload_version(): the random stream's, 1 for nearest
   uint8_t* header_out = nullptr;
   // Elements the header announces: n, or the slice's count when the stats
   // cover a whole tensor and the payload one slice of it.

@@ -132,6 +132,7 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   fp.step = params.step;
   fp.tensor_id = params.tensor_id;
   fp.nearest = params.rounding == Rounding::kNearest;
+  fp.version = payload_version(params.stream, fp.nearest);
   fp.header_out = d_out;
   fp.header_count = n;
   // Base-3 and entropy start from the codec-4 header (the entropy encode's
@@ -142,7 +143,7 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   const uint32_t op = detail::next_op_id();
   detail::launch_stats(d_stats, n_stats, fp, ws, stream, op);
   if (n == 0) return;  // header-only payload
-  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
+  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4, params.stream};
   if (params.packing != Packing::k2Bit) {
     detail::launch_packed_encode(d_x, n, params.packing == Packing::kEntropy, rng, fp.nearest, d_out, ws, stream,
                                  op);

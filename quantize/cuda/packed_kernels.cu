@@ -325,6 +325,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     h.block_log2 = qr::kEncoderBlockLog2;
     h.group = kGroup;
     h.length = total;
+    h.version = out[kHeaderVersionOffset];
     write_entropy_header(out, h);
   }
   for (uint64_t j = threadIdx.x; j < m; j += kFinishThreads) {
@@ -365,7 +366,7 @@ __global__ void base3_fallback_kernel(uint8_t* __restrict__ body, const uint8_t*
 __device__ Base3Fault base3_header_fault(const uint8_t* p, size_t size) {
   if (size < kHeaderBytes) return Base3Fault::kTooShort;
   if (load_le32(p) != kMagicLe32) return Base3Fault::kBadMagic;
-  if (p[kHeaderVersionOffset] != kFormatVersion) return Base3Fault::kBadVersion;
+  if (!known_drawn_version(p[kHeaderVersionOffset])) return Base3Fault::kBadVersion;
   if (p[kHeaderSizeOffset] != kHeaderBytes) return Base3Fault::kBadHeaderSize;
   if ((header_flags(p) & ~kKnownFlags) != 0) return Base3Fault::kUnknownFlags;
   if (load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset)) return Base3Fault::kBadCrc;
@@ -385,7 +386,7 @@ __device__ EntropyFault entropy_header_fault(const uint8_t* p, size_t size, unsi
     return EntropyFault::kTooShort;
   }
   if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) return EntropyFault::kBadMagic;
-  if (p[kHeaderVersionOffset] != kFormatVersion) {
+  if (!known_drawn_version(p[kHeaderVersionOffset])) {
     *u0 = p[kHeaderVersionOffset];
     return EntropyFault::kBadVersion;
   }

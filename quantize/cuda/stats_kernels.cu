@@ -218,7 +218,8 @@ __global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
   // finishing kernel decides): the same 40-byte layout.
   ::terngrad::quantize::detail::write_header_layout(a.fp.header_out, a.fp.codec, flags, a.fp.header_count,
                                                     float_bits(scale), a.fp.tensor_id,
-                                                    a.fp.nearest ? uint64_t{0} : a.fp.seed, a.fp.step);
+                                                    a.fp.nearest ? uint64_t{0} : a.fp.seed, a.fp.step,
+                                                    a.fp.version);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ std::string str(unsigned long long v) { return std::to_string(v); }
   switch (f) {
     case Base3Fault::kTooShort: why = "shorter than the 40-byte header"; break;
     case Base3Fault::kBadMagic: why = "bad magic (expected \"TGRD\")"; break;
-    case Base3Fault::kBadVersion: why = "unsupported format version (expected 1)"; break;
+    case Base3Fault::kBadVersion: why = "unsupported format version (expected 1 or 2)"; break;
     case Base3Fault::kBadHeaderSize: why = "header size field is not 40"; break;
     case Base3Fault::kUnknownFlags: why = "reserved flag bits are set"; break;
     case Base3Fault::kBadCrc: why = "header CRC-32 mismatch (corrupt header)"; break;
@@ -120,7 +120,7 @@ std::string str(unsigned long long v) { return std::to_string(v); }
   switch (f) {
     case EntropyFault::kTooShort: why = str(e.u0) + " bytes, shorter than the 52-byte header"; break;
     case EntropyFault::kBadMagic: why = "bad magic (expected \"TGRD\")"; break;
-    case EntropyFault::kBadVersion: why = "format version " + str(e.u0) + " (expected 1)"; break;
+    case EntropyFault::kBadVersion: why = "format version " + str(e.u0) + " (expected 1 or 2)"; break;
     case EntropyFault::kBadHeaderSize: why = "header size field " + str(e.u0) + " (expected 52)"; break;
     case EntropyFault::kBadCrc: why = "header CRC-32 mismatch (corrupt header)"; break;
     case EntropyFault::kBadScale: {

@@ -30,20 +30,28 @@ struct Quantizer16 {
   __m512 scale, pre, inv24;
 };
 
-// 16 elements p[0..16) with their random words (element order) -> 32 bits
-// of body (four bytes, element 4b + j at bits 8b + 2j). The per-element
-// arithmetic is ternary_code()'s: a = min(|x|, s) (vrangeps 0x0A: the min of
-// the absolute values with the sign cleared), t = (a * pre) * inv24,
-// u = word >> 8 as float, keep = u < t (|| a >= s). Two masks, keep and
-// sign, become the codes with one bit deposit each: keep gives bit 2i,
-// keep & sign moves it up to bit 2i + 1 (01 + 01 = 10).
+// The uniform 24-bit integers u of ternary_code() as floats: from 16
+// version-1 words (u = word >> 8), and from 16 version-2 half words
+// (u = 256 h + 128, ternary_math.h's half_word()).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline __m512 u_of_words(__m512i words) {
+  return _mm512_cvtepi32_ps(_mm512_srli_epi32(words, 8));
+}
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline __m512 u_of_halves(__m256i halves) {
+  return _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 8), _mm512_set1_epi32(0x80)));
+}
+
+// 16 elements p[0..16) with their u (element order) -> 32 bits of body
+// (four bytes, element 4b + j at bits 8b + 2j). The per-element arithmetic
+// is ternary_code()'s: a = min(|x|, s) (vrangeps 0x0A: the min of the
+// absolute values with the sign cleared), t = (a * pre) * inv24,
+// keep = u < t (|| a >= s). Two masks, keep and sign, become the codes with
+// one bit deposit each: keep gives bit 2i, keep & sign moves it up to bit
+// 2i + 1 (01 + 01 = 10).
 template <bool kUnitPre, bool kClip>
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline uint32_t quantize16(
-    const float* p, __m512i words, const Quantizer16& q) {
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline uint32_t quantize16(const float* p, __m512 u, const Quantizer16& q) {
   const __m512 x = _mm512_loadu_ps(p);
   const __m512 a = _mm512_range_ps(x, q.scale, 0x0A);
   const __m512 t = kUnitPre ? _mm512_mul_ps(a, q.inv24) : _mm512_mul_ps(_mm512_mul_ps(a, q.pre), q.inv24);
-  const __m512 u = _mm512_cvtepi32_ps(_mm512_srli_epi32(words, 8));
   __mmask16 keep = _mm512_cmp_ps_mask(u, t, _CMP_LT_OQ);
   if (kClip) keep = _kor_mask16(keep, _mm512_cmp_ps_mask(a, q.scale, _CMP_GE_OQ));
   const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
@@ -64,8 +72,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)
   // Straight to the body, 8 bytes a store (narrow stores gathered into a
   // wide load would stall on store forwarding).
   for (int v = 0; v < 2 * C; v += 2) {
-    const uint64_t two = quantize16<kUnitPre, kClip>(p + 16 * v, words[v], q) |
-                         uint64_t{quantize16<kUnitPre, kClip>(p + 16 * v + 16, words[v + 1], q)} << 32;
+    const uint64_t two = quantize16<kUnitPre, kClip>(p + 16 * v, u_of_words(words[v]), q) |
+                         uint64_t{quantize16<kUnitPre, kClip>(p + 16 * v + 16, u_of_words(words[v + 1]), q)} << 32;
     std::memcpy(body + k + 4 * v, &two, 8);
   }
 }
@@ -107,18 +115,73 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t enco
   return k;
 }
 
+// Version 2 (RandomStream::kPhilox7Half16): C chains of 8 Philox4x32-7
+// blocks, 8 elements each. The 16 words of a vector in element order are 32
+// halves in element order (word j of block b holds elements 8b + 2j and
+// 8b + 2j + 1, low half first): its low 256 bits serve elements 0..15 and
+// its high 256 bits 16..31. Body byte k, block_lo: the block of byte k.
+template <int C, bool kUnitPre, bool kClip>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline void encode_step_halves(const float* x, uint64_t k, uint32_t block_lo, const x86::PhiloxSetup& setup,
+                                const Quantizer16& q, uint8_t* body) {
+  __m512i words[2 * C];
+  x86::philox_avx512<C, 7>(setup, block_lo, words);
+  const float* p = x + 4 * k;
+  for (int line = 0; line < 4 * C; ++line)  // 2 KiB ahead, a line per 16 elements
+    _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
+  for (int v = 0; v < 2 * C; ++v) {
+    const uint64_t two =
+        quantize16<kUnitPre, kClip>(p + 32 * v, u_of_halves(_mm512_castsi512_si256(words[v])), q) |
+        uint64_t{quantize16<kUnitPre, kClip>(p + 32 * v + 16, u_of_halves(_mm512_extracti64x4_epi64(words[v], 1)), q)}
+            << 32;
+    std::memcpy(body + k + 8 * v, &two, 8);
+  }
+}
+
+// Version 2's range: k_begin + block_offset is even (the caller encodes an
+// odd first byte on its own), so byte k's block is (k + block_offset) / 2.
+constexpr int kHalfMainChains = 4, kHalfTailChains = 1;
+
+template <bool kUnitPre, bool kClip>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t encode_range_halves(
+    const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& tq,
+    const RngStream& rng, uint8_t* body) {
+  const Quantizer16 q{_mm512_set1_ps(tq.scale), _mm512_set1_ps(tq.pre), _mm512_set1_ps(tq.inv24)};
+  auto block_of = [&](uint64_t k) { return (k + rng.block_offset) >> 1; };
+  x86::PhiloxSetup setup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(block_of(k_begin) >> 32));
+  // 16 bytes (one chain of 8 blocks) per chain; the low block word must not wrap.
+  auto simd_ok = [&](uint64_t k, uint64_t chains) {
+    const uint64_t span = 16 * chains;
+    return k + span <= k_end && 4 * (k + span) <= n &&
+           static_cast<uint32_t>(block_of(k)) <= 0xFFFFFFFFu - static_cast<uint32_t>(8 * chains - 1);
+  };
+  auto refresh = [&](uint64_t block) {
+    if (static_cast<uint32_t>(block >> 32) != setup.hi_word)  // past 2^32 blocks: rare
+      setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(block >> 32));
+  };
+  uint64_t k = k_begin;
+  for (; simd_ok(k, kHalfMainChains); k += 16 * kHalfMainChains) {
+    refresh(block_of(k));
+    encode_step_halves<kHalfMainChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(block_of(k)), setup, q, body);
+  }
+  for (; simd_ok(k, kHalfTailChains); k += 16 * kHalfTailChains) {
+    refresh(block_of(k));
+    encode_step_halves<kHalfTailChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(block_of(k)), setup, q, body);
+  }
+  return k;
+}
+
 // Nearest rounding: quantize16 with every word kNearestWord (u = 2^23), 32
 // elements (8 body bytes) a step; returns the first byte not written.
 template <bool kUnitPre, bool kClip>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t nearest_range(
     const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& tq, uint8_t* body) {
   const Quantizer16 q{_mm512_set1_ps(tq.scale), _mm512_set1_ps(tq.pre), _mm512_set1_ps(tq.inv24)};
-  const __m512i words = _mm512_set1_epi32(static_cast<int>(kNearestWord));
+  const __m512 u = u_of_words(_mm512_set1_epi32(static_cast<int>(kNearestWord)));
   uint64_t k = k_begin;
   for (; k + 8 <= k_end && 4 * (k + 8) <= n; k += 8) {
     const float* p = x + 4 * k;
     const uint64_t two =
-        quantize16<kUnitPre, kClip>(p, words, q) | uint64_t{quantize16<kUnitPre, kClip>(p + 16, words, q)} << 32;
+        quantize16<kUnitPre, kClip>(p, u, q) | uint64_t{quantize16<kUnitPre, kClip>(p + 16, u, q)} << 32;
     std::memcpy(body + k, &two, 8);
   }
   return k;
@@ -174,6 +237,15 @@ bool clip_test_needed(const TernaryQuantizer& q) {
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void encode_bytes_avx512(
     const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
     const RngStream& rng, uint8_t* body) {
+  if (rng.stream == RandomStream::kPhilox7Half16) {
+    const uint64_t head = std::min(k_end, k_begin + ((k_begin + rng.block_offset) & 1));  // to a block edge
+    encode_bytes_portable(x, n, k_begin, head, q, rng, body);
+    const uint64_t k = x86_encode_case(q, head, k_end, body, [&]<bool kUnitPre, bool kClip>() {
+      return encode_range_halves<kUnitPre, kClip>(x, n, head, k_end, q, rng, body);
+    });
+    encode_bytes_portable(x, n, k, k_end, q, rng, body);
+    return;
+  }
   const uint64_t k = x86_encode_case(q, k_begin, k_end, body, [&]<bool kUnitPre, bool kClip>() {
     return encode_range<kUnitPre, kClip>(x, n, k_begin, k_end, q, rng, body);
   });

@@ -94,7 +94,7 @@ size_t require_buffer(uint64_t count, uint32_t bucket, std::span<uint8_t> out) {
 
 void write_bucketed_header(uint8_t* h, uint64_t count, uint32_t bucket, uint32_t first, const BucketedEncodeParams& p) {
   store_le32(h + kHeaderMagicOffset, kMagicLe32);
-  h[kHeaderVersionOffset] = kFormatVersion;
+  h[kHeaderVersionOffset] = static_cast<uint8_t>(p.stream);
   h[kHeaderCodecOffset] = kCodecTernaryBucketed;
   h[kHeaderFlagsOffset] = 0;
   h[kHeaderSizeOffset] = static_cast<uint8_t>(kBucketedHeaderBytes);
@@ -124,8 +124,8 @@ Parsed parse(std::span<const uint8_t> payload, uint32_t bucket) {
   const uint8_t* p = payload.data();
   if (const uint32_t m = load_le32(p + kHeaderMagicOffset); m != kMagicLe32)
     malformed(len, "bad magic " + hex32(m) + " (expected \"TGRD\")");
-  if (p[kHeaderVersionOffset] != kFormatVersion)
-    malformed(len, "unsupported format version " + std::to_string(p[kHeaderVersionOffset]) + " (expected 1)");
+  if (!known_drawn_version(p[kHeaderVersionOffset]))
+    malformed(len, "unsupported format version " + std::to_string(p[kHeaderVersionOffset]) + " (expected 1 or 2)");
   if (p[kHeaderCodecOffset] != kCodecTernaryBucketed)
     malformed(len, "codec id " + std::to_string(p[kHeaderCodecOffset]) + " is not 3 (bucketed ternary)");
   if (p[kHeaderSizeOffset] != kBucketedHeaderBytes)
@@ -274,7 +274,7 @@ size_t encode_bucketed_slice(std::span<const float> x, const TensorStats& stats,
       const float scale = scale_from_stats(bs, params.clip_factor);
       store_le32(scales + 4 * j, float_bits(scale));
       const uint64_t e0 = std::max(b0, begin), e1 = std::min(b1, end), len = e1 - e0;
-      const RngStream rng{params.seed, params.step, params.tensor_id, e0 / 4};
+      const RngStream rng{params.seed, params.step, params.tensor_id, e0 / 4, params.stream};
       kernel(data + e0, len, 0, body_bytes(len), make_quantizer(scale), rng, body + (e0 - begin) / 4);
     }
   });

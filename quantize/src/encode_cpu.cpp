@@ -150,10 +150,10 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
     return written;
   }
   write_header_bits(out.data(), flags, n, float_bits(scale), params.tensor_id, nearest ? 0 : params.seed,
-                    params.step);
+                    params.step, payload_version(params.stream, nearest));
 
   const TernaryQuantizer q = make_quantizer(scale);
-  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4};
+  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4, params.stream};
   uint8_t* body = out.data() + kHeaderBytes;
   const uint64_t nbytes = body_bytes(n);
   auto* kernel = detail::kernels().encode_bytes;
@@ -182,7 +182,7 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
     if (nearest)
       nearest_kernel(pb, len, 0, k1 - k0, q, body + k0);
     else
-      kernel(pb, len, 0, k1 - k0, q, RngStream{rng.seed, rng.step, rng.tensor_id, rng.block_offset + k0}, body + k0);
+      kernel(pb, len, 0, k1 - k0, q, rng.advanced(k0), body + k0);
     ef.ef_residual(pb, body + k0, len, scale, rb);
   });
   return max_encoded_bytes(n);
@@ -202,6 +202,20 @@ const char* packing_name(Packing p) {
 std::optional<Packing> parse_packing(std::string_view name) {
   for (Packing p : {Packing::k2Bit, Packing::kBase3, Packing::kEntropy})
     if (name == packing_name(p)) return p;
+  return std::nullopt;
+}
+
+const char* random_stream_name(RandomStream s) {
+  switch (s) {
+    case RandomStream::kPhilox10Word32: return "philox10";
+    case RandomStream::kPhilox7Half16: return "philox7x16";
+  }
+  return "unknown";
+}
+
+std::optional<RandomStream> parse_random_stream(std::string_view name) {
+  for (RandomStream s : {RandomStream::kPhilox10Word32, RandomStream::kPhilox7Half16})
+    if (name == random_stream_name(s)) return s;
   return std::nullopt;
 }
 

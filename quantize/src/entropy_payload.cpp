@@ -88,8 +88,11 @@ EntropyView check_entropy_header(std::span<const uint8_t> payload, uint8_t expec
   if (size < kEntropyHeaderBytes)
     malformed(std::to_string(size) + " bytes, shorter than the 52-byte header");
   if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) malformed("bad magic (expected \"TGRD\")");
-  if (p[kHeaderVersionOffset] != kFormatVersion)
-    malformed("format version " + std::to_string(p[kHeaderVersionOffset]) + " (expected 1)");
+  // Codec 5's codes are drawn (version 1 or 2); codec 6's sums draw nothing.
+  const uint8_t version = p[kHeaderVersionOffset];
+  if (expect_codec == kCodecTernaryEntropy ? !known_drawn_version(version) : version != kFormatVersion)
+    malformed("format version " + std::to_string(version) +
+              (expect_codec == kCodecTernaryEntropy ? " (expected 1 or 2)" : " (expected 1)"));
   if (p[kHeaderCodecOffset] != expect_codec)
     malformed("codec id " + std::to_string(p[kHeaderCodecOffset]) + " (expected " + std::to_string(expect_codec) + ")");
   if (p[kHeaderSizeOffset] != kEntropyHeaderBytes)

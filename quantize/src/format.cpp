@@ -9,7 +9,7 @@ const char* header_fault_name(HeaderFault f) {
     case HeaderFault::kNone: return "no fault";
     case HeaderFault::kTooShort: return "shorter than the 40-byte header";
     case HeaderFault::kBadMagic: return "bad magic (expected \"TGRD\")";
-    case HeaderFault::kBadVersion: return "unsupported format version (expected 1)";
+    case HeaderFault::kBadVersion: return "unsupported format version (expected 1 or 2)";
     case HeaderFault::kBadCodec: return "unknown codec id (expected 1, ternary 2-bit)";
     case HeaderFault::kBadHeaderSize: return "header size field is not 40";
     case HeaderFault::kUnknownFlags: return "reserved flag bits are set";

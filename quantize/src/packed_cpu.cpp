@@ -104,7 +104,8 @@ PayloadHeader check_base3_header(std::span<const uint8_t> payload) {
   const size_t size = payload.size();
   if (size < kHeaderBytes) malformed_base3(size, "shorter than the 40-byte header");
   if (load_le32(p) != kMagicLe32) malformed_base3(size, "bad magic (expected \"TGRD\")");
-  if (p[kHeaderVersionOffset] != kFormatVersion) malformed_base3(size, "unsupported format version (expected 1)");
+  if (!known_drawn_version(p[kHeaderVersionOffset]))
+    malformed_base3(size, "unsupported format version " + std::to_string(p[kHeaderVersionOffset]) + " (expected 1 or 2)");
   if (p[kHeaderSizeOffset] != kHeaderBytes) malformed_base3(size, "header size field is not 40");
   if ((header_flags(p) & ~kKnownFlags) != 0) malformed_base3(size, "reserved flag bits are set");
   if (load_le32(p + kHeaderCrcOffset) != crc32_ieee(p, kHeaderCrcOffset))
@@ -158,8 +159,7 @@ struct BlockSymbols {
     if (nearest)
       kernels().encode_bytes_nearest(x + e0, len, 0, nbytes, q, codes);
     else
-      kernels().encode_bytes(x + e0, len, 0, nbytes, q, RngStream{rng.seed, rng.step, rng.tensor_id, rng.block_offset + e0 / 4},
-                             codes);
+      kernels().encode_bytes(x + e0, len, 0, nbytes, q, rng.advanced(e0 / 4), codes);
     std::memset(codes + nbytes, 0, 16);
     const uint64_t bsym = base3_body_bytes(len);
     codes_to_symbols(codes, bsym, syms);
@@ -180,7 +180,10 @@ size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const
   const bool nearest = (flags & kFlagNearest) != 0;
   const uint64_t seed_field = nearest ? 0 : params.seed;
   const BlockSymbols symbols{x.data(), n, make_quantizer(scale),
-                             RngStream{params.seed, params.step, params.tensor_id, params.element_offset / 4}, nearest};
+                             RngStream{params.seed, params.step, params.tensor_id, params.element_offset / 4,
+                                       params.stream},
+                             nearest};
+  const uint8_t version = payload_version(params.stream, nearest);
   const uint64_t blocks = (n + kBlockElements - 1) / kBlockElements;
   const uint32_t sbits = float_bits(scale);
   const size_t base3 = base3_payload_bytes(n);
@@ -208,6 +211,7 @@ size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const
       h.block_log2 = layout.block_log2;
       h.group = layout.group;
       h.length = len;
+      h.version = version;
       write_entropy_header(out.data(), h);
       return len;
     }
@@ -216,7 +220,8 @@ size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const
   }
   uint8_t* body = out.data() + kHeaderBytes;
   for_each_block(n, blocks, [&](uint64_t b) { symbols(b, body + b * kBlockSymbols, nullptr); });
-  write_header_layout(out.data(), kCodecTernaryBase3, flags, n, sbits, params.tensor_id, seed_field, params.step);
+  write_header_layout(out.data(), kCodecTernaryBase3, flags, n, sbits, params.tensor_id, seed_field, params.step,
+                      version);
   return base3;
 }
 
@@ -238,6 +243,7 @@ EntropyView checked_entropy_view(std::span<const uint8_t> payload) {
 
 PayloadHeader header_of(const EntropyView& v) {
   PayloadHeader h;
+  h.version = v.header.version;
   h.codec = v.header.codec;
   h.flags = v.header.flags;
   h.count = v.header.count;

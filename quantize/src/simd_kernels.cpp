@@ -301,6 +301,10 @@ void EncodeBytes(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
     std::fill(body + k_begin, body + k_end, uint8_t{0});
     return;
   }
+  if (rng.stream != RandomStream::kPhilox10Word32) {  // version 2: no Highway kernel yet
+    encode_bytes_portable(x, n, k_begin, k_end, q, rng, body);
+    return;
+  }
   const uint64_t k = q.pre == 1.0f ? EncodeRange<true>(x, n, k_begin, k_end, q, rng, body)
                                    : EncodeRange<false>(x, n, k_begin, k_end, q, rng, body);
   encode_bytes_portable(x, n, k, k_end, q, rng, body);

@@ -84,7 +84,8 @@ SumHeader parse_sum_header(std::span<const uint8_t> payload) {
   const uint8_t* p = payload.data();
   if (payload.size() < kHeaderBytes) fail(header_fault_name(HeaderFault::kTooShort));
   if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) fail(header_fault_name(HeaderFault::kBadMagic));
-  if (p[kHeaderVersionOffset] != kFormatVersion) fail(header_fault_name(HeaderFault::kBadVersion));
+  if (p[kHeaderVersionOffset] != kFormatVersion)  // sums draw nothing: always version 1
+    fail("unsupported format version " + std::to_string(p[kHeaderVersionOffset]) + " (expected 1)");
   if (header_codec(p) != kCodecTernarySum)
     fail("codec id " + std::to_string(header_codec(p)) + " is not 2 (ternary sum)");
   if (header_flags(p) != kFlagSharedScale)

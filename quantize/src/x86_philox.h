@@ -1,4 +1,5 @@
-// Private (x86-64 only): Philox4x32-10 for many consecutive blocks at once,
+// Private (x86-64 only): Philox4x32-R (R = 10, or 7 for the version-2
+// stream) for many consecutive blocks at once,
 // AVX-512 and AVX2, producing the words in element order: word j of block b
 // in 32-bit lane 4b + j, which is the order of the elements that use them
 // (element 4k + j draws word j of block k). The encode kernels
@@ -46,7 +47,7 @@ TG_X86_AVX2 __m256i bcast256(const uint64_t& v) {
 // out[2c] = the 16 words of blocks 8c .. 8c+3 in element order, out[2c+1]
 // those of blocks 8c+4 .. 8c+7. C = 4 keeps enough multiplies in flight to
 // hide their latency.
-template <int C>
+template <int C, int R = philox_constants::kRounds>
 TG_X86_AVX512 void philox_avx512(const PhiloxSetup& s, uint32_t lo, __m512i (&out)[2 * C]) {
   using namespace philox_constants;
   constexpr int kXor3 = 0x96;  // vpternlog: a ^ b ^ c
@@ -64,7 +65,8 @@ TG_X86_AVX512 void philox_avx512(const PhiloxSetup& s, uint32_t lo, __m512i (&ou
     c2[c] = _mm512_xor_si512(p0, bcast512(s.x3));
     c3[c] = bcast512(s.w3);
   }
-  for (int r = 2; r < kRounds - 1; ++r) {
+  static_assert(R >= 3 && R <= kRounds, "rounds 1-2 are folded, the last writes the words");
+  for (int r = 2; r < R - 1; ++r) {
     const __m512i k0 = bcast512(s.key0[r]), k1 = bcast512(s.key1[r]);
     for (int c = 0; c < C; ++c) {
       const __m512i p0 = _mm512_mul_epu32(c0[c], mul0);
@@ -83,7 +85,7 @@ TG_X86_AVX512 void philox_avx512(const PhiloxSetup& s, uint32_t lo, __m512i (&ou
   // The last round writes word pairs: rotating the product by 32 puts hi in
   // the low half (word 0 / 2, still to be XORed) and lo in the high half
   // (word 1 / 3, final); the XOR applies to the even 32-bit lanes only.
-  const __m512i k0 = bcast512(s.key0[kRounds - 1]), k1 = bcast512(s.key1[kRounds - 1]);
+  const __m512i k0 = bcast512(s.key0[R - 1]), k1 = bcast512(s.key1[R - 1]);
   for (int c = 0; c < C; ++c) {
     const __m512i p0 = _mm512_mul_epu32(c0[c], mul0);
     const __m512i p1 = _mm512_mul_epu32(c2[c], mul1);
@@ -100,7 +102,7 @@ TG_X86_AVX512 void philox_avx512(const PhiloxSetup& s, uint32_t lo, __m512i (&ou
 // down with a 32-bit lane swap (vpshufd, the shuffle port) rather than a
 // shift (the multiply ports); the word that lands in the upper half is
 // garbage the next multiply ignores.
-template <int C>
+template <int C, int R = philox_constants::kRounds>
 TG_X86_AVX2 void philox_avx2(const PhiloxSetup& s, uint32_t lo, __m256i (&out)[2 * C]) {
   using namespace philox_constants;
   const __m256i mul0 = _mm256_set1_epi64x(kMul0), mul1 = _mm256_set1_epi64x(kMul1);
@@ -117,7 +119,8 @@ TG_X86_AVX2 void philox_avx2(const PhiloxSetup& s, uint32_t lo, __m256i (&out)[2
     c2[c] = _mm256_xor_si256(p0, bcast256(s.x3));
     c3[c] = bcast256(s.w3);
   }
-  for (int r = 2; r < kRounds - 1; ++r) {
+  static_assert(R >= 3 && R <= kRounds, "rounds 1-2 are folded, the last writes the words");
+  for (int r = 2; r < R - 1; ++r) {
     const __m256i k0 = bcast256(s.key0[r]), k1 = bcast256(s.key1[r]);
     for (int c = 0; c < C; ++c) {
       const __m256i p0 = _mm256_mul_epu32(c0[c], mul0);
@@ -128,7 +131,7 @@ TG_X86_AVX2 void philox_avx2(const PhiloxSetup& s, uint32_t lo, __m256i (&out)[2
       c3[c] = p0;
     }
   }
-  const __m256i k0 = bcast256(s.key0[kRounds - 1]), k1 = bcast256(s.key1[kRounds - 1]);
+  const __m256i k0 = bcast256(s.key0[R - 1]), k1 = bcast256(s.key1[R - 1]);
   for (int c = 0; c < C; ++c) {
     const __m256i p0 = _mm256_mul_epu32(c0[c], mul0);
     const __m256i p1 = _mm256_mul_epu32(c2[c], mul1);

@@ -295,6 +295,11 @@ int cmd_encode(const ParsedArgs& a) {
     else if (*r != "stochastic")
       throw UsageError("--round: expected stochastic or nearest, got '" + *r + "'");
   }
+  if (const std::string* st = a.value("--stream")) {
+    const std::optional<q::RandomStream> stream = q::parse_random_stream(*st);
+    if (!stream) throw UsageError("--stream: expected philox7x16 or philox10, got '" + *st + "'");
+    params.stream = *stream;
+  }
   if (const std::string* pk = a.value("--pack")) {
     const std::optional<q::Packing> packing = q::parse_packing(*pk);
     if (!packing) throw UsageError("--pack: expected 2bit, base3 or entropy, got '" + *pk + "'");
@@ -390,7 +395,14 @@ int cmd_inspect(const ParsedArgs& a) {
   const uint8_t* b = p.bytes.data();
   std::printf("file:         %s\n", path.c_str());
   std::printf("magic:        %c%c%c%c\n", b[0], b[1], b[2], b[3]);
-  std::printf("version:      %u\n", static_cast<unsigned>(h.version));
+  // Codecs whose codes are drawn name their random stream by the version; sums draw nothing.
+  const bool drawn = h.codec == q::kCodecTernary2Bit || h.codec == q::kCodecTernaryBucketed ||
+                     h.codec == q::kCodecTernaryBase3 || h.codec == q::kCodecTernaryEntropy;
+  if (drawn && !h.nearest())
+    std::printf("version:      %u (random stream %s)\n", static_cast<unsigned>(h.version),
+                q::random_stream_name(static_cast<q::RandomStream>(h.version)));
+  else
+    std::printf("version:      %u\n", static_cast<unsigned>(h.version));
   std::printf("codec:        %u (%s)\n", static_cast<unsigned>(h.codec), codec_description(h.codec));
   std::string flags = h.shared_scale() ? "shared-scale" : "";
   if (h.nearest()) flags += flags.empty() ? "nearest-rounding" : ", nearest-rounding";
@@ -521,6 +533,9 @@ const std::vector<Command>& commands() {
        "  --round stochastic|nearest\n"
        "                    how codes are chosen: drawn (TernGrad, unbiased; default) or\n"
        "                    deterministic nearest rounding (for error feedback)\n"
+       "  --stream philox7x16|philox10\n"
+       "                    the random stream that draws the codes (FORMAT.md): format\n"
+       "                    version 2 (default, 16 bits per element) or version 1\n"
        "  --pack 2bit|base3|entropy\n"
        "                    how the codes travel (FORMAT.md): codec 1 (default), codec 4\n"
        "                    (5 per byte) or codec 5 (rANS; codec 4 when not smaller)\n"
@@ -531,6 +546,7 @@ const std::vector<Command>& commands() {
         {"--tensor-id", true},
         {"--shared-scale", true},
         {"--round", true},
+        {"--stream", true},
         {"--pack", true},
         {"--format", true}},
        cmd_encode},

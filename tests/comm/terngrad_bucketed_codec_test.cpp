@@ -23,6 +23,7 @@ namespace {
 struct Ref {
   uint32_t B;
   float clip;
+  uint8_t version = 2;  // the random stream (FORMAT.md step 3); the codec's default is 2
 
   uint64_t slots(uint64_t n) const { return n == 0 ? 0 : (n + B - 4 + B - 1) / B; }
   size_t bytes(uint64_t n) const { return 48 + 4 * slots(n) + (n + 3) / 4; }
@@ -63,11 +64,16 @@ struct Ref {
     }
     return m;
   }
-  static uint32_t word(uint64_t i, const tc::EncodeContext& c) {
-    const uint64_t k = i / 4;
-    const auto r = tq::philox4x32_10({{uint32_t(k), uint32_t(k >> 32), c.step, c.tensor_id}},
-                                     {{uint32_t(c.seed), uint32_t(c.seed >> 32)}});
-    return r.v[i % 4];
+  // The word whose top 24 bits are element i's u: version 1, word i % 4 of
+  // Philox4x32-10 at block i / 4; version 2, half i % 8 of Philox4x32-7 at
+  // block i / 8 as h << 16 | 0x8000 (u = 256 h + 128).
+  uint32_t word(uint64_t i, const tc::EncodeContext& c) const {
+    const uint64_t k = version == 1 ? i / 4 : i / 8;
+    const tq::Philox4x32Counter ctr{{uint32_t(k), uint32_t(k >> 32), c.step, c.tensor_id}};
+    const tq::Philox4x32Key key{{uint32_t(c.seed), uint32_t(c.seed >> 32)}};
+    if (version == 1) return tq::philox4x32_10(ctr, key).v[i % 4];
+    const uint32_t h = (tq::philox4x32_7(ctr, key).v[(i % 8) / 2] >> (16 * (i % 2))) & 0xFFFFu;
+    return h << 16 | 0x8000u;
   }
   // Step 4 with every float32 operation done in float64 and rounded (the
   // products of two floats are exact in float64, so this is the float32 op).
@@ -84,7 +90,7 @@ struct Ref {
     std::vector<uint8_t> out(bytes(n), 0);
     const uint64_t first = begin % B, used = n == 0 ? 0 : (first + n + B - 1) / B;
     tq::store_le32(out.data(), 0x44524754u);  // "TGRD"
-    out[4] = 1;
+    out[4] = version;
     out[5] = 3;
     out[6] = 0;
     out[7] = 48;
@@ -356,9 +362,9 @@ TEST(TernGradBucketed, MalformedPayloadsAreRejectedNamingTheProblem) {
   bad[0] ^= 1;
   expect_rejected_saying(*codec, bad, n, "bad magic");
   bad = good;
-  bad[4] = 2;
+  bad[4] = 3;
   refresh_crc(bad);
-  expect_rejected_saying(*codec, bad, n, "version 2");
+  expect_rejected_saying(*codec, bad, n, "version 3");
   bad = good;
   bad[5] = 1;
   refresh_crc(bad);
@@ -466,9 +472,9 @@ TEST(TernGradBucketed, SpecsRoundTripAndBadOnesAreRefused) {
 // quantize/FORMAT.md's worked example, byte for byte.
 TEST(TernGradBucketed, WorkedExampleOfTheFormatPage) {
   const std::vector<float> g = {0.5f, -1.0f, 0.25f, 0.0f, -0.125f, 2.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  auto codec = tc::make_codec("terngrad:clip=0,bucket=4");
+  auto codec = tc::make_codec("terngrad:clip=0,bucket=4,stream=philox10");  // the page's example is version 1
   const auto p = encode(*codec, g, ctx(42, 7, 3));
-  EXPECT_EQ(p, (Ref{4, 0.0f}.encode(g, 0, g.size(), ctx(42, 7, 3))));
+  EXPECT_EQ(p, (Ref{4, 0.0f, 1}.encode(g, 0, g.size(), ctx(42, 7, 3))));
   const std::vector<uint8_t> want = {
       0x54, 0x47, 0x52, 0x44, 0x01, 0x03, 0x00, 0x30,  // "TGRD", version 1, codec 3, flags 0, header 48
       0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // n = 10

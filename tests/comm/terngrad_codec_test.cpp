@@ -51,6 +51,38 @@ TEST(TernGradCodec, BytesIdenticalToQuantizeEncode) {
   }
 }
 
+// stream= picks the random stream and so the header's format version:
+// philox7x16 (version 2) by default, philox10 (version 1) on request; the
+// spec prints it only when it is not the default; other names are refused.
+TEST(TernGradCodec, StreamOptionChoosesTheFormatVersion) {
+  const auto g = normal_floats(1000, 3, 0.1f);
+  const auto c = context(77, 5, 2);
+  for (auto [spec, version] : {std::pair{"terngrad:share_scale=0", 2}, std::pair{"terngrad:share_scale=0,stream=philox7x16", 2},
+                               std::pair{"terngrad:share_scale=0,stream=philox10", 1}}) {
+    SCOPED_TRACE(spec);
+    auto codec = tc::make_codec(spec);
+    const auto p = encode(*codec, g, c);
+    EXPECT_EQ(p[tq::kHeaderVersionOffset], version);
+    tq::EncodeParams qp;
+    qp.seed = c.seed;
+    qp.step = c.step;
+    qp.tensor_id = c.tensor_id;
+    qp.stream = static_cast<tq::RandomStream>(version);
+    std::vector<uint8_t> want(tq::max_encoded_bytes(g.size()));
+    tq::encode(g, qp, want);
+    EXPECT_EQ(p, want);
+    EXPECT_EQ(tc::make_codec(codec->spec())->spec(), codec->spec());
+  }
+  EXPECT_EQ(tc::make_codec("terngrad:stream=philox10")->spec(), "terngrad:clip=2.5,share_scale=1,stream=philox10");
+  EXPECT_EQ(tc::make_codec("terngrad:stream=philox7x16")->spec(), "terngrad:clip=2.5,share_scale=1");
+  try {
+    tc::make_codec("terngrad:stream=mt19937");
+    ADD_FAILURE() << "accepted stream=mt19937";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("stream"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TernGradCodec, SharedScaleFlowMatchesQuantizeAndSumsToIntegerMultiples) {
   constexpr int kWorkers = 4;
   constexpr size_t kN = 5000;

@@ -27,10 +27,14 @@ uint32_t code_at(const std::vector<uint8_t>& payload, size_t i) {
 // Every element's code agrees with the float64 decision u24 < p * 2^24,
 // except where float32 rounding of p * 2^24 could flip it (|u - t| < 2).
 TEST(Encode, AgreesWithFloat64Reference) {
-  for (float clip : {0.0f, 2.5f}) {
+  for (auto [clip, stream] : {std::pair{0.0f, tq::RandomStream::kPhilox10Word32},
+                              std::pair{2.5f, tq::RandomStream::kPhilox10Word32},
+                              std::pair{0.0f, tq::RandomStream::kPhilox7Half16},
+                              std::pair{2.5f, tq::RandomStream::kPhilox7Half16}}) {
     const auto x = tg_test::gradient_like(200003, 5);
     tq::EncodeParams p;
     p.clip_factor = clip;
+    p.stream = stream;
     p.seed = 0x1234567890ull;
     p.step = 17;
     p.tensor_id = 4;
@@ -42,7 +46,7 @@ TEST(Encode, AgreesWithFloat64Reference) {
     size_t ambiguous = 0, kept = 0;
     for (size_t i = 0; i < x.size(); ++i) {
       const double t = tg_test::ref_keep_probability(x[i], scale) * 16777216.0;
-      const double u = tg_test::ref_random_word(p.seed, p.step, p.tensor_id, i) >> 8;
+      const double u = tg_test::ref_uniform24(p.seed, p.step, p.tensor_id, i, stream);
       const uint32_t c = code_at(payload, i);
       if (std::fabs(u - t) < 2.0 && t < 16777216.0) {
         ++ambiguous;
@@ -50,7 +54,8 @@ TEST(Encode, AgreesWithFloat64Reference) {
       }
       const bool keep = std::fabs(x[i]) > 0 && (t >= 16777216.0 || u < t);
       const uint32_t want = keep ? (x[i] < 0 ? tq::kCodeMinus : tq::kCodePlus) : tq::kCodeZero;
-      ASSERT_EQ(c, want) << "element " << i << " x=" << x[i] << " clip " << clip;
+      ASSERT_EQ(c, want) << "element " << i << " x=" << x[i] << " clip " << clip << " stream "
+                         << tq::random_stream_name(stream);
       kept += keep;
     }
     EXPECT_LT(ambiguous, 5u);

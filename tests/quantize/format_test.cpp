@@ -17,13 +17,21 @@ const std::vector<uint8_t> kWorkedExample = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x03, 0x00, 0x00, 0x00, 0x2a, 0x00, 0x00, 0x00,
     0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x05, 0x0b, 0x1d, 0x0e, 0x01, 0x04};
 
-std::vector<uint8_t> encode_example() {
+// The version-2 worked example (FORMAT.md): the same input, seed 50.
+const std::vector<uint8_t> kWorkedExampleV2 = {
+    0x54, 0x47, 0x52, 0x44, 0x02, 0x01, 0x00, 0x28, 0x06, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x03, 0x00, 0x00, 0x00, 0x32, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0xb8, 0x98, 0x16, 0xcd, 0x19, 0x04};
+
+std::vector<uint8_t> encode_example(tq::RandomStream stream = tq::RandomStream::kPhilox10Word32,
+                                    uint64_t seed = 42) {
   const std::vector<float> x = {0.5f, -1.0f, 0.25f, 0.0f, -0.125f, 2.0f};
   tq::EncodeParams p;
   p.clip_factor = 0.0f;
-  p.seed = 42;
+  p.seed = seed;
   p.step = 7;
   p.tensor_id = 3;
+  p.stream = stream;
   std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
   EXPECT_EQ(tq::encode(x, p, out), out.size());
   return out;
@@ -44,7 +52,21 @@ void reseal(std::vector<uint8_t>& p) {
   tq::store_le32(p.data() + tq::kHeaderCrcOffset, tq::crc32_ieee(p.data(), tq::kHeaderCrcOffset));
 }
 
-TEST(Format, WorkedExampleIsByteExact) { EXPECT_EQ(encode_example(), kWorkedExample); }
+TEST(Format, WorkedExampleIsByteExact) {
+  EXPECT_EQ(encode_example(), kWorkedExample);
+  EXPECT_EQ(encode_example(tq::RandomStream::kPhilox7Half16, 50), kWorkedExampleV2);
+}
+
+// A version-1 payload decodes as before the version-2 stream existed, and
+// version 2 decodes by the same rules: the version names only how the codes
+// were drawn.
+TEST(Format, BothVersionsDecode) {
+  std::vector<float> out(6, 99.0f);
+  tq::decode(kWorkedExampleV2, out);
+  EXPECT_EQ(out, (std::vector<float>{2.0f, -2.0f, 2.0f, 0.0f, 0.0f, 2.0f}));
+  EXPECT_EQ(tq::inspect(kWorkedExampleV2).version, 2u);
+  EXPECT_EQ(tq::inspect(kWorkedExample).version, 1u);
+}
 
 TEST(Format, WorkedExampleDecodes) {
   std::vector<float> out(6, 99.0f);
@@ -91,7 +113,7 @@ TEST(Format, FieldChecksNameTheProblem) {
     uint8_t value;
     const char* message;
   };
-  const Case cases[] = {{0, 'X', "magic"},     {4, 2, "version"},  {5, 7, "codec"},
+  const Case cases[] = {{0, 'X', "magic"},     {4, 3, "version"},  {4, 0, "version"}, {5, 7, "codec"},
                         {6, 0x80, "flag"},     {7, 48, "header size"}};
   for (const Case& c : cases) {
     auto p = encode_example();

@@ -80,6 +80,7 @@ TEST(PackedFormat, Base3WorkedExampleIsByteExact) {
   p.seed = 42;
   p.step = 7;
   p.tensor_id = 3;
+  p.stream = tq::RandomStream::kPhilox10Word32;  // FORMAT.md's example is version 1
   p.packing = tq::Packing::kBase3;
   EXPECT_EQ(encode(x, p), kBase3Example);
   std::vector<float> out(6, 99.0f);

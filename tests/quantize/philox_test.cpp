@@ -35,6 +35,23 @@ TEST(Philox, KnownAnswerVectors) {
   }
 }
 
+// Philox4x32-7, the version-2 stream's generator: the same file's 7-round vectors.
+TEST(Philox, SevenRoundKnownAnswerVectors) {
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
+       {0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
+       {0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a}},
+  };
+  for (const Kat& k : kats) {
+    const auto r = terngrad::quantize::philox4x32_7({{k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3]}}, {{k.key[0], k.key[1]}});
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.expected[i]) << "word " << i;
+  }
+}
+
 // PhiloxStream (the vector Philox behind the encode kernels, for other
 // codecs) gives philox4x32_10()'s words at every level, for runs of any
 // length and start: vector steps of 32, 8 and 4 blocks, scalar tails, low

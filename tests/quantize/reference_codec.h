@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "terngrad/quantize/philox.h"
+#include "terngrad/quantize/ternary_math.h"
 
 namespace tg_test {
 
@@ -39,6 +40,21 @@ inline uint32_t ref_random_word(uint64_t seed, uint32_t step, uint32_t tensor_id
   const auto r = philox4x32_10({{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), step, tensor_id}},
                                {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
   return r.v[i % 4];
+}
+
+// The 24-bit integer u element i compares against p * 2^24 (FORMAT.md step 3),
+// from the element's position alone: version 1, the top 24 bits of its word;
+// version 2, 256 h + 128 for its 16-bit half h of Philox4x32-7.
+inline double ref_uniform24(uint64_t seed, uint32_t step, uint32_t tensor_id, uint64_t i,
+                            terngrad::quantize::RandomStream stream) {
+  if (stream == terngrad::quantize::RandomStream::kPhilox10Word32)
+    return ref_random_word(seed, step, tensor_id, i) >> 8;
+  const uint64_t k = i / 8;
+  const auto r = terngrad::quantize::philox4x32_7(
+      {{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), step, tensor_id}},
+      {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
+  const uint32_t h = (r.v[(i % 8) / 2] >> (16 * (i % 2))) & 0xFFFFu;
+  return 256.0 * h + 128.0;
 }
 
 // Exact keep probability of element x under scale s, in double.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Independent pure-Python encoder for the TernGrad payloads (quantize/FORMAT.md): codecs 1, 2, 4, 5, 6.
 
-Written from the spec, not from the C++ code: Philox4x32-10, the canonical
+Written from the spec, not from the C++ code: Philox4x32-10 and -7 (the
+random streams of format versions 1 and 2), the canonical
 float64 statistics order, float32 probability arithmetic (emulated with struct),
 2-bit packing and the CRC-32 header. Used two ways:
 
@@ -15,6 +16,7 @@ float64 statistics order, float32 probability arithmetic (emulated with struct),
                                         and with `tg-codec encode`, require
                                         byte-identical payloads
 """
+import itertools
 import math
 import os
 import random
@@ -30,17 +32,33 @@ W0, W1 = 0x9E3779B9, 0xBB67AE85
 MASK32 = 0xFFFFFFFF
 CHUNK, LANES = 4096, 32
 HEADER_BYTES = 40
+STREAM_NAMES = {1: "philox10", 2: "philox7x16"}  # tg-codec --stream, by format version
 
 
-def philox4x32_10(ctr, key):
+def philox4x32(ctr, key, rounds):
     c0, c1, c2, c3 = ctr
     k0, k1 = key
-    for rnd in range(10):
+    for rnd in range(rounds):
         if rnd:
             k0, k1 = (k0 + W0) & MASK32, (k1 + W1) & MASK32
         p0, p1 = M0 * c0, M1 * c2
         c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32)
     return c0, c1, c2, c3
+
+
+def philox4x32_10(ctr, key):
+    return philox4x32(ctr, key, 10)
+
+
+def uniform24(i, seed, step, tensor_id, version):
+    """FORMAT.md step 3: the 24-bit integer u element i compares against p * 2^24."""
+    key = (seed & MASK32, seed >> 32)
+    if version == 1:  # word i % 4 of Philox4x32-10 at block i / 4, top 24 bits
+        k = i // 4
+        return philox4x32((k & MASK32, k >> 32, step, tensor_id), key, 10)[i % 4] >> 8
+    k = i // 8  # version 2: 16-bit half i % 8 of Philox4x32-7 at block i / 8, low half first
+    h = (philox4x32((k & MASK32, k >> 32, step, tensor_id), key, 7)[(i % 8) // 2] >> (16 * (i % 2))) & 0xFFFF
+    return 256 * h + 128
 
 
 def f32(x):
@@ -92,7 +110,7 @@ def scale_for(x, clip):
     return max_abs
 
 
-def ternary_codes(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False):
+def ternary_codes(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False, version=2):
     """FORMAT.md steps 1-5: the scale and every element's code (0 = zero, 1 = +s, 2 = -s)."""
     x = [f32(v) for v in x]
     n = len(x)
@@ -100,21 +118,17 @@ def ternary_codes(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, n
     pre = 2.0 ** 64 if 0 < s < 2.0 ** -64 else 1.0
     inv24 = f32(f32(1.0 / f32(s * pre)) * 2.0 ** 24) if s > 0 else 0.0
     codes = [0] * n
-    key = (seed & MASK32, seed >> 32)
-    for k in range((n + 3) // 4):
-        words = (0, 0, 0, 0) if nearest else philox4x32_10((k & MASK32, k >> 32, step, tensor_id), key)
-        for j in range(min(4, n - 4 * k)):
-            i = 4 * k + j
-            a = min(abs(x[i]), s)
-            t = f32(f32(a * pre) * inv24)
-            u = 2.0 ** 23 if nearest else float(words[j] >> 8)
-            if a > 0 and (a >= s or (t > u if nearest else u < t)):
-                codes[i] = 2 if math.copysign(1.0, x[i]) < 0 else 1
+    for i in range(n):
+        a = min(abs(x[i]), s)
+        t = f32(f32(a * pre) * inv24)
+        u = 2.0 ** 23 if nearest else float(uniform24(i, seed, step, tensor_id, version))
+        if a > 0 and (a >= s or (t > u if nearest else u < t)):
+            codes[i] = 2 if math.copysign(1.0, x[i]) < 0 else 1
     return s, codes
 
 
-def header40(codec, flags, n, s, tensor_id, seed_field, step):
-    head = b"TGRD" + struct.pack("<BBBBQfIQI", 1, codec, flags, HEADER_BYTES, n, s, tensor_id, seed_field, step)
+def header40(codec, flags, n, s, tensor_id, seed_field, step, version=1):
+    head = b"TGRD" + struct.pack("<BBBBQfIQI", version, codec, flags, HEADER_BYTES, n, s, tensor_id, seed_field, step)
     return head + struct.pack("<I", zlib.crc32(head))
 
 
@@ -122,14 +136,19 @@ def flags_for(shared_scale, nearest):
     return (1 if shared_scale is not None else 0) | (2 if nearest else 0)
 
 
-def encode(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False):
+def payload_version(version, nearest):
+    """Nearest rounding draws nothing: version 1 whatever stream was asked for."""
+    return 1 if nearest else version
+
+
+def encode(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False, version=2):
     """Codec 1: 2 bits per element, 4 per byte, first element in the low bits."""
-    s, codes = ternary_codes(x, clip, seed, step, tensor_id, shared_scale, nearest)
+    s, codes = ternary_codes(x, clip, seed, step, tensor_id, shared_scale, nearest, version)
     body = bytearray((len(codes) + 3) // 4)
     for i, c in enumerate(codes):
         body[i // 4] |= c << (2 * (i % 4))
     return header40(1, flags_for(shared_scale, nearest), len(codes), s, tensor_id,
-                    0 if nearest else seed, step) + bytes(body)
+                    0 if nearest else seed, step, payload_version(version, nearest)) + bytes(body)
 
 
 # ---------------------------------------------------------------------------
@@ -149,11 +168,11 @@ def base3_symbols(digits, g=5, zero=0, a=3):
     return [sum(padded[k * g + j] * a ** j for j in range(g)) for k in range(nsym)]
 
 
-def encode_base3(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False):
+def encode_base3(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False, version=2):
     """Codec 4: the codec-1 header with codec id 4, one byte per 5 codes."""
-    s, codes = ternary_codes(x, clip, seed, step, tensor_id, shared_scale, nearest)
+    s, codes = ternary_codes(x, clip, seed, step, tensor_id, shared_scale, nearest, version)
     return header40(4, flags_for(shared_scale, nearest), len(codes), s, tensor_id,
-                    0 if nearest else seed, step) + bytes(base3_symbols(codes))
+                    0 if nearest else seed, step, payload_version(version, nearest)) + bytes(base3_symbols(codes))
 
 
 def element_prob_bits(g):
@@ -236,24 +255,26 @@ def entropy_body(digits, a, zero):
     return directory + streams, g, lanes, blocks
 
 
-def entropy_header(codec, flags, n, s, tensor_id, seed_field, step, lanes, g, length):
-    head = b"TGRD" + struct.pack("<BBBBQfIQIBBBBQ", 1, codec, flags, ENTROPY_HEADER_BYTES, n, s, tensor_id,
+def entropy_header(codec, flags, n, s, tensor_id, seed_field, step, lanes, g, length, version=1):
+    head = b"TGRD" + struct.pack("<BBBBQfIQIBBBBQ", version, codec, flags, ENTROPY_HEADER_BYTES, n, s, tensor_id,
                                  seed_field, step, lanes, ENCODER_BLOCK_LOG2, g, 0, length)
     return head + struct.pack("<I", zlib.crc32(head))
 
 
-def encode_entropy(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False, details=None):
+def encode_entropy(x, clip=2.5, seed=0, step=0, tensor_id=0, shared_scale=None, nearest=False, details=None,
+                   version=2):
     """Codec 5 when strictly smaller than codec 4, else codec 4."""
-    s, codes = ternary_codes(x, clip, seed, step, tensor_id, shared_scale, nearest)
+    s, codes = ternary_codes(x, clip, seed, step, tensor_id, shared_scale, nearest, version)
     body, g, lanes, blocks = entropy_body(codes, 3, 0)
     length = ENTROPY_HEADER_BYTES + len(body)
     flags, seed_field = flags_for(shared_scale, nearest), 0 if nearest else seed
-    base3 = header40(4, flags, len(codes), s, tensor_id, seed_field, step) + bytes(base3_symbols(codes))
+    v = payload_version(version, nearest)
+    base3 = header40(4, flags, len(codes), s, tensor_id, seed_field, step, v) + bytes(base3_symbols(codes))
     if details is not None:
         details.update(codes=codes, blocks=blocks, lanes=lanes)
     if length >= len(base3):
         return base3
-    return entropy_header(5, flags, len(codes), s, tensor_id, seed_field, step, lanes, g, length) + body
+    return entropy_header(5, flags, len(codes), s, tensor_id, seed_field, step, lanes, g, length, v) + body
 
 
 def sum_bits(r):
@@ -287,13 +308,20 @@ def encode_sum_entropy(counts, scale, r, tensor_id=0, step=0, details=None):
 
 def worked_example():
     x = [0.5, -1.0, 0.25, 0.0, -0.125, 2.0]
-    payload = encode(x, clip=0.0, seed=42, step=7, tensor_id=3)
     print("input:", x, "clip 0, seed 42, step 7, tensor id 3")
+    print("version 1 (Philox4x32-10, a 32-bit word per element):")
     for k in range(2):
         w = philox4x32_10((k, 0, 7, 3), (42, 0))
-        print(f"philox block {k}:", " ".join(f"{v:08x}" for v in w),
+        print(f"  philox block {k}:", " ".join(f"{v:08x}" for v in w),
               " u24:", " ".join(str(v >> 8) for v in w))
-    print("payload:", payload.hex(" "))
+    print("  payload:", encode(x, clip=0.0, seed=42, step=7, tensor_id=3, version=1).hex(" "))
+    print("version 2 (Philox4x32-7, a 16-bit half word per element), seed 50:")
+    w = philox4x32((0, 0, 7, 3), (50, 0), 7)
+    halves = [(w[i // 2] >> (16 * (i % 2))) & 0xFFFF for i in range(8)]
+    print("  philox block 0:", " ".join(f"{v:08x}" for v in w))
+    print("  halves:", " ".join(f"{h:04x}" for h in halves), " u = 256 h + 128:",
+          " ".join(str(256 * h + 128) for h in halves))
+    print("  payload:", encode(x, clip=0.0, seed=50, step=7, tensor_id=3, version=2).hex(" "))
 
 
 def example_entropy_input():
@@ -322,7 +350,7 @@ def print_blocks(blocks, a):
 
 def packed_examples():
     x = [0.5, -1.0, 0.25, 0.0, -0.125, 2.0]
-    b3 = encode_base3(x, clip=0.0, seed=42, step=7, tensor_id=3)
+    b3 = encode_base3(x, clip=0.0, seed=42, step=7, tensor_id=3, version=1)
     print("codec 4 (base-3), the codec-1 example's input:")
     print(hex_rows(b3))
     d = {}
@@ -350,22 +378,22 @@ def check(tg_codec):
     with tempfile.TemporaryDirectory() as tmp:
         cases = 0
         for n in (0, 1, 5, 63, 64, 65, 4095, 4097, 9000):
-            for clip, seed, step, tid in ((2.5, 1, 2, 3), (0.0, 2**40 + 5, 99, 0)):
+            for (clip, seed, step, tid), version in itertools.product(((2.5, 1, 2, 3), (0.0, 2**40 + 5, 99, 0)), (1, 2)):
                 x = [f32(rng.gauss(0.0, 1e-3) * (30 if rng.random() < 0.01 else 1)) for _ in range(n)]
                 raw = os.path.join(tmp, "x.f32")
                 with open(raw, "wb") as f:
                     f.write(struct.pack(f"<{n}f", *x))
                 out = os.path.join(tmp, "x.tgrd")
                 subprocess.run([tg_codec, "encode", raw, out, "--clip", repr(clip), "--seed", str(seed),
-                                "--step", str(step), "--tensor-id", str(tid)],
+                                "--step", str(step), "--tensor-id", str(tid), "--stream", STREAM_NAMES[version]],
                                check=True, stdout=subprocess.DEVNULL)
                 with open(out, "rb") as f:
                     got = f.read()
-                want = encode(x, clip, seed, step, tid)
+                want = encode(x, clip, seed, step, tid, version=version)
                 if got != want:
                     diff = next(i for i in range(min(len(got), len(want))) if got[i] != want[i]) \
                         if len(got) == len(want) else "length"
-                    print(f"FAIL n={n} clip={clip}: first differing byte {diff}")
+                    print(f"FAIL n={n} clip={clip} version={version}: first differing byte {diff}")
                     return 1
                 cases += 1
     print(f"{cases} passed, 0 failed")
@@ -389,11 +417,11 @@ def check_packed(tg_codec, sum_vector):
     with tempfile.TemporaryDirectory() as tmp:
         raw, out = os.path.join(tmp, "x.f32"), os.path.join(tmp, "x.tgrd")
 
-        def tg_encode(x, pack, clip, seed, step, tid, nearest=False, shared=None):
+        def tg_encode(x, pack, clip, seed, step, tid, nearest=False, shared=None, version=2):
             with open(raw, "wb") as f:
                 f.write(struct.pack(f"<{len(x)}f", *x))
             args = [tg_codec, "encode", raw, out, "--pack", pack, "--clip", repr(clip), "--seed", str(seed),
-                    "--step", str(step), "--tensor-id", str(tid)]
+                    "--step", str(step), "--tensor-id", str(tid), "--stream", STREAM_NAMES[version]]
             if nearest:
                 args += ["--round", "nearest"]
             if shared is not None:
@@ -411,7 +439,8 @@ def check_packed(tg_codec, sum_vector):
 
         # The worked examples (FORMAT.md).
         x = [0.5, -1.0, 0.25, 0.0, -0.125, 2.0]
-        compare("codec-4 example", tg_encode(x, "base3", 0.0, 42, 7, 3), encode_base3(x, 0.0, 42, 7, 3))
+        compare("codec-4 example", tg_encode(x, "base3", 0.0, 42, 7, 3, version=1),
+                encode_base3(x, 0.0, 42, 7, 3, version=1))
         x = example_entropy_input()
         want = encode_entropy(x, 0.0, 0, 7, 3, nearest=True)
         if want[5] != 5:
@@ -433,10 +462,11 @@ def check_packed(tg_codec, sum_vector):
                      for _ in range(n)]
                 seed, step, tid = rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(32)
                 nearest = sparse and n % 2 == 1
+                version = 1 + (n + sparse) % 2
                 for pack, enc in (("base3", encode_base3), ("entropy", encode_entropy)):
-                    compare(f"{pack} n={n} sparse={sparse} nearest={nearest}",
-                            tg_encode(x, pack, 2.5, seed, step, tid, nearest),
-                            enc(x, 2.5, seed, step, tid, nearest=nearest))
+                    compare(f"{pack} n={n} sparse={sparse} nearest={nearest} version={version}",
+                            tg_encode(x, pack, 2.5, seed, step, tid, nearest, version=version),
+                            enc(x, 2.5, seed, step, tid, nearest=nearest, version=version))
         x = [f32(rng.gauss(0.0, 1.0)) for _ in range(20000)]
         compare("entropy with a shared scale", tg_encode(x, "entropy", 2.5, 5, 6, 7, shared=9.5),
                 encode_entropy(x, 2.5, 5, 6, 7, shared_scale=9.5))

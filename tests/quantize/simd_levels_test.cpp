@@ -128,19 +128,23 @@ TEST_F(SimdLevels, NonFiniteInputIsRefusedOnEveryLevel) {
 
 TEST_F(SimdLevels, EncodeIsBitIdentical) {
   const auto base = tg_test::gradient_like(kSizes.back() + 3, 7);
-  for (size_t n : kSizes) {
-    for (size_t offset : {0u, 1u, 2u, 3u}) {
-      const std::span<const float> x(base.data() + offset, n);
-      tq::EncodeParams p;
-      p.seed = 0x123456789ABCDEF0ull + n;
-      p.step = static_cast<uint32_t>(offset * 1000 + 17);
-      p.tensor_id = static_cast<uint32_t>(n);
-      p.clip_factor = offset == 2 ? 0.0f : 2.5f;  // unclipped too
-      compare_levels<std::vector<uint8_t>>(
-          [&] { return encode_vec(x, p); },
-          [&](const char* level, const auto& want, const auto& got) {
-            EXPECT_EQ(want, got) << level << " n=" << n << " offset=" << offset;
-          });
+  for (tq::RandomStream stream : {tq::RandomStream::kPhilox10Word32, tq::RandomStream::kPhilox7Half16}) {
+    for (size_t n : kSizes) {
+      for (size_t offset : {0u, 1u, 2u, 3u}) {
+        const std::span<const float> x(base.data() + offset, n);
+        tq::EncodeParams p;
+        p.seed = 0x123456789ABCDEF0ull + n;
+        p.step = static_cast<uint32_t>(offset * 1000 + 17);
+        p.tensor_id = static_cast<uint32_t>(n);
+        p.clip_factor = offset == 2 ? 0.0f : 2.5f;  // unclipped too
+        p.stream = stream;
+        compare_levels<std::vector<uint8_t>>(
+            [&] { return encode_vec(x, p); },
+            [&](const char* level, const auto& want, const auto& got) {
+              EXPECT_EQ(want, got) << level << " n=" << n << " offset=" << offset << " "
+                                   << tq::random_stream_name(stream);
+            });
+      }
     }
   }
 }
@@ -220,22 +224,31 @@ TEST_F(SimdLevels, EncodeOfTinyScalesSharedScalesAndZerosIsBitIdentical) {
 TEST_F(SimdLevels, SlicesWhoseCounterWrapsAreBitIdentical) {
   // A slice of a (notional) huge tensor whose Philox counter's low word wraps
   // inside it: the vector loops must hand those blocks to the portable path.
+  // Version 1 draws a block per body byte, version 2 one per two bytes
+  // (slices starting on either byte of a block).
   const auto x = tg_test::gradient_like(4000, 9);
   tq::TensorStats st = tq::compute_stats(x);
-  for (uint64_t first_block : {0xFFFFFFFFull - 40, 0xFFFFFFFFull - 3, 0xFFFFFFFFull, 0x1FFFFFFF0ull}) {
-    st.count = 4 * first_block + x.size();
-    tq::EncodeParams p;
-    p.seed = 3;
-    p.element_offset = 4 * first_block;
-    compare_levels<std::vector<uint8_t>>(
-        [&] {
-          std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
-          tq::encode_with_stats(x, st, p, out);
-          return out;
-        },
-        [&](const char* level, const auto& want, const auto& got) {
-          EXPECT_EQ(want, got) << level << " first block " << first_block;
-        });
+  for (tq::RandomStream stream : {tq::RandomStream::kPhilox10Word32, tq::RandomStream::kPhilox7Half16}) {
+    for (uint64_t first_block : {0xFFFFFFFFull - 40, 0xFFFFFFFFull - 3, 0xFFFFFFFFull, 0x1FFFFFFF0ull}) {
+      for (uint64_t odd : {0u, 1u}) {
+        const uint64_t first_byte = stream == tq::RandomStream::kPhilox10Word32 ? first_block : 2 * first_block + odd;
+        st.count = 4 * first_byte + x.size();
+        tq::EncodeParams p;
+        p.seed = 3;
+        p.element_offset = 4 * first_byte;
+        p.stream = stream;
+        compare_levels<std::vector<uint8_t>>(
+            [&] {
+              std::vector<uint8_t> out(tq::max_encoded_bytes(x.size()));
+              tq::encode_with_stats(x, st, p, out);
+              return out;
+            },
+            [&](const char* level, const auto& want, const auto& got) {
+              EXPECT_EQ(want, got) << level << " first byte " << first_byte << " "
+                                   << tq::random_stream_name(stream);
+            });
+      }
+    }
   }
 }
 
@@ -444,6 +457,7 @@ TEST_F(SimdLevels, EncodeOfClippedElementsIsBitIdenticalForEveryKindOfScale) {
     x[3] = s;
     tq::EncodeParams p;
     p.seed = 39075;
+    p.stream = tq::RandomStream::kPhilox10Word32;  // version 2's largest u, 2^24 - 128, needs no test
     p.clip_factor = 0.0f;
     p.shared_scale = s;  // exactly s, whatever the clip factor would give
     compare_levels<std::vector<uint8_t>>(

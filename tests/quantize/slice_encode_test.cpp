@@ -87,23 +87,31 @@ TEST(SliceEncode, EverySimdLevelAgreesWithThePortableKernels) {
 }
 
 TEST(SliceEncode, RandomWordsComeFromTheWholeTensorPositions) {
-  // One slice at offset 4096: element j of it draws the word of element 4096 + j.
+  // A slice at offset o: element j of it draws the random bits of element
+  // o + j. Offset 4100 starts in the middle of a version-2 block (8 elements).
   std::vector<float> x(8192, 0.0f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 7 == 0) ? 0.5f : 0.25f;
-  tq::EncodeParams p;
-  p.clip_factor = 0.0f;
-  p.seed = 42;
-  p.step = 9;
-  p.tensor_id = 1;
-  p.element_offset = 4096;
   const tq::TensorStats st = tq::compute_stats(x);
-  std::vector<uint8_t> out(tq::max_encoded_bytes(4096));
-  tq::encode_with_stats(std::span<const float>(x.data() + 4096, 4096), st, p, out);
-  for (size_t j = 0; j < 4096; ++j) {
-    const double t = tg_test::ref_keep_probability(x[4096 + j], 0.5) * 16777216.0;
-    const double u = tg_test::ref_random_word(p.seed, p.step, p.tensor_id, 4096 + j) >> 8;
-    const uint32_t code = (out[tq::kHeaderBytes + j / 4] >> (2 * (j % 4))) & 3u;
-    ASSERT_EQ(code, u < t ? tq::kCodePlus : tq::kCodeZero) << "slice element " << j;
+  for (tq::RandomStream stream : {tq::RandomStream::kPhilox10Word32, tq::RandomStream::kPhilox7Half16}) {
+    for (uint64_t offset : {uint64_t{4096}, uint64_t{4100}}) {
+      tq::EncodeParams p;
+      p.clip_factor = 0.0f;
+      p.seed = 42;
+      p.step = 9;
+      p.tensor_id = 1;
+      p.element_offset = offset;
+      p.stream = stream;
+      const size_t len = 4000;
+      std::vector<uint8_t> out(tq::max_encoded_bytes(len));
+      tq::encode_with_stats(std::span<const float>(x.data() + offset, len), st, p, out);
+      for (size_t j = 0; j < len; ++j) {
+        const double t = tg_test::ref_keep_probability(x[offset + j], 0.5) * 16777216.0;
+        const double u = tg_test::ref_uniform24(p.seed, p.step, p.tensor_id, offset + j, stream);
+        const uint32_t code = (out[tq::kHeaderBytes + j / 4] >> (2 * (j % 4))) & 3u;
+        ASSERT_EQ(code, u < t ? tq::kCodePlus : tq::kCodeZero)
+            << "slice element " << j << " offset " << offset << " stream " << tq::random_stream_name(stream);
+      }
+    }
   }
 }
 

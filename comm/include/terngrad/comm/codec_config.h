@@ -26,6 +26,7 @@
 #include <variant>
 
 #include "terngrad/comm/codec_spec.h"
+#include "terngrad/quantize/ternary_math.h"  // quantize::RandomStream
 
 namespace terngrad::comm {
 
@@ -40,7 +41,7 @@ struct Fp16Params {
 };
 
 // "terngrad:clip=C,share_scale=S[,bucket=B][,round=stochastic|nearest]
-//  [,pack=2bit|base3|entropy]":
+//  [,pack=2bit|base3|entropy][,stream=philox7x16|philox10]":
 // stochastic ternarization (Wen et al. 2017), 2 bits per element.
 // round=nearest replaces the random draw by deterministic rounding (+-s iff
 // |g| > s/2): biased but contractive, the form error feedback needs
@@ -58,6 +59,9 @@ struct TernGradParams {
   uint32_t bucket = 0;      // elements per scale (a multiple of 4); 0: one scale per variable (the paper)
   TernaryRounding round = TernaryRounding::kStochastic;
   TernaryPacking pack = TernaryPacking::k2Bit;
+  // stream=philox7x16 (format version 2, the default) or philox10 (version
+  // 1: the bytes of payloads from before version 2); FORMAT.md.
+  quantize::RandomStream stream = quantize::RandomStream::kPhilox7Half16;
   bool operator==(const TernGradParams&) const = default;
 };
 

@@ -42,6 +42,7 @@ struct BucketedEncodeParams {
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t tensor_id = 0;
+  RandomStream stream = RandomStream::kPhilox7Half16;  // as EncodeParams::stream; the header's version
 };
 
 // The decoded header fields.

@@ -269,11 +269,12 @@ struct EntropyHeader {
   uint32_t block_log2 = 0;
   uint32_t group = 0;
   uint64_t length = 0;  // whole payload bytes
+  uint8_t version = kFormatVersion;  // codec 5: payload_version(); codec 6: 1
 };
 
 TG_HOST_DEVICE void write_entropy_header(uint8_t* out, const EntropyHeader& h) {
   store_le32(out + kHeaderMagicOffset, kMagicLe32);
-  out[kHeaderVersionOffset] = kFormatVersion;
+  out[kHeaderVersionOffset] = h.version;
   out[kHeaderCodecOffset] = h.codec;
   out[kHeaderFlagsOffset] = h.flags;
   out[kHeaderSizeOffset] = static_cast<uint8_t>(kEntropyHeaderBytes);
@@ -303,6 +304,7 @@ TG_HOST_DEVICE EntropyHeader read_entropy_header(const uint8_t* p) {
   h.block_log2 = p[kEntropyBlockLog2Offset];
   h.group = p[kEntropyGroupOffset];
   h.length = load_le64(p + kEntropyLengthOffset);
+  h.version = p[kHeaderVersionOffset];
   return h;
 }
 

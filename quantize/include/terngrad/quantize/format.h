@@ -12,7 +12,16 @@ namespace terngrad::quantize {
 // "TGRD" read as a little-endian u32. A scalar rather than a byte array:
 // CUDA device code cannot index a namespace-scope constexpr array.
 inline constexpr uint32_t kMagicLe32 = 0x44524754u;
+// The format version names the random stream that drew the codes
+// (ternary_math.h, RandomStream): 1 for Philox4x32-10 words, 2 for
+// Philox4x32-7 half words. The layout is the same in both. Payloads whose
+// codes draw nothing (nearest rounding, the sums) are version 1.
 inline constexpr uint8_t kFormatVersion = 1;
+inline constexpr uint8_t kFormatVersionHalfStream = 2;
+// Whether a decoder of drawn codes (codecs 1, 3, 4, 5) takes this version.
+TG_HOST_DEVICE constexpr bool known_drawn_version(uint8_t v) {
+  return v == kFormatVersion || v == kFormatVersionHalfStream;
+}
 inline constexpr uint8_t kCodecTernary2Bit = 1;
 inline constexpr uint8_t kCodecTernarySum = 2;  // ternary_sum.h
 inline constexpr uint8_t kCodecTernaryBucketed = 3;  // bucketed.h: one scale per bucket
@@ -25,7 +34,7 @@ inline constexpr size_t kHeaderBytes = 40;
 // Every reader and writer goes through these names, so the layout is spelled
 // out once. Multi-byte fields are little-endian (store_le*/load_le* below).
 inline constexpr size_t kHeaderMagicOffset = 0;      // u32, kMagicLe32
-inline constexpr size_t kHeaderVersionOffset = 4;    // u8, kFormatVersion
+inline constexpr size_t kHeaderVersionOffset = 4;    // u8, kFormatVersion or kFormatVersionHalfStream
 inline constexpr size_t kHeaderCodecOffset = 5;      // u8, kCodecTernary2Bit or kCodecTernarySum
 inline constexpr size_t kHeaderFlagsOffset = 6;      // u8, kFlag* bits
 inline constexpr size_t kHeaderSizeOffset = 7;       // u8, kHeaderBytes: the body starts there
@@ -136,9 +145,9 @@ namespace detail {
 // the flags and what the eight bytes at kHeaderSeedOffset hold.
 TG_HOST_DEVICE void write_header_layout(uint8_t* out, uint8_t codec, uint8_t flags, uint64_t count,
                                         uint32_t scale_bits, uint32_t tensor_id, uint64_t seed_field,
-                                        uint32_t step) {
+                                        uint32_t step, uint8_t version = kFormatVersion) {
   store_le32(out + kHeaderMagicOffset, kMagicLe32);
-  out[kHeaderVersionOffset] = kFormatVersion;
+  out[kHeaderVersionOffset] = version;
   out[kHeaderCodecOffset] = codec;
   out[kHeaderFlagsOffset] = flags;
   out[kHeaderSizeOffset] = static_cast<uint8_t>(kHeaderBytes);
@@ -153,11 +162,11 @@ TG_HOST_DEVICE void write_header_layout(uint8_t* out, uint8_t codec, uint8_t fla
 
 // Serializes a codec-1 header into out[0, kHeaderBytes), CRC included. The
 // scale is passed as its IEEE-754 bit pattern so this compiles unchanged in
-// device code.
+// device code. version: the stream's (payload_version()).
 TG_HOST_DEVICE void write_header_bits(uint8_t* out, uint8_t flags, uint64_t count,
                                       uint32_t scale_bits, uint32_t tensor_id, uint64_t seed,
-                                      uint32_t step) {
-  detail::write_header_layout(out, kCodecTernary2Bit, flags, count, scale_bits, tensor_id, seed, step);
+                                      uint32_t step, uint8_t version) {
+  detail::write_header_layout(out, kCodecTernary2Bit, flags, count, scale_bits, tensor_id, seed, step, version);
 }
 
 // Serializes a ternary sum header (codec id 2, always flagged shared-scale)
@@ -201,7 +210,7 @@ enum class HeaderFault : int {
 TG_HOST_DEVICE HeaderFault check_header(const uint8_t* p, size_t payload_bytes) {
   if (payload_bytes < kHeaderBytes) return HeaderFault::kTooShort;
   if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) return HeaderFault::kBadMagic;
-  if (p[kHeaderVersionOffset] != kFormatVersion) return HeaderFault::kBadVersion;
+  if (!known_drawn_version(p[kHeaderVersionOffset])) return HeaderFault::kBadVersion;
   if (header_codec(p) != kCodecTernary2Bit) return HeaderFault::kBadCodec;
   if (p[kHeaderSizeOffset] != kHeaderBytes) return HeaderFault::kBadHeaderSize;
   if ((header_flags(p) & ~kKnownFlags) != 0) return HeaderFault::kUnknownFlags;

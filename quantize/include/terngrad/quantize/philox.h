@@ -5,9 +5,11 @@
 // can compute it independently, so the encoded payload does not depend on the
 // thread count and is bit-identical between the CPU and CUDA paths.
 //
-// This is the standard Philox4x32 with 10 rounds (the variant cuRAND uses);
-// tests/quantize/philox_test.cpp checks it against the published known-answer
-// vectors of the Random123 distribution.
+// This is the standard Philox4x32 (Random123's definition) with 10 rounds, the
+// variant cuRAND uses, and with 7 rounds, the fewest that Random123 found
+// Crush-resistant, for the cheaper stream of format version 2 (FORMAT.md);
+// tests/quantize/philox_test.cpp checks both against the published
+// known-answer vectors of the Random123 distribution.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +43,12 @@ TG_HOST_DEVICE void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_
   lo = static_cast<uint32_t>(p);
 }
 
-// One Philox4x32-10 block: 128 random bits from a 128-bit counter and a 64-bit key.
-TG_HOST_DEVICE Philox4x32Counter philox4x32_10(Philox4x32Counter c, Philox4x32Key k) {
+// One Philox4x32-R block: 128 random bits from a 128-bit counter and a 64-bit key.
+template <int R>
+TG_HOST_DEVICE Philox4x32Counter philox4x32(Philox4x32Counter c, Philox4x32Key k) {
   using namespace philox_constants;
-  for (int round = 0; round < kRounds; ++round) {
+  static_assert(R >= 1 && R <= kRounds, "the vector kernels' key schedules hold kRounds keys");
+  for (int round = 0; round < R; ++round) {
     if (round > 0) {
       k.v[0] += kWeyl0;
       k.v[1] += kWeyl1;
@@ -56,5 +60,8 @@ TG_HOST_DEVICE Philox4x32Counter philox4x32_10(Philox4x32Counter c, Philox4x32Ke
   }
   return c;
 }
+
+TG_HOST_DEVICE Philox4x32Counter philox4x32_10(Philox4x32Counter c, Philox4x32Key k) { return philox4x32<10>(c, k); }
+TG_HOST_DEVICE Philox4x32Counter philox4x32_7(Philox4x32Counter c, Philox4x32Key k) { return philox4x32<7>(c, k); }
 
 }  // namespace terngrad::quantize

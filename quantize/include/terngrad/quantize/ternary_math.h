@@ -7,8 +7,12 @@
 //     double, so fused or unfused multiply-adds give the same sums.
 //  2. The scale and quantizer constants are computed once by these functions
 //     with explicit IEEE operations (no contraction: see quantize/CMakeLists.txt).
-//  3. Element i draws Philox word (i % 4) of counter (i / 4, step, tensor id)
-//     under key seed (i counted in the whole tensor when a payload holds a slice), and compares 24 random bits against p * 2^24 in float32.
+//  3. Element i draws its random bits from a counter-based stream under key
+//     seed (i counted in the whole tensor when a payload holds a slice):
+//     version 1, word (i % 4) of Philox4x32-10 at counter (i / 4, step,
+//     tensor id), 24 bits used; version 2, 16-bit half (i % 8) of
+//     Philox4x32-7 at counter (i / 8, step, tensor id). Either way a 24-bit
+//     integer is compared against p * 2^24 in float32 (RandomStream below).
 #pragma once
 
 #include <cmath>
@@ -143,25 +147,73 @@ TG_HOST_DEVICE uint8_t encode_byte_nearest(float x0, float x1, float x2, float x
                               (nearest_code(x3, q) << 6));
 }
 
-// Philox key and the part of the counter fixed for one tensor.
+// Which random stream draws the codes; the payload header's format version
+// names it (FORMAT.md). Both feed ternary_code() a word whose top 24 bits are
+// the uniform integer u compared against t = p * 2^24:
+//  - kPhilox10Word32 (version 1): element i takes word i % 4 of
+//    Philox4x32-10 at block i / 4; u = word >> 8 (24 random bits), so
+//    P(keep) = ceil(t) / 2^24: |P(keep) - p| < 2^-24.
+//  - kPhilox7Half16 (version 2): element i takes 16-bit half i % 8 of
+//    Philox4x32-7 at block i / 8 (word (i % 8) / 2, low half first), and
+//    u = 256 h + 128, the midpoint of h's 2^-16 cell: P(keep) =
+//    ceil(t / 256 - 1/2) / 2^16, so |P(keep) - p| <= 2^-17 (plus t's own
+//    float rounding, below 2^-24), on either side. Eight elements per block
+//    and seven rounds: 0.35 of version 1's Philox arithmetic per element.
+//    Random123 found Philox4x32 Crush-resistant from 7 rounds; the codec
+//    needs the marginal of each 16-bit half to be uniform, which
+//    tests/quantize/stats_test.cpp's z-tests check on the codes.
+enum class RandomStream : uint8_t {
+  kPhilox10Word32 = 1,
+  kPhilox7Half16 = 2,
+};
+
+// The word ternary_code() takes for a 16-bit half h: u = (word >> 8) = 256 h + 128.
+TG_HOST_DEVICE uint32_t half_word(uint32_t h16) { return (h16 << 16) | 0x8000u; }
+
+// The header's format version for codes drawn from `stream`, or drawn from
+// nothing (nearest rounding): version 1.
+TG_HOST_DEVICE constexpr uint8_t payload_version(RandomStream stream, bool nearest) {
+  return nearest ? uint8_t{1} : static_cast<uint8_t>(stream);
+}
+
+// Philox key, the part of the counter fixed for one tensor, and the stream.
 // block_offset: a payload holding a slice of a larger tensor that starts at
-// element 4 * block_offset draws the counters of those elements' positions in
-// the whole tensor, so the slice's body equals the whole payload's bytes.
+// element 4 * block_offset draws the random bits of those elements' positions
+// in the whole tensor, so the slice's body equals the whole payload's bytes.
 struct RngStream {
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t tensor_id = 0;
   uint64_t block_offset = 0;
+  RandomStream stream = RandomStream::kPhilox10Word32;
+
+  // The same stream for a slice starting `bytes` body bytes further on.
+  TG_HOST_DEVICE RngStream advanced(uint64_t bytes) const {
+    RngStream r = *this;
+    r.block_offset += bytes;
+    return r;
+  }
 };
 
-// The four random words of body byte k (elements 4k .. 4k+3 of the payload,
-// 4(k + block_offset) .. of the whole tensor).
-TG_HOST_DEVICE Philox4x32Counter byte_random_words(const RngStream& rng, uint64_t k) {
-  const uint64_t c64 = k + rng.block_offset;
-  const Philox4x32Counter c{{static_cast<uint32_t>(c64), static_cast<uint32_t>(c64 >> 32), rng.step,
+// The Philox block at counter (block, step, tensor id) under the seed, R rounds.
+template <int R>
+TG_HOST_DEVICE Philox4x32Counter stream_block(const RngStream& rng, uint64_t block) {
+  const Philox4x32Counter c{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), rng.step,
                              rng.tensor_id}};
   const Philox4x32Key key{{static_cast<uint32_t>(rng.seed), static_cast<uint32_t>(rng.seed >> 32)}};
-  return philox4x32_10(c, key);
+  return philox4x32<R>(c, key);
+}
+
+// The four words ternary_code() takes for body byte k (elements 4k .. 4k+3
+// of the payload, 4(k + block_offset) .. of the whole tensor).
+TG_HOST_DEVICE Philox4x32Counter byte_random_words(const RngStream& rng, uint64_t k) {
+  const uint64_t c64 = k + rng.block_offset;
+  if (rng.stream == RandomStream::kPhilox10Word32) return stream_block<10>(rng, c64);
+  // Version 2: body byte c64 (elements 4 c64 .. 4 c64 + 3) lies in block
+  // c64 / 2 and takes its words 2 (c64 % 2) and 2 (c64 % 2) + 1, low halves first.
+  const Philox4x32Counter w = stream_block<7>(rng, c64 >> 1);
+  const uint32_t lo = w.v[2 * (c64 & 1u)], hi = w.v[2 * (c64 & 1u) + 1];
+  return Philox4x32Counter{{half_word(lo & 0xFFFFu), half_word(lo >> 16), half_word(hi & 0xFFFFu), half_word(hi >> 16)}};
 }
 
 // Packs elements x[0..4) of body byte k; absent elements (beyond n) pass 0.0f
