@@ -24,6 +24,18 @@ Randomness (deterministic, reproducible from the state's seed):
   tensor_id = bucket.index()
 so the same seed, data and world size give the same training run.
 
+State that survives what DDP does. DDP rebuilds its buckets after the first
+iteration (in the order the gradients became ready), so a bucket index does
+not name the same parameters for the whole run. The state keeps one codec
+per bucket *layout* (the tuple of parameters a bucket holds); when a bucket
+with a new layout arrives, the codecs of the buckets that held any of its
+parameters hand their ef(...) residuals over, cut by parameter
+(terngrad.ef_state), and the new bucket's codec starts from its parameters'
+residuals. state_dict() / load_state_dict() save and restore them by
+parameter name (pass module= to TernGradState), with the iteration, so a
+resumed run continues its error feedback; reshard_state_dicts() maps the
+per-rank dicts of a run to another world size, keeping the total error.
+
 Both hooks count what they hand to the collectives in state.bytes_sent
 (per worker; the all-gather's input, not the world_size-times larger output):
 the default hook passes 4 bytes per element to all_reduce, TernGrad 2 bits
@@ -31,10 +43,14 @@ per element plus the 40-byte header and the 4-byte scale per bucket; a
 variable-size codec its 8-byte length plus the longest payload (padding
 included) per bucket.
 """
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from . import ef_state
 from .codec import Codec
+
+_STATE_FORMAT = "terngrad.TernGradState/1"
 
 
 class _CountingState:
@@ -81,30 +97,150 @@ class TernGradState(_CountingState):
     """State of terngrad_hook.
 
     spec: the codec ("terngrad" = clip 2.5 with scale sharing; any spec of
-    terngrad.Codec works, e.g. "fp16"). seed: the run's seed, below 2^48.
-    process_group: None for the default group.
+    terngrad.Codec works, e.g. "fp16" or "ef(terngrad:round=nearest)").
+    seed: the run's seed, below 2^48. process_group: None for the default
+    group. module: the model (the DDP module or the one it wraps), whose
+    parameter names state_dict() and load_state_dict() use.
     """
 
-    def __init__(self, process_group=None, spec="terngrad", seed=0):
+    def __init__(self, process_group=None, spec="terngrad", seed=0, module=None):
         super().__init__(process_group)
         if not 0 <= seed < (1 << 48):
             raise ValueError("seed must be in [0, 2^48), got %d" % seed)
         self.spec = spec
         self.seed = seed
-        # One codec per bucket: terngrad keeps a bucket's statistics between
-        # local_scale() and encode(), and a bucket's decode runs in its future.
+        self.module = module
+        # One codec per bucket layout (tuple of id(parameter)): terngrad keeps a
+        # bucket's statistics between local_scale() and encode(), ef(...) its
+        # residual, and a bucket's decode runs in its future.
         self._codecs = {}
+        self._sizes = {}    # layout -> the parameters' element counts
+        self._pending = {}  # id(parameter) -> ef_state.ParamState, not yet in a bucket's codec
         Codec(spec).close()  # a bad spec fails here, not inside backward()
 
-    def codec(self, bucket_index):
-        if bucket_index not in self._codecs:
-            self._codecs[bucket_index] = Codec(self.spec)
-        return self._codecs[bucket_index]
+    def codec_for(self, bucket):
+        """The codec of this bucket's layout; a new layout takes over the
+        residuals of its parameters (see the module doc)."""
+        params = bucket.parameters()
+        layout = tuple(id(p) for p in params)
+        codec = self._codecs.get(layout)
+        if codec is not None:
+            return codec
+        sizes = [p.numel() for p in params]
+        if sum(sizes) != bucket.buffer().numel():
+            raise ValueError("terngrad_hook: bucket %d holds %d elements, its %d parameters %d" %
+                             (bucket.index(), bucket.buffer().numel(), len(sizes), sum(sizes)))
+        wanted = set(layout)
+        for old in [k for k in self._codecs if wanted.intersection(k)]:
+            self._release(old)
+        codec = Codec(self.spec)
+        parts = [self._pending.pop(k, None) for k in layout]
+        if any(part is not None for part in parts):
+            momentum = any(part is not None and part.momentum is not None for part in parts)
+            zeros = lambda n: ef_state.ParamState(np.zeros(n, np.float32), np.zeros(n, np.float32) if momentum else None)
+            codec.load_state(ef_state.join([part if part is not None else zeros(n) for part, n in zip(parts, sizes)]))
+        self._codecs[layout] = codec
+        self._sizes[layout] = sizes
+        return codec
+
+    def _parts(self, layout):
+        """The ef(...) residuals of a layout's codec by parameter, or None
+        (no ef state: nothing encoded yet, or a codec without one)."""
+        blob = self._codecs[layout].state()
+        if blob[:4] != b"TGEF":
+            return None  # stateless, or a state that is not cut by parameter (powersgd's Q)
+        return ef_state.split(blob, self._sizes[layout])
+
+    def _release(self, layout):
+        parts = self._parts(layout)
+        if parts is not None:
+            self._pending.update(zip(layout, parts))
+        self._codecs.pop(layout).close()
+        del self._sizes[layout]
 
     def worker_seed(self, rank):
         if not 0 <= rank < (1 << 16):
             raise ValueError("rank must be in [0, 65536), got %d" % rank)
         return (self.seed << 16) | rank
+
+    def _names(self):
+        if self.module is None:
+            raise ValueError("TernGradState: pass module= (the model) to save or load state by parameter name")
+        return {id(p): name for name, p in self.module.named_parameters()}
+
+    def state_dict(self):
+        """The spec, seed, iteration and every parameter's ef(...) residual
+        (and momentum), by parameter name: torch.save()-able."""
+        names = self._names()
+        parts = dict(self._pending)
+        for layout in self._codecs:
+            got = self._parts(layout)
+            if got is not None:
+                parts.update(zip(layout, got))
+        unknown = [k for k in parts if k not in names]
+        if unknown:
+            raise ValueError("TernGradState.state_dict: %d residual(s) belong to parameters that are not "
+                             "module's" % len(unknown))
+        return {"format": _STATE_FORMAT, "spec": self.spec, "seed": self.seed, "iteration": self.iteration,
+                "residual": {names[k]: torch.from_numpy(p.residual.copy()) for k, p in parts.items()},
+                "momentum": {names[k]: torch.from_numpy(p.momentum.copy())
+                             for k, p in parts.items() if p.momentum is not None}}
+
+    def load_state_dict(self, state):
+        """Restores a state_dict() (of this rank, or one of
+        reshard_state_dicts()'s). Every field is checked before anything
+        changes; the buckets' codecs start from the loaded residuals."""
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            raise ValueError("TernGradState.load_state_dict: not a %s dict" % _STATE_FORMAT)
+        if state["spec"] != self.spec:
+            raise ValueError("TernGradState.load_state_dict: saved with spec %r, this state has %r" %
+                             (state["spec"], self.spec))
+        params = {name: p for name, p in self.module.named_parameters()} if self.module is not None else None
+        if params is None:
+            self._names()  # raises, naming module=
+        pending = {}
+        for name, residual in state["residual"].items():
+            if name not in params:
+                raise ValueError("TernGradState.load_state_dict: residual of %r, which module has no "
+                                 "parameter of" % name)
+            if residual.numel() != params[name].numel():
+                raise ValueError("TernGradState.load_state_dict: residual of %r has %d elements, the parameter %d" %
+                                 (name, residual.numel(), params[name].numel()))
+            momentum = state["momentum"].get(name)
+            if momentum is not None and momentum.numel() != residual.numel():
+                raise ValueError("TernGradState.load_state_dict: momentum of %r has %d elements, its residual %d" %
+                                 (name, momentum.numel(), residual.numel()))
+            pending[id(params[name])] = ef_state.ParamState(
+                residual.detach().cpu().float().numpy(),
+                None if momentum is None else momentum.detach().cpu().float().numpy())
+        for layout in list(self._codecs):
+            self._codecs.pop(layout).close()
+        self._sizes.clear()
+        self._pending = pending
+        self.seed = state["seed"]
+        self.iteration = state["iteration"]
+
+
+def reshard_state_dicts(state_dicts, world_size):
+    """The state_dict() of every rank of a run -> world_size dicts for a run
+    with that many ranks: residuals re-sliced by parameter and rescaled so
+    that the error still owed, sum(residuals) / ranks, is the same
+    (ef_state.reshard). The iteration and spec are kept."""
+    if not state_dicts:
+        raise ValueError("reshard_state_dicts: no state dicts")
+    first = state_dicts[0]
+    for i, sd in enumerate(state_dicts):
+        if sd.get("format") != _STATE_FORMAT or sd["spec"] != first["spec"]:
+            raise ValueError("reshard_state_dicts: dict %d is not a %s dict of spec %r" % (i, _STATE_FORMAT, first["spec"]))
+    ranks = [{name: ef_state.ParamState(r.numpy(), sd["momentum"][name].numpy() if name in sd["momentum"] else None)
+              for name, r in sd["residual"].items()} for sd in state_dicts]
+    out = []
+    for parts in ef_state.reshard(ranks, world_size):
+        out.append({"format": _STATE_FORMAT, "spec": first["spec"], "seed": first["seed"],
+                    "iteration": first["iteration"],
+                    "residual": {k: torch.from_numpy(p.residual) for k, p in parts.items()},
+                    "momentum": {k: torch.from_numpy(p.momentum) for k, p in parts.items() if p.momentum is not None}})
+    return out
 
 
 def terngrad_hook(state, bucket):
@@ -115,7 +251,7 @@ def terngrad_hook(state, bucket):
     if grad.dtype != torch.float32:
         raise TypeError("terngrad_hook: bucket %d holds %s gradients; TernGrad takes float32" %
                         (bucket.index(), grad.dtype))
-    codec = state.codec(bucket.index())
+    codec = state.codec_for(bucket)
     shared = None
     if codec.wants_shared_scale:
         scale = torch.tensor([codec.local_scale(grad)], dtype=torch.float32)
@@ -155,4 +291,4 @@ def _pad_to_longest(state, group, world, payload):
     return padded, lengths
 
 
-__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "terngrad_hook"]
+__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "reshard_state_dicts", "terngrad_hook"]

@@ -211,35 +211,79 @@ class GroupQuantizer {
     hwy::Prefetch(p + 512);  // 2 KiB ahead, as in the stats pass
     VF v[4];
     hn::LoadInterleaved4(df, p, v[0], v[1], v[2], v[3]);  // v[j] lane b = p[4b + j]
+    VF u[4];
+    for (int j = 0; j < 4; ++j) u[j] = hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<8>(words[j])));
+    hn::StoreU(hn::DemoteTo(DU8(), Bytes(v, u)), DU8(), out);  // each lane is 0..255: exact
+  }
+
+  // Version 2 (RandomStream::kPhilox7Half16): 8*kLanes elements from p
+  // (block b: elements 8b .. 8b+7, element 8b + 2j + h taking half h of word
+  // j) into 2*kLanes bytes. Two interleaved loads give the quads (byte
+  // groups) of the 2*kLanes bytes; the even quads 2b use words 0 and 1 of
+  // block b, the odd ones words 2 and 3, so ConcatEven/ConcatOdd put block b
+  // in lane b for both. The two byte vectors leave as one u16 per lane.
+  HWY_INLINE void Halves(const float* p, const VU (&words)[4], uint8_t* out) const {
+    const DF df;
+    const DI di;
+    hwy::Prefetch(p + 512);
+    hwy::Prefetch(p + 512 + 4 * kLanes);
+    VF lo[4], hi[4], even[4], odd[4];
+    hn::LoadInterleaved4(df, p, lo[0], lo[1], lo[2], lo[3]);
+    hn::LoadInterleaved4(df, p + 4 * kLanes, hi[0], hi[1], hi[2], hi[3]);
+    for (int j = 0; j < 4; ++j) {
+      even[j] = hn::ConcatEven(df, hi[j], lo[j]);
+      odd[j] = hn::ConcatOdd(df, hi[j], lo[j]);
+    }
+    // u = 256 h + 128: the low half shifted up by 8, the high half down by 8.
+    const VU mid = hn::Set(DU(), 0x80u), mask = hn::Set(DU(), 0xFFFF00u);
+    auto u_low = [&](VU w) { return hn::ConvertTo(df, hn::BitCast(di, hn::Or(hn::And(hn::ShiftLeft<8>(w), mask), mid))); };
+    auto u_high = [&](VU w) { return hn::ConvertTo(df, hn::BitCast(di, hn::Or(hn::And(hn::ShiftRight<8>(w), mask), mid))); };
+    const VF ue[4] = {u_low(words[0]), u_high(words[0]), u_low(words[1]), u_high(words[1])};
+    const VF uo[4] = {u_low(words[2]), u_high(words[2]), u_low(words[3]), u_high(words[3])};
+    const hn::Vec<DI> pairs = hn::Or(Bytes(even, ue), hn::ShiftLeft<8>(Bytes(odd, uo)));
+    using DU16 = hn::Rebind<uint16_t, DF>;
+    alignas(64) uint16_t two[kLanes];
+    hn::Store(hn::DemoteTo(DU16(), pairs), DU16(), two);  // lane b: bytes 2b, 2b + 1 (little-endian)
+    std::memcpy(out, two, 2 * kLanes);
+  }
+
+ private:
+  // The code byte of each lane's four elements v[j] with their u[j]:
+  // ternary_code()'s arithmetic, code j at bits 2j.
+  HWY_INLINE hn::Vec<DI> Bytes(const VF (&v)[4], const VF (&u)[4]) const {
+    const DI di;
     hn::Vec<DI> bytes = hn::Zero(di);
     for (int j = 0; j < 4; ++j) {
       // fminf(|x|, s): a NaN |x| gives s, as in ternary_code.
       const VF ax = hn::Abs(v[j]);
       const VF a = hn::IfThenElse(ax < scale_, ax, scale_);
       const VF t = kUnitPre ? hn::Mul(a, inv24_) : hn::Mul(hn::Mul(a, pre_), inv24_);
-      const VF u = hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<8>(words[j])));
       // s > 0 here, so a == 0 gives t == 0 and is never kept: no a > 0 test.
-      const auto keep = hn::Or(a >= scale_, u < t);
+      const auto keep = hn::Or(a >= scale_, u[j] < t);
       const hn::Vec<DI> code =
           hn::IfNegativeThenElse(hn::BitCast(di, v[j]), hn::Set(di, int32_t{kCodeMinus} << (2 * j)),
                                  hn::Set(di, int32_t{kCodePlus} << (2 * j)));
       bytes = hn::Or(bytes, hn::IfThenElseZero(hn::RebindMask(di, keep), code));
     }
-    hn::StoreU(hn::DemoteTo(DU8(), bytes), DU8(), out);  // each lane is 0..255: exact
+    return bytes;
   }
 
- private:
   VF scale_, pre_, inv24_;
 };
 
-template <bool kUnitPre>
+// kHalves: format version 2 (Philox4x32-7, 8 elements a block, block b of
+// byte k is (k + block_offset) / 2, and the caller starts on an even one);
+// otherwise version 1 (Philox4x32-10, 4 elements a block, block k + block_offset).
+template <bool kUnitPre, bool kHalves>
 uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
                      const TernaryQuantizer& q, const RngStream& rng, uint8_t* body) {
   using namespace philox_constants;
+  constexpr int kR = kHalves ? 7 : kRounds;
+  constexpr uint64_t kBytesPerBlock = kHalves ? 2 : 1;
   const D64 d64;
   const DU du;
   const GroupQuantizer<kUnitPre> quantize(q);
-  // Keys of the 10 rounds, as whole vectors in memory: the XORs take them as
+  // Keys of the rounds, as whole vectors in memory: the XORs take them as
   // load operands (held as vectors, the compiler rebuilds each broadcast in
   // every iteration, 2 instructions per key), the counter words fixed for this
   // tensor, and the lane offsets of the even and odd blocks.
@@ -258,28 +302,29 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
   }
   const VU mul0 = hn::Set(du, kMul0), mul1 = hn::Set(du, kMul1);
   const V64 even = hn::ShiftLeft<1>(hn::Iota(d64, 0)), odd = hn::Add(even, hn::Set(d64, 1));
-  PhiloxHead head(static_cast<uint32_t>((k_begin + rng.block_offset) >> 32), rng);
+  auto block_of = [&](uint64_t k) { return (k + rng.block_offset) / kBytesPerBlock; };
+  PhiloxHead head(static_cast<uint32_t>(block_of(k_begin) >> 32), rng);
 
-  // Blocks k .. k+span-1 are SIMD-able if all their elements exist and the
-  // low counter word does not wrap inside them (rare: the portable path
-  // crosses). The counter of byte k is k + block_offset (a slice).
-  auto simd_ok = [&](uint64_t k, uint64_t span) {
-    const uint64_t counter = k + rng.block_offset;
-    return k + span <= k_end && 4 * (k + span) <= n &&
-           static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
+  // Bytes k .. k+span-1 are SIMD-able if all their elements exist and the
+  // low counter word does not wrap inside their blocks (rare: the portable
+  // path crosses). The block of byte k counts from block_offset (a slice).
+  constexpr uint64_t kStepBytes = kBlocksPerStep * kBytesPerBlock;
+  auto simd_ok = [&](uint64_t k) {
+    return k + kStepBytes <= k_end && 4 * (k + kStepBytes) <= n &&
+           static_cast<uint32_t>(block_of(k)) <= 0xFFFFFFFFu - static_cast<uint32_t>(kBlocksPerStep - 1);
   };
   uint64_t k = k_begin;
-  for (; simd_ok(k, kBlocksPerStep); k += kBlocksPerStep) {
-    const uint64_t counter = k + rng.block_offset;
-    if (static_cast<uint32_t>(counter >> 32) != head.hi_word)  // past 2^32 blocks: rare
-      head = PhiloxHead(static_cast<uint32_t>(counter >> 32), rng);
+  for (; simd_ok(k); k += kStepBytes) {
+    const uint64_t block = block_of(k);
+    if (static_cast<uint32_t>(block >> 32) != head.hi_word)  // past 2^32 blocks: rare
+      head = PhiloxHead(static_cast<uint32_t>(block >> 32), rng);
     PhiloxHalf s[2 * kGroups];
     for (size_t g = 0; g < kGroups; ++g) {
-      const V64 base = hn::Set(d64, static_cast<uint32_t>(counter + g * kLanes));
+      const V64 base = hn::Set(d64, static_cast<uint32_t>(block + g * kLanes));
       s[2 * g] = PhiloxTwoRounds(hn::Add(base, even), head, mul0, mul1);
       s[2 * g + 1] = PhiloxTwoRounds(hn::Add(base, odd), head, mul0, mul1);
     }
-    for (int r = 2; r < kRounds; ++r) {
+    for (int r = 2; r < kR; ++r) {
       const V64 key0 = hn::Load(d64, keys[0][r]), key1 = hn::Load(d64, keys[1][r]);
       for (size_t h = 0; h < 2 * kGroups; ++h) PhiloxRound(s[h], key0, key1, mul0, mul1);
     }
@@ -288,8 +333,11 @@ uint64_t EncodeRange(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_en
       const PhiloxHalf& b = s[2 * g + 1];
       const VU words[4] = {Interleave(a.c0, b.c0), Interleave(a.c1, b.c1), Interleave(a.c2, b.c2),
                            Interleave(a.c3, b.c3)};
-      const uint64_t kb = k + g * kLanes;
-      quantize(x + 4 * kb, words, body + kb);
+      const uint64_t kb = k + g * kLanes * kBytesPerBlock;
+      if constexpr (kHalves)
+        quantize.Halves(x + 4 * kb, words, body + kb);
+      else
+        quantize(x + 4 * kb, words, body + kb);
     }
   }
   return k;
@@ -301,12 +349,16 @@ void EncodeBytes(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
     std::fill(body + k_begin, body + k_end, uint8_t{0});
     return;
   }
-  if (rng.stream != RandomStream::kPhilox10Word32) {  // version 2: no Highway kernel yet
-    encode_bytes_portable(x, n, k_begin, k_end, q, rng, body);
+  if (rng.stream == RandomStream::kPhilox7Half16) {
+    const uint64_t head = std::min(k_end, k_begin + ((k_begin + rng.block_offset) & 1));  // to a block edge
+    encode_bytes_portable(x, n, k_begin, head, q, rng, body);
+    const uint64_t k = q.pre == 1.0f ? EncodeRange<true, true>(x, n, head, k_end, q, rng, body)
+                                     : EncodeRange<false, true>(x, n, head, k_end, q, rng, body);
+    encode_bytes_portable(x, n, k, k_end, q, rng, body);
     return;
   }
-  const uint64_t k = q.pre == 1.0f ? EncodeRange<true>(x, n, k_begin, k_end, q, rng, body)
-                                   : EncodeRange<false>(x, n, k_begin, k_end, q, rng, body);
+  const uint64_t k = q.pre == 1.0f ? EncodeRange<true, false>(x, n, k_begin, k_end, q, rng, body)
+                                   : EncodeRange<false, false>(x, n, k_begin, k_end, q, rng, body);
   encode_bytes_portable(x, n, k, k_end, q, rng, body);
 }
 

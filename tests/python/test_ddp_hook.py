@@ -81,7 +81,7 @@ class SparseStandInCodec:
 
 
 class StandInState(tgt.TernGradState):
-    def codec(self, bucket_index):
+    def codec_for(self, bucket):
         return SparseStandInCodec()
 
 
