@@ -191,6 +191,67 @@ tg_status tg_codec_save_state(const tg_codec_t* codec, uint8_t* buf, size_t capa
   });
 }
 
+tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, uint64_t n, size_t count,
+                                 const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                                 uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* const* outs,
+                                 const size_t* capacities, size_t* out_written) {
+  return guarded(__func__, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    const std::span<const float> g = values(grad, n, "grad");
+    if (count == 0) return;
+    require(begins, "begins");
+    require(lengths, "lengths");
+    require(outs, "outs");
+    require(capacities, "capacities");
+    require(out_written, "out_written");
+    std::vector<terngrad::comm::ElementRange> slices(count);
+    std::vector<std::span<uint8_t>> spans(count);
+    for (size_t i = 0; i < count; ++i) {
+      // The codec checks alignment and bounds (naming the slice); here what it cannot see.
+      require_payload_capacity(*h.codec, lengths[i], capacities[i]);
+      if (outs[i] == nullptr)
+        throw ApiError(TG_ERR_INVALID_ARGUMENT, "outs[" + std::to_string(i) + "] is NULL");
+      slices[i] = {begins[i], lengths[i]};
+      spans[i] = {outs[i], capacities[i]};
+    }
+    terngrad::comm::EncodeContext ctx;
+    ctx.tensor_id = tensor_id;
+    ctx.step = step;
+    ctx.seed = seed;
+    if (shared_scale != nullptr) ctx.shared_scale = *shared_scale;
+    h.codec->encode_slices(g, ctx, slices, spans);
+    for (size_t i = 0; i < count; ++i) out_written[i] = h.codec->encoded_size(spans[i], lengths[i]);
+  });
+}
+
+tg_status tg_codec_aggregate(const tg_codec_t* codec, const uint8_t* const* payloads, const size_t* payload_bytes,
+                             size_t count, uint64_t n, uint8_t* out, size_t capacity, size_t* out_length) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    const tg_codec& h = handle_of(codec);
+    if (count == 0) throw ApiError(TG_ERR_INVALID_ARGUMENT, "count is 0: there is nothing to sum");
+    require(payloads, "payloads");
+    require(payload_bytes, "payload_bytes");
+    std::vector<std::span<const uint8_t>> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = bytes(payloads[i], payload_bytes[i], "payloads[i]");
+    std::vector<uint8_t> sum;
+    h.codec->aggregate(in, n, sum);
+    if (out_length != nullptr) *out_length = sum.size();
+    if (capacity < sum.size())
+      throw ApiError(TG_ERR_BUFFER_TOO_SMALL, "capacity " + std::to_string(capacity) + " cannot hold the " +
+                                                  std::to_string(sum.size()) + "-byte sum");
+    require(out, "out");
+    std::memcpy(out, sum.data(), sum.size());
+  });
+}
+
+tg_status tg_codec_decode_aggregate(const tg_codec_t* codec, const uint8_t* aggregate, size_t aggregate_bytes,
+                                    float* out, uint64_t n) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    const tg_codec& h = handle_of(codec);
+    h.codec->decode_aggregate(bytes(aggregate, aggregate_bytes, "aggregate"), values(out, n, "out"));
+  });
+}
+
 tg_status tg_codec_load_state(tg_codec_t* codec, const uint8_t* state, size_t length) {
   return guarded(__func__, Operation::kOther, [&] {
     tg_codec& h = handle_of(codec);

@@ -87,6 +87,12 @@ def _declare(lib):
     fn("tg_codec_decode_accumulate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
     fn("tg_codec_save_state", _c_tg_status, _codec_p, _u8_p, size, ctypes.POINTER(size))
     fn("tg_codec_load_state", _c_tg_status, _codec_p, _u8_p, size)
+    fn("tg_codec_encode_slices", _c_tg_status, _codec_p, _f32_p, u64, size, ctypes.POINTER(u64),
+       ctypes.POINTER(u64), u32, u32, u64, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_u8_p),
+       ctypes.POINTER(size), ctypes.POINTER(size))
+    fn("tg_codec_aggregate", _c_tg_status, _codec_p, ctypes.POINTER(_u8_p), ctypes.POINTER(size), size, u64,
+       _u8_p, size, ctypes.POINTER(size))
+    fn("tg_codec_decode_aggregate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
 
 
 lib, _path = _load()

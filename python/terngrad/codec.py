@@ -194,6 +194,49 @@ class Codec:
             return memoryview(out).cast("B")[:written.value]
         return out.reshape(-1)[:written.value]  # contiguous (checked above): a view
 
+    def encode_slices(self, grad, begins, lengths, *, tensor_id=0, step=0, seed=0, shared_scale=None):
+        """Encodes the slices grad[begins[i] : begins[i] + lengths[i]] (each
+        begin a multiple of 4) with the whole tensor's statistics, scale and
+        random draws, and returns their payloads (new uint8 arrays or tensors,
+        like grad): what a reduce-scatter sends, slice j to rank j."""
+        ptr, n = _float_view(grad, "grad", writable=False)
+        if len(begins) != len(lengths):
+            raise ValueError("encode_slices: %d begins, %d lengths" % (len(begins), len(lengths)))
+        count = len(begins)
+        outs = [_new_bytes(self.payload_bytes(int(m)), like=grad) for m in lengths]
+        views = [_byte_view(o, "out", writable=True) for o in outs]
+        c_begins = (ctypes.c_uint64 * max(count, 1))(*begins)
+        c_lengths = (ctypes.c_uint64 * max(count, 1))(*lengths)
+        c_outs = (ctypes.c_void_p * max(count, 1))(*[v[0] for v in views])
+        c_caps = (ctypes.c_size_t * max(count, 1))(*[v[1] for v in views])
+        written = (ctypes.c_size_t * max(count, 1))()
+        scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
+        check(lib.tg_codec_encode_slices(self._h(), ptr, n, count, c_begins, c_lengths, tensor_id, step, seed,
+                                         scale, c_outs, c_caps, written))
+        return [o if written[i] == c_caps[i] else o.reshape(-1)[:written[i]] for i, o in enumerate(outs)]
+
+    def aggregate(self, payloads, n):
+        """The sum of payloads of the same n elements as one payload (a new
+        uint8 array or tensor, like the first payload): terngrad payloads with
+        one shared scale sum to integer counts without decoding."""
+        if not payloads:
+            raise ValueError("aggregate: no payloads")
+        views = [_byte_view(p, "payloads[%d]" % i, writable=False) for i, p in enumerate(payloads)]
+        c_ptrs = (ctypes.c_void_p * len(views))(*[v[0] for v in views])
+        c_lens = (ctypes.c_size_t * len(views))(*[v[1] for v in views])
+        length = ctypes.c_size_t()
+        # A float32 sum is the largest any codec returns; a first try with
+        # that capacity, cut to the length written, saves asking twice.
+        out = _new_bytes(4 * n + 64, like=payloads[0])
+        optr, cap, _keep = _byte_view(out, "out", writable=True)
+        check(lib.tg_codec_aggregate(self._h(), c_ptrs, c_lens, len(views), n, optr, cap,
+                                     ctypes.byref(length)))
+        return out.reshape(-1)[:length.value]
+
+    def decode_aggregate(self, aggregate, out):
+        """out = the sum an aggregate() payload stands for. Returns out."""
+        return self._decode(lib.tg_codec_decode_aggregate, aggregate, out)
+
     def decode(self, payload, out=None, *, n=None):
         """out = decoded payload; out is a float32 array/tensor, or None with
         n given (a new NumPy array, or tensor if payload is one). Returns out."""

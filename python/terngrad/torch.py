@@ -58,6 +58,7 @@ class _CountingState:
         self.process_group = process_group
         self.iteration = 0      # completed backward passes
         self.bytes_sent = 0     # bytes passed to collectives by this worker
+        self.bytes_received = 0  # payload bytes from other workers (the hooks that count them)
         self.collective_calls = 0
 
     def _group(self):
@@ -86,8 +87,11 @@ def allreduce_hook(state, bucket):
     """PyTorch's default behaviour (divide by world size, all_reduce), counting bytes."""
     group = state._group()
     tensor = bucket.buffer()
-    tensor.div_(dist.get_world_size(group))
+    world = dist.get_world_size(group)
+    tensor.div_(world)
     state._count(tensor)
+    # A ring all-reduce receives 2 (W-1)/W of the tensor (what gloo and NCCL run for large ones).
+    state.bytes_received += 2 * (world - 1) * tensor.numel() * tensor.element_size() // world
     fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
     state._end_bucket(bucket)
     return fut.then(lambda f: f.value()[0])
@@ -265,6 +269,7 @@ def terngrad_hook(state, bucket):
         payload, lengths = _pad_to_longest(state, group, world, payload)
     gathered = [torch.empty_like(payload) for _ in range(world)]
     state._count(payload)
+    state.bytes_received += (world - 1) * payload.numel()
     fut = dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
     state._end_bucket(bucket)
 
@@ -275,6 +280,93 @@ def terngrad_hook(state, bucket):
         return grad.div_(world)
 
     return fut.then(average)
+
+
+def chunk_bounds(n, world):
+    """The reduce-scatter's cut of n elements into world slices: begins
+    (multiples of 4, as the codecs' slices need) and lengths; the last ones
+    may be shorter or empty."""
+    step = (n + 4 * world - 1) // (4 * world) * 4
+    begins = [min(n, j * step) for j in range(world)]
+    return begins, [min(n, b + step) - b for b in begins]
+
+
+def terngrad_reduce_scatter_hook(state, bucket):
+    """DDP communication hook: a compressed all-reduce that keeps TernGrad's
+    homomorphic sum, as the parameter server does.
+
+    1. scale sharing as terngrad_hook (all_reduce MAX);
+    2. the bucket is cut into W slices (chunk_bounds) and encoded in one
+       call, with the whole bucket's statistics (Codec.encode_slices);
+    3. all_to_all_single: slice j to rank j (the payloads' lengths first,
+       for a variable-size codec);
+    4. rank j sums the W payloads of its slice without decoding them
+       (Codec.aggregate: integer counts, bit_width(2W) bits per element);
+    5. all_gather of the sums (their lengths first, then padded to the
+       longest), and every rank decodes every slice's sum / W.
+    Received per rank and element: (2 + bit_width(2W)) (W-1)/W bits plus
+    headers, against terngrad_hook's 2 (W-1): cheaper from W = 3 on. Every
+    rank decodes the same sums, so replicas stay bit-identical. Steps 1-4
+    block (the bucket's gradient is final); step 5 is the returned future.
+    """
+    group = state._group()
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    grad = bucket.buffer()
+    if grad.dtype != torch.float32:
+        raise TypeError("terngrad_reduce_scatter_hook: bucket %d holds %s gradients; TernGrad takes float32" %
+                        (bucket.index(), grad.dtype))
+    codec = state.codec_for(bucket)
+    shared = None
+    if codec.wants_shared_scale:
+        scale = torch.tensor([codec.local_scale(grad)], dtype=torch.float32)
+        state._count(scale)
+        dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
+        shared = float(scale.item())
+    begins, lengths = chunk_bounds(grad.numel(), world)
+    payloads = codec.encode_slices(grad, begins, lengths, tensor_id=bucket.index(), step=state.iteration,
+                                   seed=state.worker_seed(rank), shared_scale=shared)
+    send_sizes = [p.numel() for p in payloads]
+    if codec.variable_size:
+        recv_sizes = _exchange_sizes(state, group, world, send_sizes)
+    else:
+        recv_sizes = [codec.payload_bytes(lengths[rank])] * world
+    send = torch.cat(payloads)
+    recv = torch.empty(sum(recv_sizes), dtype=torch.uint8)
+    state._count(send)
+    state.bytes_received += sum(s for j, s in enumerate(recv_sizes) if j != rank)
+    dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=group)
+    mine = codec.aggregate(list(torch.split(recv, recv_sizes)), lengths[rank])
+    sizes = torch.tensor([mine.numel()], dtype=torch.int64)
+    all_sizes = [torch.empty_like(sizes) for _ in range(world)]
+    state._count(sizes)
+    dist.all_gather(all_sizes, sizes, group=group)
+    all_sizes = [int(t.item()) for t in all_sizes]
+    padded = torch.zeros(max(all_sizes), dtype=torch.uint8)
+    padded[:mine.numel()] = mine
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    state._count(padded)
+    state.bytes_received += (world - 1) * padded.numel()
+    fut = dist.all_gather(gathered, padded, group=group, async_op=True).get_future()
+    state._end_bucket(bucket)
+
+    def average(_):
+        for j in range(world):
+            if lengths[j]:
+                codec.decode_aggregate(gathered[j][:all_sizes[j]], grad[begins[j]:begins[j] + lengths[j]])
+        return grad.div_(world)
+
+    return fut.then(average)
+
+
+def _exchange_sizes(state, group, world, send_sizes):
+    """The lengths of the payloads each rank will receive (a variable-size
+    codec's): one int64 per pair, by all_to_all_single."""
+    send = torch.tensor(send_sizes, dtype=torch.int64)
+    recv = torch.empty(world, dtype=torch.int64)
+    state._count(send)
+    dist.all_to_all_single(recv, send, group=group)
+    return [int(v) for v in recv.tolist()]
 
 
 def _pad_to_longest(state, group, world, payload):
@@ -291,4 +383,5 @@ def _pad_to_longest(state, group, world, payload):
     return padded, lengths
 
 
-__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "reshard_state_dicts", "terngrad_hook"]
+__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "chunk_bounds", "reshard_state_dicts",
+           "terngrad_hook", "terngrad_reduce_scatter_hook"]

@@ -85,21 +85,31 @@ static void test_create(void) {
   tg_codec_destroy(f);
 }
 
-/* FORMAT.md's worked example, byte for byte. */
+/* FORMAT.md's worked examples, byte for byte: format version 2 (the
+ * default stream) with seed 50, version 1 (stream=philox10) with seed 42. */
 static void test_format_example(void) {
   const float g[6] = {0.5f, -1.0f, 0.25f, 0.0f, -0.125f, 2.0f};
-  tg_codec_t* c = make("terngrad:clip=0");
-  uint8_t payload[42];
-  size_t written = 0;
-  CHECK_OK(tg_codec_encode(c, g, 6, 3, 7, 42, NULL, payload, sizeof payload, &written));
-  CHECK(written == 42);
-  CHECK(memcmp(payload, "TGRD", 4) == 0);
-  CHECK(payload[40] == 0x01 && payload[41] == 0x04);
-  float out[6];
-  CHECK_OK(tg_codec_decode(c, payload, sizeof payload, out, 6));
-  const float want[6] = {2.0f, 0.0f, 0.0f, 0.0f, 0.0f, 2.0f};
-  CHECK(memcmp(out, want, sizeof want) == 0);
-  tg_codec_destroy(c);
+  const struct {
+    const char* spec;
+    uint64_t seed;
+    uint8_t version, byte0;
+    float want[6];
+  } examples[2] = {{"terngrad:clip=0", 50, 2, 0x19, {2.0f, -2.0f, 2.0f, 0.0f, 0.0f, 2.0f}},
+                   {"terngrad:clip=0,stream=philox10", 42, 1, 0x01, {2.0f, 0.0f, 0.0f, 0.0f, 0.0f, 2.0f}}};
+  for (int e = 0; e < 2; ++e) {
+    tg_codec_t* c = make(examples[e].spec);
+    uint8_t payload[42];
+    size_t written = 0;
+    CHECK_OK(tg_codec_encode(c, g, 6, 3, 7, examples[e].seed, NULL, payload, sizeof payload, &written));
+    CHECK(written == 42);
+    CHECK(memcmp(payload, "TGRD", 4) == 0);
+    CHECK(payload[4] == examples[e].version);
+    CHECK(payload[40] == examples[e].byte0 && payload[41] == 0x04);
+    float out[6];
+    CHECK_OK(tg_codec_decode(c, payload, sizeof payload, out, 6));
+    CHECK(memcmp(out, examples[e].want, sizeof out) == 0);
+    tg_codec_destroy(c);
+  }
 }
 
 /* Element i of a terngrad payload in float64 from FORMAT.md: scale at byte

@@ -26,10 +26,15 @@ class CodecTest(unittest.TestCase):
         self.g[17] = 0.2  # an outlier the clip cuts
 
     def test_format_example(self):
-        c = terngrad.Codec("terngrad:clip=0")
         g = np.array([0.5, -1.0, 0.25, 0.0, -0.125, 2.0], np.float32)
+        # Format version 2 (the default stream), seed 50; version 1, seed 42.
+        c = terngrad.Codec("terngrad:clip=0")
+        p = c.encode(g, seed=50, step=7, tensor_id=3)
+        self.assertEqual(bytes(p[4:5]) + bytes(p[40:]), b"\x02\x19\x04")
+        np.testing.assert_array_equal(c.decode(p, n=6), [2, -2, 2, 0, 0, 2])
+        c = terngrad.Codec("terngrad:clip=0,stream=philox10")
         p = c.encode(g, seed=42, step=7, tensor_id=3)
-        self.assertEqual(bytes(p[40:]), b"\x01\x04")
+        self.assertEqual(bytes(p[4:5]) + bytes(p[40:]), b"\x01\x01\x04")
         np.testing.assert_array_equal(c.decode(p, n=6), [2, 0, 0, 0, 0, 2])
 
     def test_scale_and_decode_against_float64(self):

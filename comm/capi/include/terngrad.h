@@ -177,6 +177,44 @@ TG_API tg_status tg_codec_save_state(const tg_codec_t* codec, uint8_t* buf, size
  * from a tensor of another size is refused at the next encode. */
 TG_API tg_status tg_codec_load_state(tg_codec_t* codec, const uint8_t* state, size_t length);
 
+/* ---- reduce-scatter: slices and sums of payloads ----------------------- */
+
+/* A compressed all-reduce keeps TernGrad's homomorphic sum: each rank cuts
+ * its gradient into slices (tg_codec_encode_slices), sends slice j to rank
+ * j, rank j sums the payloads it received without decoding them
+ * (tg_codec_aggregate) and every rank decodes every rank's sum
+ * (tg_codec_decode_aggregate). terngrad.torch's reduce-scatter hook does
+ * this over torch.distributed. */
+
+/* Encodes count slices of grad[0, n) in one call: slice i is
+ * grad[begins[i], begins[i] + lengths[i]) into outs[i] (capacities[i] bytes,
+ * at least tg_codec_payload_bytes(lengths[i])); out_written[i] receives its
+ * payload's bytes. Statistics, scale and random draws are the whole
+ * tensor's (an ef() codec keeps one residual for the whole tensor), so the
+ * slices decode to the whole tensor's decoding cut up, whatever the cut.
+ * Each begins[i] is a multiple of 4 and each slice lies in [0, n); they need
+ * not cover it. shared_scale as tg_codec_encode(). */
+TG_API tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, uint64_t n, size_t count,
+                                        const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                                        uint32_t step, uint64_t seed, const float* shared_scale,
+                                        uint8_t* const* outs, const size_t* capacities, size_t* out_written);
+
+/* The sum of count payloads of the same n elements (payloads[i] of
+ * payload_bytes[i] bytes), in the order given, as one payload: what a
+ * parameter server returns. terngrad payloads with one shared scale sum to
+ * integer counts, bit_width(2 count) bits per element, without decoding;
+ * other codecs' to float32. Written to out (capacity bytes); *out_length
+ * (optional) receives its length; a capacity below it is
+ * TG_ERR_BUFFER_TOO_SMALL (out = NULL, capacity = 0 asks for the length).
+ * A malformed payload is TG_ERR_MALFORMED_PAYLOAD naming it. */
+TG_API tg_status tg_codec_aggregate(const tg_codec_t* codec, const uint8_t* const* payloads,
+                                    const size_t* payload_bytes, size_t count, uint64_t n, uint8_t* out,
+                                    size_t capacity, size_t* out_length);
+
+/* out[0, n) = the sum a tg_codec_aggregate() payload stands for. */
+TG_API tg_status tg_codec_decode_aggregate(const tg_codec_t* codec, const uint8_t* aggregate,
+                                           size_t aggregate_bytes, float* out, uint64_t n);
+
 /* ---- device pointers (CUDA builds) ------------------------------------ */
 
 /* As tg_codec_local_scale on device memory; waits for the stream. */

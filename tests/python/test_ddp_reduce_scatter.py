@@ -1,0 +1,147 @@
+"""terngrad.torch.terngrad_reduce_scatter_hook in real DDP training: 3
+processes, gloo (uneven slices, 3-bit sums).
+
+1. The C API's slice encode and sum, without DDP: slices of any cut decode
+   to the whole payload's decoding; the sum of 3 shared-scale payloads is
+   integer counts (40 + ceil(3n/8) bytes) decoding to the sum of decodings.
+2. For every bucket of the first step (every rank's input is the same in
+   both runs), the reduce-scatter hook's output equals the all-gather
+   hook's (terngrad_hook, checked against a float64 reference by
+   test_ddp_hook.py) up to the rounding of the sum (s * count in one
+   rounding against W float adds); ef(...) specs too.
+3. Replicas stay bit-identical over all steps, and every rank receives
+   exactly (W-1) slice payloads and (W-1) padded sums per bucket: about
+   (2 + 3) * 2/3 bits per element at W = 3, against the all-gather's 2 * 2.
+Exits 77 (ctest SKIP) without torch.
+"""
+import os
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:
+    print("SKIPPED: %s (Debian: python3-torch, python3-numpy)" % e)
+    sys.exit(77)
+
+import terngrad
+import terngrad.torch as tgt
+
+WORLD, STEPS = 3, 3
+
+
+def check_slices_and_sums():
+    rng = np.random.default_rng(1)
+    for spec in ("terngrad", "terngrad:pack=entropy", "fp16"):
+        codec = terngrad.Codec(spec)
+        n = 10001
+        grads = [rng.standard_normal(n).astype(np.float32) * 1e-3 for _ in range(WORLD)]
+        shared = max(codec.local_scale(g) for g in grads) if codec.wants_shared_scale else None
+        whole = [codec.encode(g, tensor_id=2, step=4, seed=9 + w, shared_scale=shared) for w, g in enumerate(grads)]
+        for cut in ((0, 4000, 4004, 9996), (0, 10000), (0, 16, 5000)):
+            begins = list(cut)
+            lengths = [b2 - b1 for b1, b2 in zip(begins, begins[1:] + [n])]
+            parts = codec.encode_slices(grads[0], begins, lengths, tensor_id=2, step=4, seed=9,
+                                        shared_scale=shared)
+            got = np.concatenate([codec.decode(p, n=m) for p, m in zip(parts, lengths)])
+            assert np.array_equal(got, codec.decode(whole[0], n=n)), "%s: slices %s decode to another tensor" % (spec, cut)
+        total = codec.aggregate(whole, n)
+        summed = codec.decode_aggregate(total, np.empty(n, np.float32))
+        want = np.zeros(n, np.float64)
+        for p in whole:
+            want += codec.decode(p, n=n)
+        assert np.allclose(summed, want, rtol=0, atol=1e-6 * max(1e-30, np.abs(want).max())), spec
+        if spec == "terngrad":
+            assert total.size == 40 + (3 * n + 7) // 8, "3 shared-scale payloads sum to 3 bits per element"
+    try:
+        terngrad.Codec("terngrad").encode_slices(np.zeros(16, np.float32), [2], [8])
+        raise AssertionError("a slice starting at element 2 was accepted")
+    except terngrad.TernGradError as e:
+        assert "4" in str(e), str(e)
+
+
+def make_model():
+    # 4.5 MB of parameters: DDP's first bucket closes after the 4 MB weight,
+    # the rest is a second one (after the rebuild; one bucket before it).
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                               torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+
+def run(rank, spec, hook, record):
+    model = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.5)
+    state = tgt.TernGradState(spec=spec, seed=3, module=model.module)
+
+    def recording(st, bucket):
+        entry = [bucket.index(), st.iteration, bucket.buffer().clone()]
+        record.append(entry)
+
+        def keep(fut):
+            entry.append(fut.value().clone())
+            return fut.value()
+        return hook(st, bucket).then(keep)
+
+    model.register_comm_hook(state, recording)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    for _ in range(STEPS):
+        x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model, state
+
+
+def worker(rank, tmp):
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "init"), rank=rank, world_size=WORLD)
+    try:
+        for spec in ("terngrad", "ef(terngrad:round=nearest)"):
+            ag, rs = [], []
+            run(rank, spec, tgt.terngrad_hook, ag)
+            model, state = run(rank, spec, tgt.terngrad_reduce_scatter_hook, rs)
+            # 2. First step: same inputs, the two hooks agree.
+            first_ag = [e for e in ag if e[1] == 0]
+            first_rs = [e for e in rs if e[1] == 0]
+            assert len(first_ag) == len(first_rs) >= 1
+            assert len({e[0] for e in rs}) >= 2, "expected several buckets after DDP's rebuild"
+            for a, r in zip(first_ag, first_rs):
+                assert torch.equal(a[2], r[2]), "the runs' first-step inputs differ"
+                scale = float(a[3].abs().max()) * WORLD
+                diff = float((a[3] - r[3]).abs().max())
+                assert diff <= 1e-6 * max(scale, 1e-30), "%s bucket %d: reduce-scatter differs from all-gather by %g" % (
+                    spec, a[0], diff)
+            # 3. Replicas, and the bytes received.
+            params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            everyone = [torch.empty_like(params) for _ in range(WORLD)]
+            dist.all_gather(everyone, params)
+            assert all(torch.equal(everyone[0], p) for p in everyone), "replicas diverged under %s" % spec
+            if spec == "terngrad":
+                codec = terngrad.Codec(spec)
+                want = 0
+                for e in rs:
+                    n = e[2].numel()
+                    _, lengths = tgt.chunk_bounds(n, WORLD)
+                    longest = max(40 + (3 * m + 7) // 8 if m else 40 for m in lengths)
+                    want += (WORLD - 1) * (codec.payload_bytes(lengths[rank]) + longest)
+                assert state.bytes_received == want, (state.bytes_received, want)
+                elements = sum(e[2].numel() for e in rs)
+                if rank == 0:
+                    print("received per element: %.3f bits (reduce-scatter), (2 + 3) * 2/3 = 3.333 plus headers" %
+                          (8.0 * state.bytes_received / elements))
+    finally:
+        dist.destroy_process_group()
+
+
+def main():
+    check_slices_and_sums()
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(worker, args=(tmp,), nprocs=WORLD, join=True)
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
