@@ -303,6 +303,77 @@ static void test_error_feedback_state(void) {
   tg_codec_destroy(plain);
 }
 
+/* The reduce-scatter calls: W = 3 workers' slices of one tensor, summed
+ * per slice without decoding, decode to the sum of the whole payloads'
+ * decodings; bad slices, payloads and buffers are refused by name. */
+static void test_reduce_scatter(void) {
+  enum { W = 3, N = 1001 };
+  static float g[W][N];
+  uint32_t state = 12345;
+  for (int w = 0; w < W; ++w)
+    for (int i = 0; i < N; ++i) {
+      state = state * 1664525u + 1013904223u;
+      g[w][i] = ((float)(state >> 8) / 16777216.0f - 0.5f) * 1e-3f;
+    }
+  tg_codec_t* c = make("terngrad");
+  float shared = 0.0f;
+  for (int w = 0; w < W; ++w) {
+    float s;
+    CHECK_OK(tg_codec_local_scale(c, g[w], N, &s));
+    if (s > shared) shared = s;
+  }
+  /* Slices [0, 336), [336, 672), [672, 1001) of every worker; and the whole payloads. */
+  const uint64_t begins[W] = {0, 336, 672}, lengths[W] = {336, 336, 329};
+  static uint8_t slices[W][W][200], whole[W][400];
+  for (int w = 0; w < W; ++w) {
+    uint8_t* outs[W] = {slices[w][0], slices[w][1], slices[w][2]};
+    const size_t caps[W] = {200, 200, 200};
+    size_t written[W];
+    CHECK_OK(tg_codec_encode_slices(c, g[w], N, W, begins, lengths, 4, 9, 100 + w, &shared, outs, caps, written));
+    CHECK(written[0] == 40 + 84 && written[2] == 40 + 83);
+    size_t n_whole = 0;
+    CHECK_OK(tg_codec_encode(c, g[w], N, 4, 9, 100 + w, &shared, whole[w], sizeof whole[w], &n_whole));
+    CHECK(n_whole == 40 + 251);
+  }
+  float want[N] = {0}, got[N];
+  for (int w = 0; w < W; ++w) CHECK_OK(tg_codec_decode_accumulate(c, whole[w], 40 + 251, want, N));
+  for (int j = 0; j < W; ++j) {
+    const uint8_t* in[W] = {slices[0][j], slices[1][j], slices[2][j]};
+    const size_t in_bytes[W] = {40 + (lengths[j] + 3) / 4, 40 + (lengths[j] + 3) / 4, 40 + (lengths[j] + 3) / 4};
+    size_t length = 0;
+    CHECK_ERROR(tg_codec_aggregate(c, in, in_bytes, W, lengths[j], NULL, 0, &length), TG_ERR_BUFFER_TOO_SMALL,
+                "capacity 0");
+    CHECK(length == 40 + (3 * lengths[j] + 7) / 8); /* counts in [-3, 3]: 3 bits an element */
+    uint8_t sum[200];
+    CHECK_OK(tg_codec_aggregate(c, in, in_bytes, W, lengths[j], sum, sizeof sum, &length));
+    CHECK_OK(tg_codec_decode_aggregate(c, sum, length, got + begins[j], lengths[j]));
+    if (j == 0) {
+      uint8_t bad[200];
+      memcpy(bad, in[1], in_bytes[1]);
+      bad[40] = 0xFF; /* the reserved code */
+      const uint8_t* corrupt[W] = {in[0], bad, in[2]};
+      CHECK_ERROR(tg_codec_aggregate(c, corrupt, in_bytes, W, lengths[j], sum, sizeof sum, &length),
+                  TG_ERR_INVALID_CODE, "reserved code");
+    }
+  }
+  int same = 1;
+  for (int i = 0; i < N; ++i) same &= fabsf(got[i] - want[i]) <= 1e-6f * shared;
+  CHECK(same);
+  {
+    const uint64_t odd_begin[1] = {2}, one[1] = {8};
+    uint8_t buf[64];
+    uint8_t* outs[1] = {buf};
+    const size_t caps[1] = {sizeof buf};
+    size_t written[1];
+    CHECK_ERROR(tg_codec_encode_slices(c, g[0], N, 1, odd_begin, one, 0, 0, 0, &shared, outs, caps, written),
+                TG_ERR_INVALID_ARGUMENT, "4");
+    const uint64_t zero[1] = {0}, many[1] = {800};
+    CHECK_ERROR(tg_codec_encode_slices(c, g[0], N, 1, zero, many, 0, 0, 0, &shared, outs, caps, written),
+                TG_ERR_BUFFER_TOO_SMALL, "800 elements");
+  }
+  tg_codec_destroy(c);
+}
+
 int main(void) {
   test_library();
   test_create();
@@ -313,6 +384,7 @@ int main(void) {
   test_thread_local_message();
   test_device_refusal();
   test_error_feedback_state();
+  test_reduce_scatter();
   printf("capi_test: %d checks, %d failed (libterngrad %s, CUDA built %d)\n", g_checks, g_failed,
          tg_version(), tg_cuda_built());
   return g_failed == 0 ? 0 : 1;

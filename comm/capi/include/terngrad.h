@@ -206,7 +206,9 @@ TG_API tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, ui
  * other codecs' to float32. Written to out (capacity bytes); *out_length
  * (optional) receives its length; a capacity below it is
  * TG_ERR_BUFFER_TOO_SMALL (out = NULL, capacity = 0 asks for the length).
- * A malformed payload is TG_ERR_MALFORMED_PAYLOAD naming it. */
+ * (terngrad payloads whose scales differ sum to float32 too.) A malformed
+ * payload is TG_ERR_MALFORMED_PAYLOAD (TG_ERR_INVALID_CODE for the reserved
+ * code) naming the problem. */
 TG_API tg_status tg_codec_aggregate(const tg_codec_t* codec, const uint8_t* const* payloads,
                                     const size_t* payload_bytes, size_t count, uint64_t n, uint8_t* out,
                                     size_t capacity, size_t* out_length);
