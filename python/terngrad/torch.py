@@ -247,14 +247,15 @@ def reshard_state_dicts(state_dicts, world_size):
     return out
 
 
-def terngrad_hook(state, bucket):
-    """DDP communication hook: TernGrad-compress the bucket (see the module doc)."""
+def _begin_bucket(state, bucket, hook):
+    """What both TernGrad hooks start with: the bucket's float32 gradient,
+    its codec, and the shared scale (all_reduce MAX; None for codecs
+    without one). Returns (group, grad, codec, shared)."""
     group = state._group()
-    world = dist.get_world_size(group)
     grad = bucket.buffer()
     if grad.dtype != torch.float32:
-        raise TypeError("terngrad_hook: bucket %d holds %s gradients; TernGrad takes float32" %
-                        (bucket.index(), grad.dtype))
+        raise TypeError("%s: bucket %d holds %s gradients; TernGrad takes float32" %
+                        (hook, bucket.index(), grad.dtype))
     codec = state.codec_for(bucket)
     shared = None
     if codec.wants_shared_scale:
@@ -262,6 +263,13 @@ def terngrad_hook(state, bucket):
         state._count(scale)
         dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
         shared = float(scale.item())
+    return group, grad, codec, shared
+
+
+def terngrad_hook(state, bucket):
+    """DDP communication hook: TernGrad-compress the bucket (see the module doc)."""
+    group, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_hook")
+    world = dist.get_world_size(group)
     payload = codec.encode(grad, tensor_id=bucket.index(), step=state.iteration,
                            seed=state.worker_seed(dist.get_rank(group)), shared_scale=shared)
     lengths = [payload.numel()] * world
@@ -309,20 +317,9 @@ def terngrad_reduce_scatter_hook(state, bucket):
     rank decodes the same sums, so replicas stay bit-identical. Steps 1-4
     block (the bucket's gradient is final); step 5 is the returned future.
     """
-    group = state._group()
+    group, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    grad = bucket.buffer()
-    if grad.dtype != torch.float32:
-        raise TypeError("terngrad_reduce_scatter_hook: bucket %d holds %s gradients; TernGrad takes float32" %
-                        (bucket.index(), grad.dtype))
-    codec = state.codec_for(bucket)
-    shared = None
-    if codec.wants_shared_scale:
-        scale = torch.tensor([codec.local_scale(grad)], dtype=torch.float32)
-        state._count(scale)
-        dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
-        shared = float(scale.item())
     begins, lengths = chunk_bounds(grad.numel(), world)
     payloads = codec.encode_slices(grad, begins, lengths, tensor_id=bucket.index(), step=state.iteration,
                                    seed=state.worker_seed(rank), shared_scale=shared)

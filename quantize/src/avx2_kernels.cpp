@@ -186,19 +186,10 @@ __attribute__((target("avx2,fma,bmi2"))) void ef_residual_avx2(const float* p, c
 __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_avx2(const float* x, uint64_t n, uint64_t k_begin,
                                                                 uint64_t k_end, const TernaryQuantizer& q,
                                                                 const RngStream& rng, uint8_t* body) {
-  if (rng.stream == RandomStream::kPhilox7Half16) {
-    const uint64_t head = std::min(k_end, k_begin + ((k_begin + rng.block_offset) & 1));  // to a block edge
-    encode_bytes_portable(x, n, k_begin, head, q, rng, body);
-    const uint64_t k = x86_encode_case(q, head, k_end, body, [&]<bool kUnitPre, bool kClip>() {
-      return encode_range_halves<kUnitPre, kClip>(x, n, head, k_end, q, rng, body);
-    });
-    encode_bytes_portable(x, n, k, k_end, q, rng, body);
-    return;
-  }
-  const uint64_t k = x86_encode_case(q, k_begin, k_end, body, [&]<bool kUnitPre, bool kClip>() {
-    return encode_range<kUnitPre, kClip>(x, n, k_begin, k_end, q, rng, body);
+  x86_encode_drawn(x, n, k_begin, k_end, q, rng, body, [&]<bool kUnitPre, bool kClip, bool kHalves>(uint64_t begin) {
+    if constexpr (kHalves) return encode_range_halves<kUnitPre, kClip>(x, n, begin, k_end, q, rng, body);
+    return encode_range<kUnitPre, kClip>(x, n, begin, k_end, q, rng, body);
   });
-  encode_bytes_portable(x, n, k, k_end, q, rng, body);
 }
 
 }  // namespace terngrad::quantize::detail

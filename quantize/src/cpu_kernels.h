@@ -6,6 +6,7 @@
 // among them (cpu_features.h says how a level is chosen).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -88,6 +89,32 @@ uint64_t x86_encode_case(const TernaryQuantizer& q, uint64_t k_begin, uint64_t k
   const bool unit = q.pre == 1.0f, clip = clip_test_needed(q);
   return unit ? (clip ? range.template operator()<true, true>() : range.template operator()<true, false>())
               : (clip ? range.template operator()<false, true>() : range.template operator()<false, false>());
+}
+
+// Version 2's vector kernels start on a block edge (a block is two body
+// bytes): the first byte of [k_begin, k_end) goes to the portable kernel
+// when it is a block's second one. Returns where the vector range starts.
+inline uint64_t half_stream_head(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
+                                 const TernaryQuantizer& q, const RngStream& rng, uint8_t* body) {
+  const uint64_t head = std::min(k_end, k_begin + ((k_begin + rng.block_offset) & 1u));
+  encode_bytes_portable(x, n, k_begin, head, q, rng, body);
+  return head;
+}
+
+// The x86 stochastic encode entries (AVX2, AVX-512) of both streams: the
+// version-2 head, x86_encode_case, then the portable kernel for the tail.
+// range.template operator()<kUnitPre, kClip, kHalves>(begin) encodes from
+// begin and returns the first byte it did not write.
+template <class Range>
+void x86_encode_drawn(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
+                      const RngStream& rng, uint8_t* body, Range&& range) {
+  const bool halves = rng.stream == RandomStream::kPhilox7Half16;
+  const uint64_t begin = halves ? half_stream_head(x, n, k_begin, k_end, q, rng, body) : k_begin;
+  const uint64_t k = x86_encode_case(q, begin, k_end, body, [&]<bool kUnitPre, bool kClip>() {
+    return halves ? range.template operator()<kUnitPre, kClip, true>(begin)
+                  : range.template operator()<kUnitPre, kClip, false>(begin);
+  });
+  encode_bytes_portable(x, n, k, k_end, q, rng, body);
 }
 
 // Elements [4*k_begin, min(n, 4*k_end)) from body bytes [k_begin, k_end).

@@ -350,8 +350,7 @@ void EncodeBytes(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
     return;
   }
   if (rng.stream == RandomStream::kPhilox7Half16) {
-    const uint64_t head = std::min(k_end, k_begin + ((k_begin + rng.block_offset) & 1));  // to a block edge
-    encode_bytes_portable(x, n, k_begin, head, q, rng, body);
+    const uint64_t head = half_stream_head(x, n, k_begin, k_end, q, rng, body);
     const uint64_t k = q.pre == 1.0f ? EncodeRange<true, true>(x, n, head, k_end, q, rng, body)
                                      : EncodeRange<false, true>(x, n, head, k_end, q, rng, body);
     encode_bytes_portable(x, n, k, k_end, q, rng, body);

@@ -27,6 +27,7 @@ except ImportError as e:
 
 import terngrad
 import terngrad.torch as tgt
+from ddp_test_util import recording_hook, train_random
 from reference import reference_decode, reference_scale
 
 WORLD, STEPS, SEED, CLIP = 2, 3, 5, 2.5
@@ -40,24 +41,8 @@ def make_model():
 def run(rank, state, hook, record):
     """STEPS steps of DDP on this rank's own data; returns the model."""
     model = torch.nn.parallel.DistributedDataParallel(make_model())
-
-    def hook_with_output(st, bucket):
-        entry = [bucket.index(), st.iteration, bucket.buffer().clone()]
-        record.append(entry)
-
-        def keep(fut):
-            entry.append(fut.value().clone())
-            return fut.value()
-        return hook(st, bucket).then(keep)
-
-    model.register_comm_hook(state, hook_with_output)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(100 + rank)
-    for _ in range(STEPS):
-        x, y = torch.randn(32, 64, generator=gen), torch.randint(0, 10, (32,), generator=gen)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+    model.register_comm_hook(state, recording_hook(hook, record))
+    train_random(model, rank, STEPS, 32)
     return model
 
 

@@ -29,6 +29,7 @@ except ImportError as e:
 
 import terngrad
 import terngrad.torch as tgt
+from ddp_test_util import recording_hook, train_random
 
 WORLD, STEPS = 3, 3
 
@@ -74,24 +75,8 @@ def make_model():
 def run(rank, spec, hook, record):
     model = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.5)
     state = tgt.TernGradState(spec=spec, seed=3, module=model.module)
-
-    def recording(st, bucket):
-        entry = [bucket.index(), st.iteration, bucket.buffer().clone()]
-        record.append(entry)
-
-        def keep(fut):
-            entry.append(fut.value().clone())
-            return fut.value()
-        return hook(st, bucket).then(keep)
-
-    model.register_comm_hook(state, recording)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(100 + rank)
-    for _ in range(STEPS):
-        x, y = torch.randn(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
+    model.register_comm_hook(state, recording_hook(hook, record))
+    train_random(model, rank, STEPS, 16)
     return model, state
 
 
