@@ -20,6 +20,7 @@
 // with minimal traffic (n elements, n/4 body bytes):
 //   stats              4n
 //   encode             8n + n/4    stats pass + quantize pass over the input, body written
+//                                  (encode_v1: the same with format version 1's stream)
 //   encode_shared      12n + n/4   local_scale_async, then encode_shared_async with that one
 //                                  scale (a worker group of one: the flow without a host sync)
 //   decode             2(n/4) + 4n validate the body, read it again, write n floats
@@ -326,9 +327,11 @@ void bm_stats(benchmark::State& st, size_t n) {
   require_clean(st, s);
 }
 
-void bm_encode(benchmark::State& st, size_t n) {
+// stream: format version 2's (the default) or version 1's, to compare the two in one run.
+void bm_encode(benchmark::State& st, size_t n, tq::RandomStream stream) {
   SizeState& s = state_for(n);
-  const tq::EncodeParams p = bench_params();
+  tq::EncodeParams p = bench_params();
+  p.stream = stream;
   run_timed(st, s, 8.0 * static_cast<double>(n) + body(n), [&] {
     tc::encode_async(s.x, n, p, s.payload, tq::max_encoded_bytes(n), *s.ws, g_stream);
   });
@@ -474,7 +477,9 @@ int main(int argc, char** argv) {
   using BmFn = void (*)(benchmark::State&, size_t);
   const std::vector<std::pair<std::string, BmFn>> ops = {
       {"mem_read", bm_mem_read}, {"mem_copy", bm_mem_copy},
-      {"stats", bm_stats},       {"encode", bm_encode},
+      {"stats", bm_stats},
+      {"encode", [](benchmark::State& st, size_t n) { bm_encode(st, n, tq::RandomStream::kPhilox7Half16); }},
+      {"encode_v1", [](benchmark::State& st, size_t n) { bm_encode(st, n, tq::RandomStream::kPhilox10Word32); }},
       {"encode_shared", bm_encode_shared},
       {"decode", bm_decode},     {"decode_accumulate", bm_decode_accumulate},
       {"encode_base3", bm_encode_base3},   {"encode_entropy", bm_encode_entropy},
