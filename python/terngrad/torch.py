@@ -272,13 +272,7 @@ def terngrad_hook(state, bucket):
     world = dist.get_world_size(group)
     payload = codec.encode(grad, tensor_id=bucket.index(), step=state.iteration,
                            seed=state.worker_seed(dist.get_rank(group)), shared_scale=shared)
-    lengths = [payload.numel()] * world
-    if codec.variable_size:
-        payload, lengths = _pad_to_longest(state, group, world, payload)
-    gathered = [torch.empty_like(payload) for _ in range(world)]
-    state._count(payload)
-    state.bytes_received += (world - 1) * payload.numel()
-    fut = dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
+    gathered, lengths, fut = _all_gather_async(state, group, world, payload, same_size=not codec.variable_size)
     state._end_bucket(bucket)
 
     def average(_):
@@ -334,17 +328,8 @@ def terngrad_reduce_scatter_hook(state, bucket):
     state.bytes_received += sum(s for j, s in enumerate(recv_sizes) if j != rank)
     dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=group)
     mine = codec.aggregate(list(torch.split(recv, recv_sizes)), lengths[rank])
-    sizes = torch.tensor([mine.numel()], dtype=torch.int64)
-    all_sizes = [torch.empty_like(sizes) for _ in range(world)]
-    state._count(sizes)
-    dist.all_gather(all_sizes, sizes, group=group)
-    all_sizes = [int(t.item()) for t in all_sizes]
-    padded = torch.zeros(max(all_sizes), dtype=torch.uint8)
-    padded[:mine.numel()] = mine
-    gathered = [torch.empty_like(padded) for _ in range(world)]
-    state._count(padded)
-    state.bytes_received += (world - 1) * padded.numel()
-    fut = dist.all_gather(gathered, padded, group=group, async_op=True).get_future()
+    # The sums' sizes differ (the last slices are shorter; float32 sums, entropy-coded ones).
+    gathered, all_sizes, fut = _all_gather_async(state, group, world, mine, same_size=False)
     state._end_bucket(bucket)
 
     def average(_):
@@ -364,6 +349,19 @@ def _exchange_sizes(state, group, world, send_sizes):
     state._count(send)
     dist.all_to_all_single(recv, send, group=group)
     return [int(v) for v in recv.tolist()]
+
+
+def _all_gather_async(state, group, world, payload, same_size):
+    """The asynchronous all_gather of one payload per rank, padded to the
+    longest (after all-gathering the lengths) unless every rank's has the
+    same size. Returns (gathered, lengths, future)."""
+    lengths = [payload.numel()] * world
+    if not same_size:
+        payload, lengths = _pad_to_longest(state, group, world, payload)
+    gathered = [torch.empty_like(payload) for _ in range(world)]
+    state._count(payload)
+    state.bytes_received += (world - 1) * payload.numel()
+    return gathered, lengths, dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
 
 
 def _pad_to_longest(state, group, world, payload):
