@@ -5,7 +5,9 @@ byte-counting copy of PyTorch's default all-reduce to compare it with.
     state = tgt.TernGradState(seed=0)
     ddp_model.register_comm_hook(state, tgt.terngrad_hook)
 
-What terngrad_hook does with each gradient bucket (a flat float32 tensor):
+What terngrad_hook does with each gradient bucket (a flat float32 tensor;
+float16 and bfloat16 buckets go through a float32 working copy and get the
+result back in their dtype):
   1. scale = codec.local_scale(bucket); all_reduce(scale, MAX): scale sharing,
      4 bytes per bucket (blocking: the bucket's gradients are final already);
   2. payload = codec.encode(bucket, shared_scale=max): 40 + ceil(n/4) bytes;
@@ -247,15 +249,25 @@ def reshard_state_dicts(state_dicts, world_size):
     return out
 
 
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
 def _begin_bucket(state, bucket, hook):
-    """What both TernGrad hooks start with: the bucket's float32 gradient,
-    its codec, and the shared scale (all_reduce MAX; None for codecs
-    without one). Returns (group, grad, codec, shared)."""
+    """What both TernGrad hooks start with: the bucket's gradient as
+    float32, its codec, and the shared scale (all_reduce MAX; None for codecs
+    without one). Returns (group, buffer, grad, codec, shared). A 16-bit
+    bucket (AMP, bf16 training) is read through a float32 working copy
+    (the encoders take float32), and _to_bucket() writes the result back in
+    its dtype; any other dtype is refused before a collective starts."""
     group = state._group()
-    grad = bucket.buffer()
-    if grad.dtype != torch.float32:
-        raise TypeError("%s: bucket %d holds %s gradients; TernGrad takes float32" %
-                        (hook, bucket.index(), grad.dtype))
+    buffer = bucket.buffer()
+    if buffer.dtype == torch.float32:
+        grad = buffer
+    elif buffer.dtype in _SIXTEEN_BIT:
+        grad = buffer.float()
+    else:
+        raise TypeError("%s: bucket %d holds %s gradients; TernGrad takes float32, float16 and bfloat16" %
+                        (hook, bucket.index(), buffer.dtype))
     codec = state.codec_for(bucket)
     shared = None
     if codec.wants_shared_scale:
@@ -263,12 +275,19 @@ def _begin_bucket(state, bucket, hook):
         state._count(scale)
         dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
         shared = float(scale.item())
-    return group, grad, codec, shared
+    return group, buffer, grad, codec, shared
+
+
+def _to_bucket(buffer, grad):
+    """The hook's result in the bucket's dtype (grad itself for float32)."""
+    if grad is buffer:
+        return grad
+    return buffer.copy_(grad)
 
 
 def terngrad_hook(state, bucket):
     """DDP communication hook: TernGrad-compress the bucket (see the module doc)."""
-    group, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_hook")
+    group, buffer, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_hook")
     world = dist.get_world_size(group)
     payload = codec.encode(grad, tensor_id=bucket.index(), step=state.iteration,
                            seed=state.worker_seed(dist.get_rank(group)), shared_scale=shared)
@@ -279,7 +298,7 @@ def terngrad_hook(state, bucket):
         grad.zero_()
         for p, length in zip(gathered, lengths):
             codec.decode_accumulate(p[:length], grad)
-        return grad.div_(world)
+        return _to_bucket(buffer, grad.div_(world))
 
     return fut.then(average)
 
@@ -311,7 +330,7 @@ def terngrad_reduce_scatter_hook(state, bucket):
     rank decodes the same sums, so replicas stay bit-identical. Steps 1-4
     block (the bucket's gradient is final); step 5 is the returned future.
     """
-    group, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
+    group, buffer, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     begins, lengths = chunk_bounds(grad.numel(), world)
@@ -336,7 +355,7 @@ def terngrad_reduce_scatter_hook(state, bucket):
         for j in range(world):
             if lengths[j]:
                 codec.decode_aggregate(gathered[j][:all_sizes[j]], grad[begins[j]:begins[j] + lengths[j]])
-        return grad.div_(world)
+        return _to_bucket(buffer, grad.div_(world))
 
     return fut.then(average)
 
