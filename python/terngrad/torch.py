@@ -308,8 +308,8 @@ def chunk_bounds(n, world):
     (multiples of 4, as the codecs' slices need) and lengths; the last ones
     may be shorter or empty."""
     step = (n + 4 * world - 1) // (4 * world) * 4
-    begins = [min(n, j * step) for j in range(world)]
-    return begins, [min(n, b + step) - b for b in begins]
+    begins = [j * step if j * step < n else 0 for j in range(world)]  # an empty slice starts at 0
+    return begins, [min(n, j * step + step) - j * step if j * step < n else 0 for j in range(world)]
 
 
 def terngrad_reduce_scatter_hook(state, bucket):
