@@ -1,4 +1,6 @@
-// The hand-written AVX2 encode kernel (x86-64 only): Philox4x32-10 in element
+// The hand-written AVX2 encode kernel (x86-64 only), both random streams
+// (format version 1's Philox4x32-10 words, version 2's Philox4x32-7 halves):
+// Philox in element
 // order (x86_philox.h) fused with quantize and pack, on the input as it lies
 // in memory. It replaces the Highway AVX2 encode, which transposes the input
 // (LoadInterleaved4: a dozen shuffles per 32 elements on AVX2) and packs the

@@ -1,4 +1,5 @@
-// The hand-written AVX-512 encode kernel (x86-64 only): Philox4x32-10 fused
+// The hand-written AVX-512 encode kernel (x86-64 only), both random streams
+// (version 1's Philox4x32-10 words, version 2's Philox4x32-7 halves): Philox fused
 // with quantize and pack. The Philox words come out in element order
 // (x86_philox.h: lanes assigned so that one unpack interleaves the last
 // round's word pairs, rounds 1-2 folded), so the input is used as it lies in

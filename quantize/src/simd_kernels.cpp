@@ -116,7 +116,7 @@ ChunkSums StatsChunk(const float* x, size_t len) {
 }
 
 // ---------------------------------------------------------------- encode
-// Philox4x32-10 for kLanes/2 blocks: one 32-bit word in the low half of each
+// Philox4x32 (10 rounds, or 7 for version 2) for kLanes/2 blocks: one 32-bit word in the low half of each
 // 64-bit lane, so MulEven (32x32 -> 64 on the low halves) yields the whole
 // product, and the garbage the upper halves collect is never read.
 // (User-provided constructors: GCC gives an implicit one no target

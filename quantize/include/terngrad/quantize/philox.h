@@ -1,4 +1,4 @@
-// Philox4x32-10 counter-based random number generator (Salmon et al., SC'11).
+// Philox4x32 counter-based random number generator (Salmon et al., SC'11), 10 and 7 rounds.
 //
 // Why counter-based: the random word for element i is a pure function of
 // (seed, step, tensor id, i). Any thread (CPU lane, OpenMP thread, CUDA thread)
