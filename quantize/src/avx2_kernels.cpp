@@ -46,80 +46,58 @@ __attribute__((target("avx2,fma,bmi2"), always_inline)) inline void quantize8(co
   neg = static_cast<uint32_t>(_mm256_movemask_ps(x));
 }
 
-// Blocks per loop iteration: 3 Philox chains of 4 (enough independent
-// multiplies to cover their latency in 16 ymm registers).
-constexpr int kChains = 2;
-constexpr uint64_t kStepBlocks = 4 * kChains;
+// Chains of 4 Philox blocks per loop iteration (enough independent
+// multiplies to cover their latency in 16 ymm registers): version 1, 2
+// chains of Philox4x32-10 blocks of 4 elements; version 2
+// (RandomStream::kPhilox7Half16), 3 chains of Philox4x32-7 blocks of 8.
+constexpr int kChains = 2, kHalfChains = 3;
 
-template <bool kUnitPre, bool kClip>
+// Body bytes [k_begin, ...) while whole steps fit; returns the first byte not
+// written. Byte k's block is (k + block_offset) / (bytes per block): version
+// 2's caller starts on an even one (x86_encode_drawn). The words come in
+// element order; a group of 16 elements (4 body bytes) takes two vectors of
+// version-1 words, or one vector of version-2 words, whose 8 words are 16
+// halves in element order: its low 128 bits serve elements 0..7, its high
+// 128 bits 8..15.
+template <bool kUnitPre, bool kClip, bool kHalves>
 __attribute__((target("avx2,fma,bmi2"))) uint64_t encode_range(const float* x, uint64_t n, uint64_t k_begin,
                                                                uint64_t k_end, const TernaryQuantizer& tq,
                                                                const RngStream& rng, uint8_t* body) {
+  constexpr int kC = kHalves ? kHalfChains : kChains;
+  constexpr uint64_t kBytesPerBlock = kHalves ? 2 : 1;
+  constexpr uint64_t kStepBlocks = 4 * kC, kStepBytes = kStepBlocks * kBytesPerBlock;
+  constexpr int kGroups = kHalves ? 2 * kC : kC;
   const Quantizer8 q{_mm256_set1_ps(tq.scale), _mm256_set1_ps(tq.pre), _mm256_set1_ps(tq.inv24),
                      _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))};
-  x86::PhiloxSetup setup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>((k_begin + rng.block_offset) >> 32));
-  auto simd_ok = [&](uint64_t k, uint64_t span) {
-    const uint64_t counter = k + rng.block_offset;
-    return k + span <= k_end && 4 * (k + span) <= n &&
-           static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
-  };
-  uint64_t k = k_begin;
-  for (; simd_ok(k, kStepBlocks); k += kStepBlocks) {
-    const uint64_t counter = k + rng.block_offset;
-    if (static_cast<uint32_t>(counter >> 32) != setup.hi_word)  // past 2^32 blocks: rare
-      setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(counter >> 32));
-    __m256i words[2 * kChains];
-    x86::philox_avx2<kChains>(setup, static_cast<uint32_t>(counter), words);
-    const float* p = x + 4 * k;
-    for (int line = 0; line < 3; ++line)  // 2 KiB ahead: 48 elements a step, 3 lines
-      _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
-    for (int v = 0; v < 2 * kChains; v += 2) {
-      uint32_t k0, n0, k1, n1;
-      quantize8<kUnitPre, kClip>(p + 8 * v, u_of_words(words[v]), q, k0, n0);
-      quantize8<kUnitPre, kClip>(p + 8 * v + 8, u_of_words(words[v + 1]), q, k1, n1);
-      const uint32_t kept = _pdep_u32(k0 | k1 << 8, 0x55555555u);
-      const uint32_t bits = kept + (kept & _pdep_u32(n0 | n1 << 8, 0x55555555u));
-      std::memcpy(body + k + 2 * v, &bits, 4);
-    }
-  }
-  return k;
-}
-
-// Version 2 (RandomStream::kPhilox7Half16): kHalfChains chains of 4
-// Philox4x32-7 blocks, 8 elements each. A vector's 8 words in element order
-// are 16 halves in element order: its low 128 bits serve elements 0..7, its
-// high 128 bits 8..15. k_begin + block_offset is even (the caller encodes an
-// odd first byte on its own), so byte k's block is (k + block_offset) / 2.
-constexpr int kHalfChains = 3;
-constexpr uint64_t kHalfStepBytes = 8 * kHalfChains;  // 4 blocks = 32 elements = 8 bytes a chain
-
-template <bool kUnitPre, bool kClip>
-__attribute__((target("avx2,fma,bmi2"))) uint64_t encode_range_halves(const float* x, uint64_t n, uint64_t k_begin,
-                                                                      uint64_t k_end, const TernaryQuantizer& tq,
-                                                                      const RngStream& rng, uint8_t* body) {
-  const Quantizer8 q{_mm256_set1_ps(tq.scale), _mm256_set1_ps(tq.pre), _mm256_set1_ps(tq.inv24),
-                     _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))};
-  auto block_of = [&](uint64_t k) { return (k + rng.block_offset) >> 1; };
+  auto block_of = [&](uint64_t k) { return (k + rng.block_offset) / kBytesPerBlock; };
   x86::PhiloxSetup setup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(block_of(k_begin) >> 32));
   uint64_t k = k_begin;
-  for (; k + kHalfStepBytes <= k_end && 4 * (k + kHalfStepBytes) <= n &&
-         static_cast<uint32_t>(block_of(k)) <= 0xFFFFFFFFu - static_cast<uint32_t>(kHalfStepBytes / 2 - 1);
-       k += kHalfStepBytes) {
+  for (; k + kStepBytes <= k_end && 4 * (k + kStepBytes) <= n &&
+         static_cast<uint32_t>(block_of(k)) <= 0xFFFFFFFFu - static_cast<uint32_t>(kStepBlocks - 1);
+       k += kStepBytes) {
     const uint64_t block = block_of(k);
     if (static_cast<uint32_t>(block >> 32) != setup.hi_word)  // past 2^32 blocks: rare
       setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(block >> 32));
-    __m256i words[2 * kHalfChains];
-    x86::philox_avx2<kHalfChains, 7>(setup, static_cast<uint32_t>(block), words);
+    __m256i words[2 * kC];
+    x86::philox_avx2<kC, kHalves ? 7 : philox_constants::kRounds>(setup, static_cast<uint32_t>(block), words);
     const float* p = x + 4 * k;
-    for (int line = 0; line < 6; ++line)  // 2 KiB ahead: 96 elements a step, 6 lines
+    for (int line = 0; line < (kHalves ? 6 : 3); ++line)  // 2 KiB ahead
       _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
-    for (int v = 0; v < 2 * kHalfChains; ++v) {
+    for (int g = 0; g < kGroups; ++g) {
+      __m256 u0, u1;
+      if constexpr (kHalves) {
+        u0 = u_of_halves(_mm256_castsi256_si128(words[g]));
+        u1 = u_of_halves(_mm256_extracti128_si256(words[g], 1));
+      } else {
+        u0 = u_of_words(words[2 * g]);
+        u1 = u_of_words(words[2 * g + 1]);
+      }
       uint32_t k0, n0, k1, n1;
-      quantize8<kUnitPre, kClip>(p + 16 * v, u_of_halves(_mm256_castsi256_si128(words[v])), q, k0, n0);
-      quantize8<kUnitPre, kClip>(p + 16 * v + 8, u_of_halves(_mm256_extracti128_si256(words[v], 1)), q, k1, n1);
+      quantize8<kUnitPre, kClip>(p + 16 * g, u0, q, k0, n0);
+      quantize8<kUnitPre, kClip>(p + 16 * g + 8, u1, q, k1, n1);
       const uint32_t kept = _pdep_u32(k0 | k1 << 8, 0x55555555u);
       const uint32_t bits = kept + (kept & _pdep_u32(n0 | n1 << 8, 0x55555555u));
-      std::memcpy(body + k + 4 * v, &bits, 4);
+      std::memcpy(body + k + 4 * g, &bits, 4);
     }
   }
   return k;
@@ -189,8 +167,7 @@ __attribute__((target("avx2,fma,bmi2"))) void encode_bytes_avx2(const float* x, 
                                                                 uint64_t k_end, const TernaryQuantizer& q,
                                                                 const RngStream& rng, uint8_t* body) {
   x86_encode_drawn(x, n, k_begin, k_end, q, rng, body, [&]<bool kUnitPre, bool kClip, bool kHalves>(uint64_t begin) {
-    if constexpr (kHalves) return encode_range_halves<kUnitPre, kClip>(x, n, begin, k_end, q, rng, body);
-    return encode_range<kUnitPre, kClip>(x, n, begin, k_end, q, rng, body);
+    return encode_range<kUnitPre, kClip, kHalves>(x, n, begin, k_end, q, rng, body);
   });
 }
 

@@ -60,98 +60,65 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)
   return kept + (kept & _pdep_u32(_cvtmask16_u32(neg), 0x55555555u));
 }
 
-// C Philox chains of 8 blocks (8C blocks, 32C elements) at block k.
-template <int C, bool kUnitPre, bool kClip>
+// C Philox chains of 8 blocks at block `block_lo` (its low counter word),
+// body byte k. kHalves: format version 2 (RandomStream::kPhilox7Half16),
+// Philox4x32-7 blocks of 8 elements; otherwise version 1, Philox4x32-10
+// blocks of 4. Either way the words come in element order: a group of 32
+// elements (8 body bytes) takes two vectors of version-1 words, or one vector
+// of version-2 words, whose 16 words are 32 halves in element order (word j
+// of block b holds elements 8b + 2j and 8b + 2j + 1, low half first): its low
+// 256 bits serve elements 0..15 and its high 256 bits 16..31.
+template <int C, bool kUnitPre, bool kClip, bool kHalves>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline void encode_step(
-    const float* x, uint64_t k, uint32_t counter_lo, const x86::PhiloxSetup& setup, const Quantizer16& q,
+    const float* x, uint64_t k, uint32_t block_lo, const x86::PhiloxSetup& setup, const Quantizer16& q,
     uint8_t* body) {
+  constexpr int kGroups = kHalves ? 2 * C : C;
   __m512i words[2 * C];
-  x86::philox_avx512<C>(setup, counter_lo, words);
+  x86::philox_avx512<C, kHalves ? 7 : philox_constants::kRounds>(setup, block_lo, words);
   const float* p = x + 4 * k;
-  for (int line = 0; line < 2 * C; ++line)  // 2 KiB ahead, a line per 16 elements
+  for (int line = 0; line < 2 * kGroups; ++line)  // 2 KiB ahead, a line per 16 elements
     _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
   // Straight to the body, 8 bytes a store (narrow stores gathered into a
   // wide load would stall on store forwarding).
-  for (int v = 0; v < 2 * C; v += 2) {
-    const uint64_t two = quantize16<kUnitPre, kClip>(p + 16 * v, u_of_words(words[v]), q) |
-                         uint64_t{quantize16<kUnitPre, kClip>(p + 16 * v + 16, u_of_words(words[v + 1]), q)} << 32;
-    std::memcpy(body + k + 4 * v, &two, 8);
+  for (int g = 0; g < kGroups; ++g) {
+    __m512 u0, u1;
+    if constexpr (kHalves) {
+      u0 = u_of_halves(_mm512_castsi512_si256(words[g]));
+      u1 = u_of_halves(_mm512_extracti64x4_epi64(words[g], 1));
+    } else {
+      u0 = u_of_words(words[2 * g]);
+      u1 = u_of_words(words[2 * g + 1]);
+    }
+    const uint64_t two = quantize16<kUnitPre, kClip>(p + 32 * g, u0, q) |
+                         uint64_t{quantize16<kUnitPre, kClip>(p + 32 * g + 16, u1, q)} << 32;
+    std::memcpy(body + k + 8 * g, &two, 8);
   }
 }
 
-// Blocks per main-loop iteration: 6 Philox chains of 8 (more chains than the
-// 4 that hide the multiply latency measured 4-7% faster; 32 zmm registers
-// hold them), then steps of 2 chains for the rest of a 16 KiB block.
+// Chains per main-loop iteration: version 1, 6 Philox chains of 8 (more
+// chains than the 4 that hide the multiply latency measured 4-7% faster; 32
+// zmm registers hold them), then steps of 2 chains for the rest of a 16 KiB
+// block; version 2 (fewer rounds, twice the elements a chain), 4 then 1.
 constexpr int kMainChains = 6, kTailChains = 2;
+constexpr int kHalfMainChains = 4, kHalfTailChains = 1;
 
-template <bool kUnitPre, bool kClip>
+// Body bytes [k_begin, ...) while whole steps fit; returns the first byte not
+// written. Byte k's block is (k + block_offset) / (bytes per block): version
+// 2's caller starts on an even one (x86_encode_drawn).
+template <bool kUnitPre, bool kClip, bool kHalves>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t encode_range(
     const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& tq,
     const RngStream& rng, uint8_t* body) {
+  constexpr uint64_t kBytesPerBlock = kHalves ? 2 : 1;
+  constexpr int kMain = kHalves ? kHalfMainChains : kMainChains, kTail = kHalves ? kHalfTailChains : kTailChains;
   const Quantizer16 q{_mm512_set1_ps(tq.scale), _mm512_set1_ps(tq.pre), _mm512_set1_ps(tq.inv24)};
-  x86::PhiloxSetup setup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>((k_begin + rng.block_offset) >> 32));
-  // Blocks k .. k+span-1 are SIMD-able if all their elements exist and the
-  // low counter word does not wrap inside them (rare: the portable path
-  // crosses). The counter of byte k is k + block_offset (a slice).
-  auto simd_ok = [&](uint64_t k, uint64_t span) {
-    const uint64_t counter = k + rng.block_offset;
-    return k + span <= k_end && 4 * (k + span) <= n &&
-           static_cast<uint32_t>(counter) <= 0xFFFFFFFFu - static_cast<uint32_t>(span - 1);
-  };
-  auto refresh = [&](uint64_t counter) {
-    if (static_cast<uint32_t>(counter >> 32) != setup.hi_word)  // past 2^32 blocks: rare
-      setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(counter >> 32));
-  };
-  uint64_t k = k_begin;
-  for (; simd_ok(k, 8 * kMainChains); k += 8 * kMainChains) {
-    const uint64_t counter = k + rng.block_offset;
-    refresh(counter);
-    encode_step<kMainChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(counter), setup, q, body);
-  }
-  for (; simd_ok(k, 8 * kTailChains); k += 8 * kTailChains) {
-    const uint64_t counter = k + rng.block_offset;
-    refresh(counter);
-    encode_step<kTailChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(counter), setup, q, body);
-  }
-  return k;
-}
-
-// Version 2 (RandomStream::kPhilox7Half16): C chains of 8 Philox4x32-7
-// blocks, 8 elements each. The 16 words of a vector in element order are 32
-// halves in element order (word j of block b holds elements 8b + 2j and
-// 8b + 2j + 1, low half first): its low 256 bits serve elements 0..15 and
-// its high 256 bits 16..31. Body byte k, block_lo: the block of byte k.
-template <int C, bool kUnitPre, bool kClip>
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"), always_inline)) inline void encode_step_halves(const float* x, uint64_t k, uint32_t block_lo, const x86::PhiloxSetup& setup,
-                                const Quantizer16& q, uint8_t* body) {
-  __m512i words[2 * C];
-  x86::philox_avx512<C, 7>(setup, block_lo, words);
-  const float* p = x + 4 * k;
-  for (int line = 0; line < 4 * C; ++line)  // 2 KiB ahead, a line per 16 elements
-    _mm_prefetch(reinterpret_cast<const char*>(p + 512 + 16 * line), _MM_HINT_T0);
-  for (int v = 0; v < 2 * C; ++v) {
-    const uint64_t two =
-        quantize16<kUnitPre, kClip>(p + 32 * v, u_of_halves(_mm512_castsi512_si256(words[v])), q) |
-        uint64_t{quantize16<kUnitPre, kClip>(p + 32 * v + 16, u_of_halves(_mm512_extracti64x4_epi64(words[v], 1)), q)}
-            << 32;
-    std::memcpy(body + k + 8 * v, &two, 8);
-  }
-}
-
-// Version 2's range: k_begin + block_offset is even (the caller encodes an
-// odd first byte on its own), so byte k's block is (k + block_offset) / 2.
-constexpr int kHalfMainChains = 4, kHalfTailChains = 1;
-
-template <bool kUnitPre, bool kClip>
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t encode_range_halves(
-    const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& tq,
-    const RngStream& rng, uint8_t* body) {
-  const Quantizer16 q{_mm512_set1_ps(tq.scale), _mm512_set1_ps(tq.pre), _mm512_set1_ps(tq.inv24)};
-  auto block_of = [&](uint64_t k) { return (k + rng.block_offset) >> 1; };
+  auto block_of = [&](uint64_t k) { return (k + rng.block_offset) / kBytesPerBlock; };
   x86::PhiloxSetup setup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(block_of(k_begin) >> 32));
-  // 16 bytes (one chain of 8 blocks) per chain; the low block word must not wrap.
+  // A step of `chains` chains (8 blocks each) is SIMD-able if all its
+  // elements exist and the low counter word does not wrap inside it (rare:
+  // the portable path crosses). Block counters count from block_offset (a slice).
   auto simd_ok = [&](uint64_t k, uint64_t chains) {
-    const uint64_t span = 16 * chains;
+    const uint64_t span = 8 * chains * kBytesPerBlock;
     return k + span <= k_end && 4 * (k + span) <= n &&
            static_cast<uint32_t>(block_of(k)) <= 0xFFFFFFFFu - static_cast<uint32_t>(8 * chains - 1);
   };
@@ -160,13 +127,13 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint64_t enco
       setup = x86::PhiloxSetup(rng.seed, rng.step, rng.tensor_id, static_cast<uint32_t>(block >> 32));
   };
   uint64_t k = k_begin;
-  for (; simd_ok(k, kHalfMainChains); k += 16 * kHalfMainChains) {
+  for (; simd_ok(k, kMain); k += 8 * kMain * kBytesPerBlock) {
     refresh(block_of(k));
-    encode_step_halves<kHalfMainChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(block_of(k)), setup, q, body);
+    encode_step<kMain, kUnitPre, kClip, kHalves>(x, k, static_cast<uint32_t>(block_of(k)), setup, q, body);
   }
-  for (; simd_ok(k, kHalfTailChains); k += 16 * kHalfTailChains) {
+  for (; simd_ok(k, kTail); k += 8 * kTail * kBytesPerBlock) {
     refresh(block_of(k));
-    encode_step_halves<kHalfTailChains, kUnitPre, kClip>(x, k, static_cast<uint32_t>(block_of(k)), setup, q, body);
+    encode_step<kTail, kUnitPre, kClip, kHalves>(x, k, static_cast<uint32_t>(block_of(k)), setup, q, body);
   }
   return k;
 }
@@ -239,8 +206,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void encode_b
     const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end, const TernaryQuantizer& q,
     const RngStream& rng, uint8_t* body) {
   x86_encode_drawn(x, n, k_begin, k_end, q, rng, body, [&]<bool kUnitPre, bool kClip, bool kHalves>(uint64_t begin) {
-    if constexpr (kHalves) return encode_range_halves<kUnitPre, kClip>(x, n, begin, k_end, q, rng, body);
-    return encode_range<kUnitPre, kClip>(x, n, begin, k_end, q, rng, body);
+    return encode_range<kUnitPre, kClip, kHalves>(x, n, begin, k_end, q, rng, body);
   });
 }
 
