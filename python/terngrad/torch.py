@@ -198,12 +198,17 @@ class TernGradState(_CountingState):
         changes; the buckets' codecs start from the loaded residuals."""
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             raise ValueError("TernGradState.load_state_dict: not a %s dict" % _STATE_FORMAT)
+        missing = [k for k in ("spec", "seed", "iteration", "residual", "momentum") if k not in state]
+        if missing:
+            raise ValueError("TernGradState.load_state_dict: the dict lacks %s" % ", ".join(missing))
         if state["spec"] != self.spec:
             raise ValueError("TernGradState.load_state_dict: saved with spec %r, this state has %r" %
                              (state["spec"], self.spec))
-        params = {name: p for name, p in self.module.named_parameters()} if self.module is not None else None
-        if params is None:
-            self._names()  # raises, naming module=
+        if not 0 <= state["seed"] < (1 << 48) or state["iteration"] < 0:
+            raise ValueError("TernGradState.load_state_dict: seed %r or iteration %r out of range" %
+                             (state["seed"], state["iteration"]))
+        self._names()  # raises, naming module=, without one
+        params = dict(self.module.named_parameters())
         pending = {}
         for name, residual in state["residual"].items():
             if name not in params:

@@ -119,6 +119,9 @@ def test_bad_state_dicts_are_refused_before_anything_changes():
     bad = dict(good, residual={"bias": torch.zeros(7)}, momentum={})
     expect_value_error(lambda: state.load_state_dict(bad), "7 elements", "a residual of the wrong size")
     expect_value_error(lambda: state.load_state_dict({"spec": EF}), "not a", "not a state dict")
+    expect_value_error(lambda: state.load_state_dict({"format": good["format"], "spec": EF}), "lacks seed",
+                       "a state dict without its fields")
+    expect_value_error(lambda: state.load_state_dict(dict(good, seed=-1)), "seed -1", "a negative seed")
     after = state.state_dict()
     check(all(torch.equal(before["residual"][k], after["residual"][k]) for k in before["residual"]),
           "a refused load changes nothing")
