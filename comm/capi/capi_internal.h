@@ -85,6 +85,7 @@ struct tg_codec {
   float clip = 0.0f;
   bool share_scale = false;
   terngrad::quantize::Rounding rounding = terngrad::quantize::Rounding::kStochastic;
+  terngrad::quantize::RandomStream stream = terngrad::quantize::RandomStream::kPhilox7Half16;
   std::unique_ptr<terngrad::capi::DeviceState, terngrad::capi::DeviceStateDeleter> device;
 };
 

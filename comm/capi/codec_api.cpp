@@ -39,6 +39,7 @@ void describe(tg_codec& h) {
     h.share_scale = t->share_scale;
     h.rounding = t->round == terngrad::comm::TernaryRounding::kNearest ? terngrad::quantize::Rounding::kNearest
                                                                        : terngrad::quantize::Rounding::kStochastic;
+    h.stream = t->stream;
   }
 }
 

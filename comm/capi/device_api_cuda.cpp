@@ -129,6 +129,7 @@ tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, uint64_
       p.step = step;
       p.tensor_id = tensor_id;
       p.rounding = h.rounding;
+      p.stream = h.stream;  // format version 1 or 2, as the host codec
       // As the host codec: share_scale=0 ignores a shared scale.
       if (h.share_scale && shared_scale != nullptr) p.shared_scale = *shared_scale;
       qc::encode_async(d_grad, n, p, d_out, capacity, workspace_for(h, n, s), s);

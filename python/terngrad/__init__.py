@@ -1,8 +1,8 @@
 """terngrad: TernGrad gradient compression (2 bits per element) for Python.
 
 A ctypes binding of libterngrad.so (the C API, terngrad.h): codecs on NumPy
-arrays and PyTorch CPU tensors without copies, and (in terngrad.torch) a
-DistributedDataParallel communication hook.
+arrays and PyTorch tensors (CPU, and CUDA where libterngrad has CUDA) without
+copies, and (in terngrad.torch) DistributedDataParallel communication hooks.
 
     import numpy as np, terngrad
     codec = terngrad.Codec("terngrad")          # clip 2.5, scale sharing

@@ -93,6 +93,14 @@ def _declare(lib):
     fn("tg_codec_aggregate", _c_tg_status, _codec_p, ctypes.POINTER(_u8_p), ctypes.POINTER(size), size, u64,
        _u8_p, size, ctypes.POINTER(size))
     fn("tg_codec_decode_aggregate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
+    # Device pointers (CUDA builds; elsewhere they return TG_ERR_UNSUPPORTED).
+    stream = ctypes.c_void_p
+    fn("tg_codec_local_scale_device", _c_tg_status, _codec_p, _f32_p, u64, stream, ctypes.POINTER(ctypes.c_float))
+    fn("tg_codec_encode_device", _c_tg_status, _codec_p, _f32_p, u64, u32, u32, u64,
+       ctypes.POINTER(ctypes.c_float), _u8_p, size, stream, ctypes.POINTER(size))
+    fn("tg_codec_decode_device", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64, stream)
+    fn("tg_codec_decode_accumulate_device", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64, stream)
+    fn("tg_codec_device_check", _c_tg_status, _codec_p, stream)
 
 
 lib, _path = _load()

@@ -1,9 +1,18 @@
-"""The gradient codec on NumPy arrays and PyTorch CPU tensors, zero-copy.
+"""The gradient codec on NumPy arrays and PyTorch tensors, zero-copy.
 
 Gradients must be float32 and contiguous; payloads are uint8 (NumPy arrays,
 torch tensors, bytes, bytearray). Nothing is converted or copied behind the
 caller's back: a float64 array or a strided view is refused with an error that
 says what to pass instead.
+
+CUDA tensors (libterngrad built with CUDA): local_scale, encode, decode and
+decode_accumulate run on the device, on PyTorch's current stream of the
+tensor's device, and give the same bytes and values as on the CPU. Their
+payloads and outputs are CUDA tensors on the same device. They wait for the
+stream before returning (to report a non-finite input or a malformed
+payload), except with check=False: then the next device_check() reports
+what the device found. The slice, aggregate and state functions take CPU
+tensors and arrays only.
 """
 import ctypes
 
@@ -31,18 +40,44 @@ def _describe(x):
 _NUMPY_CODES = {"float32": "<f4", "uint8": "|u1"}
 
 
+def _is_cuda(x):
+    return _is_tensor(x) and x.device.type == "cuda"
+
+
+def _tensor_view(x, name, dtype):
+    """(address, element count) of a contiguous tensor of dtype."""
+    if str(x.dtype) != "torch." + dtype:
+        raise TypeError("%s must be %s, got %s (use .to(torch.%s))" % (name, dtype, x.dtype, dtype))
+    if not x.is_contiguous():
+        raise ValueError("%s is not contiguous (use .contiguous())" % name)
+    return x.data_ptr(), x.numel()
+
+
+def _cuda_view(x, name, dtype, device):
+    """(address, element count) of a contiguous CUDA tensor of dtype on
+    device (the gradient's)."""
+    if not _is_cuda(x):
+        raise TypeError("%s must be a torch.Tensor on %s (the gradient's device), got %s" %
+                        (name, device, _describe(x)))
+    if x.device != device:
+        raise ValueError("%s is on %s, the gradient on %s" % (name, x.device, device))
+    return _tensor_view(x, name, dtype)
+
+
+def _stream_of(device):
+    """PyTorch's current CUDA stream on device, as the C API's void*."""
+    import torch
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
 def _array_view(x, name, dtype, writable):
     """(address, element count) of a contiguous CPU tensor or NumPy array of
     dtype ("float32" or "uint8"); None if x is neither kind."""
     if _is_tensor(x):
         if x.device.type != "cpu":
-            raise ValueError("%s is on %s; terngrad's Python binding takes CPU tensors "
-                             "(the C API has *_device functions for CUDA)" % (name, x.device))
-        if str(x.dtype) != "torch." + dtype:
-            raise TypeError("%s must be %s, got %s (use .to(torch.%s))" % (name, dtype, x.dtype, dtype))
-        if not x.is_contiguous():
-            raise ValueError("%s is not contiguous (use .contiguous())" % name)
-        return x.data_ptr(), x.numel()
+            raise ValueError("%s is on %s; this function takes CPU tensors (local_scale, encode, decode and "
+                             "decode_accumulate also take CUDA tensors)" % (name, x.device))
+        return _tensor_view(x, name, dtype)
     if _is_ndarray(x):
         if x.dtype.str != _NUMPY_CODES[dtype]:
             raise TypeError("%s must be %s, got %s (use .astype(numpy.%s))" % (name, dtype, x.dtype, dtype))
@@ -165,12 +200,16 @@ class Codec:
 
     def local_scale(self, grad):
         """This worker's scale for grad (0.0 for fp32/fp16)."""
-        ptr, n = _float_view(grad, "grad", writable=False)
         out = ctypes.c_float()
+        if _is_cuda(grad):
+            ptr, n = _cuda_view(grad, "grad", "float32", grad.device)
+            check(lib.tg_codec_local_scale_device(self._h(), ptr, n, _stream_of(grad.device), ctypes.byref(out)))
+            return out.value
+        ptr, n = _float_view(grad, "grad", writable=False)
         check(lib.tg_codec_local_scale(self._h(), ptr, n, ctypes.byref(out)))
         return out.value
 
-    def encode(self, grad, *, tensor_id=0, step=0, seed=0, shared_scale=None, out=None):
+    def encode(self, grad, *, tensor_id=0, step=0, seed=0, shared_scale=None, out=None, check=True):
         """Encodes grad and returns the payload. Into out (a uint8 array,
         tensor or bytearray of at least payload_bytes(n)) when given, else
         into a new uint8 array or tensor, like grad. The payload is the bytes
@@ -179,20 +218,48 @@ class Codec:
         write fewer than payload_bytes(n). The random stream is a pure
         function of (seed, step, tensor_id, element index): give each worker
         its own seed. shared_scale: the max over workers of local_scale(),
-        or None."""
+        or None. A CUDA grad is encoded on its device into a CUDA payload
+        (fixed-size codecs only: fp32, fp16, 2-bit terngrad without ef);
+        check: see the module doc."""
+        if _is_cuda(grad):
+            return self._encode_device(grad, tensor_id, step, seed, shared_scale, out, check)
         ptr, n = _float_view(grad, "grad", writable=False)
         if out is None:
             out = _new_bytes(self.payload_bytes(n), like=grad)
         optr, cap, _keep = _byte_view(out, "out", writable=True)
         scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
         written = ctypes.c_size_t()
-        check(lib.tg_codec_encode(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap,
-                                  ctypes.byref(written)))
+        _native.check(lib.tg_codec_encode(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap,
+                                          ctypes.byref(written)))
         if written.value == cap:
             return out
         if isinstance(out, (bytearray, memoryview)):
             return memoryview(out).cast("B")[:written.value]
         return out.reshape(-1)[:written.value]  # contiguous (checked above): a view
+
+    def _encode_device(self, grad, tensor_id, step, seed, shared_scale, out, check):
+        import torch
+        ptr, n = _cuda_view(grad, "grad", "float32", grad.device)
+        if out is None:
+            out = torch.empty(self.payload_bytes(n), dtype=torch.uint8, device=grad.device)
+        optr, cap = _cuda_view(out, "out", "uint8", grad.device)
+        scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
+        written = ctypes.c_size_t()
+        stream = _stream_of(grad.device)
+        _native.check(lib.tg_codec_encode_device(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap,
+                                                 stream, ctypes.byref(written)))
+        if check:
+            _native.check(lib.tg_codec_device_check(self._h(), stream))
+        return out if written.value == cap else out.reshape(-1)[:written.value]
+
+    def device_check(self, tensor):
+        """Waits for PyTorch's current stream on tensor's CUDA device and
+        raises what this codec's device work found since the last check (a
+        non-finite input, a malformed payload): the check the CUDA calls
+        with check=False leave for later."""
+        if not _is_cuda(tensor):
+            raise TypeError("device_check: tensor must be a CUDA tensor, got %s" % _describe(tensor))
+        check(lib.tg_codec_device_check(self._h(), _stream_of(tensor.device)))
 
     def encode_slices(self, grad, begins, lengths, *, tensor_id=0, step=0, seed=0, shared_scale=None):
         """Encodes the slices grad[begins[i] : begins[i] + lengths[i]] (each
@@ -237,17 +304,24 @@ class Codec:
         """out = the sum an aggregate() payload stands for. Returns out."""
         return self._decode(lib.tg_codec_decode_aggregate, aggregate, out)
 
-    def decode(self, payload, out=None, *, n=None):
+    def decode(self, payload, out=None, *, n=None, check=True):
         """out = decoded payload; out is a float32 array/tensor, or None with
-        n given (a new NumPy array, or tensor if payload is one). Returns out."""
+        n given (a new NumPy array, or tensor if payload is one, on its
+        device). Returns out. CUDA: payload and out on one device; check:
+        see the module doc."""
         if out is None:
             if n is None:
                 raise ValueError("decode: pass out (a float32 array) or n (the element count)")
             out = _new_floats(n, like=payload)
+        if _is_cuda(out):
+            return self._decode_device(lib.tg_codec_decode_device, payload, out, check)
         return self._decode(lib.tg_codec_decode, payload, out)
 
-    def decode_accumulate(self, payload, out):
-        """out += decoded payload (the all-gather reduction). Returns out."""
+    def decode_accumulate(self, payload, out, *, check=True):
+        """out += decoded payload (the all-gather reduction). Returns out.
+        CUDA: payload and out on one device; check: see the module doc."""
+        if _is_cuda(out):
+            return self._decode_device(lib.tg_codec_decode_accumulate_device, payload, out, check)
         return self._decode(lib.tg_codec_decode_accumulate, payload, out)
 
     def state(self):
@@ -266,6 +340,15 @@ class Codec:
         buf = (ctypes.c_uint8 * max(len(data), 1)).from_buffer_copy(data.ljust(1, b"\0"))
         check(lib.tg_codec_load_state(self._h(), buf, len(data)))
 
+    def _decode_device(self, fn, payload, out, check):
+        optr, n = _cuda_view(out, "out", "float32", out.device)
+        pptr, nbytes = _cuda_view(payload, "payload", "uint8", out.device)
+        stream = _stream_of(out.device)
+        _native.check(fn(self._h(), pptr, nbytes, optr, n, stream))
+        if check:
+            _native.check(lib.tg_codec_device_check(self._h(), stream))
+        return out
+
     def _decode(self, fn, payload, out):
         pptr, nbytes, _keep = _byte_view(payload, "payload", writable=False)
         optr, n = _float_view(out, "out", writable=True)
@@ -276,7 +359,7 @@ class Codec:
 def _new_bytes(size, like):
     if _is_tensor(like):
         import torch
-        return torch.empty(size, dtype=torch.uint8)
+        return torch.empty(size, dtype=torch.uint8, device=like.device)
     import numpy
     return numpy.empty(size, dtype=numpy.uint8)
 
@@ -284,7 +367,7 @@ def _new_bytes(size, like):
 def _new_floats(n, like):
     if _is_tensor(like):
         import torch
-        return torch.empty(n, dtype=torch.float32)
+        return torch.empty(n, dtype=torch.float32, device=like.device)
     import numpy
     return numpy.empty(n, dtype=numpy.float32)
 

@@ -7,7 +7,9 @@ byte-counting copy of PyTorch's default all-reduce to compare it with.
 
 What terngrad_hook does with each gradient bucket (a flat float32 tensor;
 float16 and bfloat16 buckets go through a float32 working copy and get the
-result back in their dtype):
+result back in their dtype; a CUDA bucket is encoded and decoded on its
+device, with the same bytes as on the CPU, and its collectives get CUDA
+tensors, as NCCL needs):
   1. scale = codec.local_scale(bucket); all_reduce(scale, MAX): scale sharing,
      4 bytes per bucket (blocking: the bucket's gradients are final already);
   2. payload = codec.encode(bucket, shared_scale=max): 40 + ceil(n/4) bytes;
@@ -276,7 +278,8 @@ def _begin_bucket(state, bucket, hook):
     codec = state.codec_for(bucket)
     shared = None
     if codec.wants_shared_scale:
-        scale = torch.tensor([codec.local_scale(grad)], dtype=torch.float32)
+        # On the bucket's device: NCCL reduces CUDA tensors only.
+        scale = torch.tensor([codec.local_scale(grad)], dtype=torch.float32, device=grad.device)
         state._count(scale)
         dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
         shared = float(scale.item())
@@ -302,7 +305,9 @@ def terngrad_hook(state, bucket):
     def average(_):
         grad.zero_()
         for p, length in zip(gathered, lengths):
-            codec.decode_accumulate(p[:length], grad)
+            codec.decode_accumulate(p[:length], grad, check=False)
+        if grad.is_cuda:
+            codec.device_check(grad)  # one wait for the bucket's decodes
         return _to_bucket(buffer, grad.div_(world))
 
     return fut.then(average)
@@ -335,6 +340,9 @@ def terngrad_reduce_scatter_hook(state, bucket):
     rank decodes the same sums, so replicas stay bit-identical. Steps 1-4
     block (the bucket's gradient is final); step 5 is the returned future.
     """
+    if bucket.buffer().is_cuda:
+        raise ValueError("terngrad_reduce_scatter_hook: bucket %d is on %s; its slice encode and sum have no "
+                         "device path yet: use terngrad_hook for CUDA buckets" % (bucket.index(), bucket.buffer().device))
     group, buffer, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
@@ -392,12 +400,12 @@ def _pad_to_longest(state, group, world, payload):
     """A variable-size payload's all-gather: every worker's length (blocking,
     as the scale's all_reduce), and this payload padded with zeros to the
     longest, which all_gather needs. Returns (padded payload, lengths)."""
-    length = torch.tensor([payload.numel()], dtype=torch.int64)
+    length = torch.tensor([payload.numel()], dtype=torch.int64, device=payload.device)
     state._count(length)
     lengths = [torch.empty_like(length) for _ in range(world)]
     dist.all_gather(lengths, length, group=group)
     lengths = [int(t.item()) for t in lengths]
-    padded = torch.zeros(max(lengths), dtype=torch.uint8)
+    padded = torch.zeros(max(lengths), dtype=torch.uint8, device=payload.device)
     padded[:payload.numel()] = payload
     return padded, lengths
 

@@ -137,8 +137,11 @@ std::string str(unsigned long long v) { return std::to_string(v); }
       break;
     case EntropyFault::kReservedByte: why = "reserved byte 39 is " + str(e.u0); break;
     case EntropyFault::kLengthMismatch:
+      // The CPU decoder's words (entropy_payload.cpp), which the tests compare.
       why = "length field says " + str(e.u0) + " bytes, the payload has " + str(e.u1) +
-            " (truncated or padded payload)";
+            (e.u0 < e.u1 ? " (padded payload: an entropy-coded payload is shorter than its buffer; pass only "
+                           "the bytes encode() returned, or payload_length())"
+                         : " (truncated payload)");
       break;
     case EntropyFault::kDirectoryTooLarge: {
       const uint64_t symbols = (e.u0 + 4) / 5;

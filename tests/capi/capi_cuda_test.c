@@ -149,7 +149,8 @@ int main(void) {
     return 77;
   }
   static const char* specs[] = {"fp32", "fp16", "terngrad", "terngrad:clip=0",
-                                "terngrad:share_scale=0"};
+                                "terngrad:share_scale=0", "terngrad:round=nearest",
+                                "terngrad:stream=philox10"};
   static const uint64_t sizes[] = {0, 1, 5, 1000, 100003, 1u << 20};
   for (size_t s = 0; s < sizeof specs / sizeof specs[0]; ++s)
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) compare_codec(specs[s], sizes[k]);

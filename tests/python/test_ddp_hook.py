@@ -59,7 +59,7 @@ class SparseStandInCodec:
         idx = torch.nonzero(grad.abs() > THRESHOLD).reshape(-1)
         return torch.cat([idx.to(torch.int32).view(torch.uint8), grad[idx].contiguous().view(torch.uint8)])
 
-    def decode_accumulate(self, payload, grad):
+    def decode_accumulate(self, payload, grad, **_):
         k = payload.numel() // 8
         grad[payload[:4 * k].clone().view(torch.int32).long()] += payload[4 * k:].clone().view(torch.float32)
         return grad

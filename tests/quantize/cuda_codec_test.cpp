@@ -877,7 +877,7 @@ TEST_F(CudaCodecDecodeErrors, CorruptHeaderFields) {
   };
   const std::vector<Case> cases = {
       {"magic", [](auto& b) { b[1] ^= 0x20; }, "magic"},
-      {"version (resealed)", [](auto& b) { b[4] = 2; reseal(b); }, "version"},
+      {"version (resealed)", [](auto& b) { b[4] = 3; reseal(b); }, "version"},  // 1 and 2 are the streams
       {"codec (resealed)", [](auto& b) { b[5] = 9; reseal(b); }, "codec"},
       {"header size (resealed)", [](auto& b) { b[7] = 41; reseal(b); }, "header size"},
       {"reserved flag (resealed)", [](auto& b) { b[6] |= 0x80; reseal(b); }, "flag"},

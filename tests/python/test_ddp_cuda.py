@@ -1,0 +1,168 @@
+"""The codec and the DDP hook on CUDA tensors give the CPU's bytes.
+
+1. Codec on CUDA tensors against the same codec on CPU tensors, for every
+   spec with a device path and sizes from 1 to 2^20 + 3: local_scale equal,
+   payload bytes equal (with and without a shared scale), decode and
+   decode_accumulate equal bit for bit; a NaN gradient is refused.
+2. terngrad_hook in DDP with CUDA buckets against the same run with CPU
+   buckets: 2 gloo processes on one GPU (gloo reduces CUDA tensors through
+   the host), and 1 NCCL process (NCCL takes CUDA tensors only). The
+   model's gradients do not depend on its weights and are sums of small
+   integers, exact in any order on either device, so every bucket's
+   averaged gradient must be equal bit for bit, step after step, and the
+   bytes each worker hands to the collectives too.
+Exits 77 (ctest SKIP) without torch, without a CUDA device, or with a
+libterngrad built without CUDA.
+"""
+import os
+import sys
+import tempfile
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:
+    print("SKIPPED: %s (Debian: python3-torch)" % e)
+    sys.exit(77)
+
+import terngrad
+import terngrad.torch as tgt
+from ddp_test_util import recording_hook
+
+if not torch.cuda.is_available():
+    print("SKIPPED: no CUDA device (torch.cuda.is_available() is False)")
+    sys.exit(77)
+if not terngrad.cuda_available():
+    print("SKIPPED: libterngrad at %s was built without CUDA or sees no device" % terngrad.library_path())
+    sys.exit(77)
+
+SPECS = ["terngrad", "terngrad:clip=0", "terngrad:share_scale=0", "terngrad:round=nearest",
+         "terngrad:stream=philox10", "fp16", "fp32"]
+SIZES = [1, 5, 1000, 100003, (1 << 20) + 3]
+STEPS, SEED = 4, 9
+
+
+def check_codec():
+    gen = torch.Generator().manual_seed(1)
+    for spec in SPECS:
+        host, dev = terngrad.Codec(spec), terngrad.Codec(spec)
+        for n in SIZES:
+            x = torch.randn(n, generator=gen) * 1e-3
+            xd = x.cuda()
+            what = "%s n=%d" % (spec, n)
+            s_host, s_dev = host.local_scale(x), dev.local_scale(xd)
+            assert s_host == s_dev, "%s: local_scale %r on the CPU, %r on the GPU" % (what, s_host, s_dev)
+            for shared in (None, s_host * 1.5):
+                kw = dict(tensor_id=3, step=7, seed=11, shared_scale=shared)
+                p_host, p_dev = host.encode(x, **kw), dev.encode(xd, **kw)
+                assert p_dev.is_cuda and p_dev.dtype == torch.uint8, what
+                assert torch.equal(p_host, p_dev.cpu()), "%s shared=%r: the GPU payload differs from the CPU's" % (
+                    what, shared)
+                d_host = host.decode(p_host, n=n)
+                d_dev = dev.decode(p_dev, n=n)
+                assert d_dev.is_cuda and torch.equal(d_host.view(torch.int32), d_dev.cpu().view(torch.int32)), (
+                    "%s: decode differs" % what)
+                acc = torch.randn(n, generator=gen)
+                a_host, a_dev = acc.clone(), acc.cuda()
+                host.decode_accumulate(p_host, a_host)
+                dev.decode_accumulate(p_dev, a_dev)
+                assert torch.equal(a_host.view(torch.int32), a_dev.cpu().view(torch.int32)), (
+                    "%s: decode_accumulate differs" % what)
+        # A non-finite gradient: the device reports it, as the host does.
+        if spec.startswith("terngrad"):
+            bad = torch.zeros(1000, device="cuda")
+            bad[17] = float("nan")
+            try:
+                dev.local_scale(bad)
+                dev.encode(bad, shared_scale=1.0)
+            except terngrad.TernGradError as e:
+                print("%s: a NaN gradient on the GPU: %s" % (spec, e))
+            else:
+                raise AssertionError("%s: a NaN gradient on the GPU was not refused" % spec)
+    # The functions without a device path say so.
+    try:
+        terngrad.Codec("terngrad").encode_slices(torch.zeros(8, device="cuda"), [0], [8])
+    except ValueError as e:
+        assert "cuda" in str(e), str(e)
+    else:
+        raise AssertionError("encode_slices took a CUDA tensor")
+    print("codec: %d specs x %d sizes: GPU == CPU (scale, payload, decode, accumulate)" % (len(SPECS), len(SIZES)))
+
+
+class WeightFreeGradients(torch.nn.Module):
+    """Two layers whose loss is linear in their outputs with integer
+    coefficients: d loss / d weight = coefficients^T x, integer sums
+    independent of the weights, exact on any device in any order."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(64, 96)
+        self.b = torch.nn.Linear(32, 40)
+
+    def forward(self, xa, xb, ca, cb):
+        return (self.a(xa) * ca).sum() + (self.b(xb) * cb).sum()
+
+
+def run_rank(rank, world, backend, device, init_file, result_file):
+    dist.init_process_group(backend, init_method="file://" + init_file, rank=rank, world_size=world)
+    model = WeightFreeGradients().to(device)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)  # several buckets
+    state = tgt.TernGradState(seed=SEED)
+    record = []
+    ddp.register_comm_hook(state, recording_hook(tgt.terngrad_hook, record))
+    gen = torch.Generator().manual_seed(100 + rank)
+    for _ in range(STEPS):
+        ints = lambda *shape: torch.randint(-2, 3, shape, generator=gen).float().to(device)
+        ddp.zero_grad()
+        ddp(ints(16, 64), ints(16, 32), ints(16, 96), ints(16, 40)).backward()
+    torch.cuda.synchronize() if device == "cuda" else None
+    torch.save({"buckets": [(i, it, out.cpu()) for i, it, _inp, out in record], "bytes_sent": state.bytes_sent},
+               result_file)
+    dist.destroy_process_group()
+
+
+def run(world, backend, device, tmp):
+    init_file = os.path.join(tmp, "init-%s-%s" % (backend, device))
+    results = [os.path.join(tmp, "result-%s-%s-%d" % (backend, device, r)) for r in range(world)]
+    if world == 1:
+        run_rank(0, 1, backend, device, init_file, results[0])
+    else:
+        mp.spawn(lambda_free_rank, args=(world, backend, device, init_file, results), nprocs=world, join=True)
+    return [torch.load(f) for f in results]
+
+
+def lambda_free_rank(rank, world, backend, device, init_file, results):
+    run_rank(rank, world, backend, device, init_file, results[rank])
+
+
+def same_run(cpu, gpu, what):
+    for rank, (c, g) in enumerate(zip(cpu, gpu)):
+        assert len(c["buckets"]) == len(g["buckets"]) > 0, "%s rank %d: %d buckets on the CPU, %d on the GPU" % (
+            what, rank, len(c["buckets"]), len(g["buckets"]))
+        for (ci, cit, cout), (gi, git, gout) in zip(c["buckets"], g["buckets"]):
+            assert (ci, cit) == (gi, git), "%s rank %d: bucket order differs" % (what, rank)
+            assert torch.equal(cout.view(torch.int32), gout.view(torch.int32)), (
+                "%s rank %d bucket %d step %d: the averaged gradient differs between CPU and GPU buckets" % (
+                    what, rank, ci, cit))
+        assert c["bytes_sent"] == g["bytes_sent"], "%s rank %d: %d bytes sent on the CPU, %d on the GPU" % (
+            what, rank, c["bytes_sent"], g["bytes_sent"])
+    print("%s: %d buckets per rank, GPU == CPU bit for bit; %d bytes sent per worker" % (
+        what, len(cpu[0]["buckets"]), cpu[0]["bytes_sent"]))
+
+
+def main():
+    check_codec()
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu2 = run(2, "gloo", "cpu", tmp)
+        same_run(cpu2, run(2, "gloo", "cuda", tmp), "DDP 2 gloo ranks, CUDA buckets")
+        if dist.is_nccl_available():
+            same_run(run(1, "gloo", "cpu", tmp), run(1, "nccl", "cuda", tmp), "DDP 1 NCCL rank, CUDA buckets")
+        else:
+            print("NCCL not available in this PyTorch: the NCCL run is left out")
+    print("PASSED")
+
+
+if __name__ == "__main__":
+    main()
