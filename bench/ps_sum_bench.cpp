@@ -7,6 +7,10 @@
 //                  aggregate the fp16 codec ran before (R decode_accumulate
 //                  passes over a fresh tensor-sized float vector, then a copy)
 //   terngrad sum   sum_payloads of R shared-scale payloads (ternary_sum.h)
+//   terngrad entropy intake+sum
+//                  a ps step of R entropy-coded pushes: validation and the
+//                  entropy-coded sum, the pushes kept as they came (decoded
+//                  twice) against kept as 2-bit codes (quantize::repack)
 //
 //   ps_sum_bench [--n=16777216] [--reps=7] [--round=0.15] [--only=fp32|fp16|terngrad] [--quick]
 //
@@ -343,6 +347,17 @@ int main(int argc, char** argv) {
     tern_payloads.emplace_back(tq::max_encoded_bytes(n));
     tq::encode({grads[r].data(), n}, tp, {tern_payloads.back().data(), tq::max_encoded_bytes(n)});
   }
+  // The same gradients entropy-coded (codec 5), as workers of
+  // terngrad:pack=entropy push them.
+  std::vector<std::vector<uint8_t>> ent_payloads;
+  tq::EncodeParams ep = tp;
+  ep.packing = tq::Packing::kEntropy;
+  for (uint32_t r = 0; r < kMaxR; ++r) {
+    ep.step = 100 + r;
+    ent_payloads.emplace_back(tq::max_encoded_bytes(n, ep.packing));
+    ent_payloads.back().resize(tq::encode({grads[r].data(), n}, ep, ent_payloads.back()));
+  }
+  std::vector<std::vector<uint8_t>> ent_kept(kMaxR, std::vector<uint8_t>(tq::max_encoded_bytes(n)));
   // Outputs (every op of a shape writes the same buffer) and the floor's
   // aligned stand-ins: the same sizes, at the start of their pages.
   AlignedArray<uint8_t> out_dense(kHeader + 4 * n), out_tern(tq::sum_payload_bytes(n, kMaxR));
@@ -410,6 +425,36 @@ int main(int argc, char** argv) {
     tern.ops.push_back({"sum_payloads", 0, true, tern_sum, {}, {}});
     tern.ops.push_back({"sum_payloads", 1, true, tern_sum, {}, {}});
     shapes.push_back(std::move(tern));
+
+    // A ps step of entropy-coded pushes, intake (validation) and the
+    // entropy-coded sum: each push inspected then summed from its rANS
+    // streams (decoded twice, as before), against each push repacked to
+    // 2-bit codes on intake and the 2-bit codes summed (what the ps keeps,
+    // GradientCodec::validate_for_server). Both must write the same sum.
+    std::vector<std::span<const uint8_t>> ent_views(ent_payloads.begin(), ent_payloads.begin() + r);
+    std::vector<std::span<const uint8_t>> kept_views;
+    for (uint32_t i = 0; i < r; ++i) kept_views.emplace_back(ent_kept[i]);
+    const tq::SumPacking ent_sum = tq::SumPacking::kEntropy;
+    auto decode_twice = [&, ent_views] {
+      for (const auto& v : ent_views) tq::inspect(v);
+      return tq::sum_payloads(ent_views, {out_tern.data(), out_tern.size()}, ent_sum);
+    };
+    auto keep_codes = [&, ent_views, kept_views, r] {
+      for (uint32_t i = 0; i < r; ++i) tq::repack(ent_views[i], tq::Packing::k2Bit, ent_kept[i]);
+      return tq::sum_payloads(kept_views, {out_tern.data(), out_tern.size()}, ent_sum);
+    };
+    {
+      const size_t len = decode_twice();
+      const std::vector<uint8_t> before(out_tern.data(), out_tern.data() + len);
+      if (keep_codes() != len || std::memcmp(before.data(), out_tern.data(), len) != 0)
+        fail("the entropy-coded sum of the repacked pushes differs from the pushes' own, R = " + std::to_string(r));
+    }
+    size_t ent_in = 0;
+    for (const auto& v : ent_views) ent_in = std::max(ent_in, v.size());
+    Shape ent{"terngrad entropy intake+sum " + rs, r, ent_in, sum_body, {}, {}, {}};
+    ent.ops.push_back({"inspect + sum (decoded twice)", 0, false, [=] { decode_twice(); }, {}, {}});
+    ent.ops.push_back({"repack to 2-bit + sum", 0, false, [=] { keep_codes(); }, {}, {}});
+    shapes.push_back(std::move(ent));
   }
 
   // --only: the shapes whose label starts with it.

@@ -44,6 +44,9 @@ class ForwardingCodec : public GradientCodec {
     inner_->decode_accumulate_with(payload, ctx, out);
   }
   void validate(std::span<const uint8_t> payload, uint64_t n) const override { inner_->validate(payload, n); }
+  std::vector<uint8_t> validate_for_server(std::span<const uint8_t> payload, uint64_t n) const override {
+    return inner_->validate_for_server(payload, n);
+  }
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
     inner_->aggregate(payloads, n, out);

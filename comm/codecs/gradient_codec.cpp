@@ -53,6 +53,11 @@ void GradientCodec::validate(std::span<const uint8_t> payload, uint64_t n) const
   decode(payload, scratch);
 }
 
+std::vector<uint8_t> GradientCodec::validate_for_server(std::span<const uint8_t> payload, uint64_t n) const {
+  validate(payload, n);
+  return {};
+}
+
 void GradientCodec::decode_aggregate(std::span<const uint8_t> aggregate, std::span<float> out) const {
   detail::read_fp32_payload(aggregate, out);
 }

@@ -141,21 +141,36 @@ class TernGradCodec final : public GradientCodec {
   }
 
   void validate(std::span<const uint8_t> payload, uint64_t n) const override {
-    // The header's count first: an entropy-coded payload's body is decoded to
-    // validate it, and its count must not size anything before it is checked.
-    const quantize::PayloadHeader h = quantize::read_header(payload);
-    if (h.count != n)
-      throw quantize::CodecError(quantize::Errc::kInvalidArgument, "terngrad payload holds " + std::to_string(h.count) +
-                                                                       " elements, expected " + std::to_string(n));
+    read_counted_header(payload, n);
     quantize::inspect(payload);
+  }
+
+  std::vector<uint8_t> validate_for_server(std::span<const uint8_t> payload, uint64_t n) const override {
+    const quantize::PayloadHeader h = read_counted_header(payload, n);  // before a body sizes anything
+    if (h.codec == quantize::kCodecTernary2Bit) {
+      quantize::inspect(payload);
+      return {};
+    }
+    // Base-3 or entropy-coded: repack() validates it whole (decoding it once)
+    // and writes the 2-bit payload of its codes.
+    std::vector<uint8_t> kept(quantize::max_encoded_bytes(n, quantize::Packing::k2Bit));
+    kept.resize(quantize::repack(payload, quantize::Packing::k2Bit, kept));
+    return kept;
   }
 
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
-    if (payloads.size() == 1) {  // nothing to sum: the payload itself, as packed
+    if (payloads.size() == 1) {  // nothing to sum: the payload itself, in this codec's packing
       const quantize::PayloadHeader h = quantize::inspect(payloads[0]);
       if (h.count == n) {
-        out.assign(payloads[0].begin(), payloads[0].end());
+        if (h.codec == quantize::kCodecTernary2Bit && packing_ != quantize::Packing::k2Bit) {
+          // A push the server kept as 2-bit codes (validate_for_server) goes
+          // back packed as its sender packed it.
+          out.resize(quantize::max_encoded_bytes(n, packing_));
+          out.resize(quantize::repack(payloads[0], packing_, out));
+        } else {
+          out.assign(payloads[0].begin(), payloads[0].end());
+        }
         return;
       }
     }
@@ -212,6 +227,16 @@ class TernGradCodec final : public GradientCodec {
     }
   }
 
+
+  // The header's count first: an entropy-coded payload's body is decoded to
+  // validate it, and its count must not size anything before it is checked.
+  static quantize::PayloadHeader read_counted_header(std::span<const uint8_t> payload, uint64_t n) {
+    const quantize::PayloadHeader h = quantize::read_header(payload);
+    if (h.count != n)
+      throw quantize::CodecError(quantize::Errc::kInvalidArgument, "terngrad payload holds " + std::to_string(h.count) +
+                                                                       " elements, expected " + std::to_string(n));
+    return h;
+  }
 
   // Every header is well formed, flagged shared, with the same scale and
   // count n (bodies are validated by sum_shared itself, once).

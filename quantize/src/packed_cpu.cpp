@@ -52,6 +52,15 @@ struct SymbolSigns {
 };
 constexpr SymbolSigns kSigns;
 
+// The five 2-bit codes of every symbol (code j at bits 2j): kCodeLut's inverse.
+constexpr std::array<uint16_t, 243> make_symbol_codes() {
+  std::array<uint16_t, 243> t{};
+  for (uint32_t s = 0; s < 243; ++s)
+    for (uint32_t j = 0, r = s; j < kBase3Elements; ++j, r /= 3) t[s] = static_cast<uint16_t>(t[s] | (r % 3) << (2 * j));
+  return t;
+}
+constexpr std::array<uint16_t, 243> kSymbolCodes = make_symbol_codes();
+
 // Symbols of one block's codes (ceil(len/4) bytes, zero beyond them for at
 // least 8 bytes): 4 symbols from each 5 code bytes.
 void codes_to_symbols(const uint8_t* codes, uint64_t nsym, uint8_t* syms) {
@@ -70,6 +79,22 @@ void codes_to_symbols(const uint8_t* codes, uint64_t nsym, uint8_t* syms) {
     std::memcpy(&w, c, sizeof w);
     syms[s] = kCodeLut[(w >> (10 * k)) & 1023u];
   }
+}
+
+// The 2-bit codes of nsym symbols: 5 bytes from each 4 symbols, written as
+// 8 (codes needs 8 bytes of slack past ceil(10 nsym / 8)). Padding digits
+// are zero, so the bits past the last element are too.
+void symbols_to_codes(const uint8_t* syms, uint64_t nsym, uint8_t* codes) {
+  uint64_t s = 0;
+  uint8_t* c = codes;
+  for (; s + 4 <= nsym; s += 4, c += 5) {
+    const uint64_t w = uint64_t{kSymbolCodes[syms[s]]} | uint64_t{kSymbolCodes[syms[s + 1]]} << 10 |
+                       uint64_t{kSymbolCodes[syms[s + 2]]} << 20 | uint64_t{kSymbolCodes[syms[s + 3]]} << 30;
+    std::memcpy(c, &w, sizeof w);
+  }
+  uint64_t w = 0;
+  for (uint32_t k = 0; s < nsym; ++s, ++k) w |= uint64_t{kSymbolCodes[syms[s]]} << (10 * k);
+  std::memcpy(c, &w, sizeof w);
 }
 
 // Set bits of a word, without a popcnt instruction (the library targets
@@ -143,86 +168,117 @@ uint64_t first_bad_symbol(const uint8_t* syms, uint64_t n) {
 
 namespace {
 
-// Block b's symbols (and, for entropy coding, its counts of 0, + and -):
-// the 2-bit kernel's codes for its elements, 5 codes to a byte.
-struct BlockSymbols {
-  const float* x;
-  uint64_t n;
-  TernaryQuantizer q;
-  RngStream rng;
-  bool nearest;
-
-  uint64_t operator()(uint64_t b, uint8_t* syms, uint32_t* counts) const {
-    thread_local uint8_t codes[kBlockElements / 4 + 16];
-    const uint64_t e0 = b * kBlockElements, len = std::min(kBlockElements, n - e0);
-    const uint64_t nbytes = body_bytes(len);
-    if (nearest)
-      kernels().encode_bytes_nearest(x + e0, len, 0, nbytes, q, codes);
-    else
-      kernels().encode_bytes(x + e0, len, 0, nbytes, q, rng.advanced(e0 / 4), codes);
-    std::memset(codes + nbytes, 0, 16);
-    const uint64_t bsym = base3_body_bytes(len);
-    codes_to_symbols(codes, bsym, syms);
-    if (counts != nullptr) {
-      count_codes(codes, nbytes, &counts[1], &counts[2]);
-      counts[0] = static_cast<uint32_t>(kBase3Elements * bsym) - counts[1] - counts[2];  // padding digits are zeros
-    }
-    return bsym;
-  }
+// The header fields a payload keeps whatever its packing.
+struct PackedFields {
+  uint64_t count;
+  uint8_t flags;
+  uint32_t scale_bits;
+  uint32_t tensor_id;
+  uint64_t seed_field;  // 0 for nearest rounding
+  uint32_t step;
+  uint8_t version;
 };
 
-}  // namespace
-
-size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const EncodeParams& params,
-                     std::span<uint8_t> out) {
-  const uint64_t n = x.size();
-  const uint64_t nsym = base3_body_bytes(n);
-  const bool nearest = (flags & kFlagNearest) != 0;
-  const uint64_t seed_field = nearest ? 0 : params.seed;
-  const BlockSymbols symbols{x.data(), n, make_quantizer(scale),
-                             RngStream{params.seed, params.step, params.tensor_id, params.element_offset / 4,
-                                       params.stream},
-                             nearest};
-  const uint8_t version = payload_version(params.stream, nearest);
+// The payload of the codes block_codes(b, len, codes) gives (block b's len
+// elements, the last block shorter, as body_bytes(len) bytes of codec 1's
+// 2-bit codes), packed as `packing`, into
+// out (max_encoded_bytes(count, packing) bytes): per block, the codes become
+// 2-bit body bytes, or base-3 symbols (5 codes to a byte, through a
+// 1024-entry table) and, for entropy coding, the block's counts of 0, + and
+// - (popcounts) and its rANS stream, while the block is in cache. Entropy
+// coding writes the base-3 payload instead when it would not be smaller
+// (tiny tensors: its header is 12 bytes shorter, a block directory costs 10
+// bytes a block). Returns the bytes written.
+template <class Codes>
+size_t write_packed(const PackedFields& f, Packing packing, std::span<uint8_t> out, const Codes& block_codes) {
+  const uint64_t n = f.count;
   const uint64_t blocks = (n + kBlockElements - 1) / kBlockElements;
-  const uint32_t sbits = float_bits(scale);
+  // Block b's codes in this thread's buffer, zeroed past them (the symbol
+  // and count loops read whole words).
+  const auto codes_of = [&](uint64_t b, uint64_t& len) -> const uint8_t* {
+    thread_local uint8_t codes[kBlockElements / 4 + 16];
+    len = std::min(kBlockElements, n - b * kBlockElements);
+    block_codes(b, len, codes);
+    std::memset(codes + body_bytes(len), 0, 16);
+    return codes;
+  };
+  if (packing == Packing::k2Bit) {
+    uint8_t* body = out.data() + kHeaderBytes;
+    for_each_block(n, blocks, [&](uint64_t b) {
+      uint64_t len;
+      const uint8_t* codes = codes_of(b, len);
+      std::memcpy(body + b * (kBlockElements / 4), codes, body_bytes(len));
+    });
+    write_header_layout(out.data(), kCodecTernary2Bit, f.flags, n, f.scale_bits, f.tensor_id, f.seed_field, f.step,
+                        f.version);
+    return kHeaderBytes + body_bytes(n);
+  }
+  const uint64_t nsym = base3_body_bytes(n);
   const size_t base3 = base3_payload_bytes(n);
-  if (params.packing == Packing::kEntropy && base3 > kEntropyHeaderBytes) {
-    // Each block is coded as soon as its symbols exist, while they are in cache.
+  if (packing == Packing::kEntropy && base3 > kEntropyHeaderBytes) {
     const rans::Layout layout{n, 3, kBase3Elements, rans::encoder_lanes(nsym), rans::kEncoderBlockLog2};
     EntropyWriter writer(layout);
     for_each_block(n, blocks, [&](uint64_t b) {
       thread_local uint8_t syms[kBlockSymbols];
+      uint64_t len;
+      const uint8_t* codes = codes_of(b, len);
+      const uint64_t bsym = base3_body_bytes(len);
+      codes_to_symbols(codes, bsym, syms);
       uint32_t counts[3];
-      symbols(b, syms, counts);
+      count_codes(codes, body_bytes(len), &counts[1], &counts[2]);
+      counts[0] = static_cast<uint32_t>(kBase3Elements * bsym) - counts[1] - counts[2];  // padding digits are zeros
       writer.code_block(b, syms, counts);
     });
     const size_t len = writer.finish(out.first(std::min(out.size(), base3 - 1)));  // strictly smaller than base-3
     if (len != 0) {
       EntropyHeader h;
       h.codec = kCodecTernaryEntropy;
-      h.flags = flags;
+      h.flags = f.flags;
       h.count = n;
-      h.scale_bits = sbits;
-      h.tensor_id = params.tensor_id;
-      h.seed_field = seed_field;
-      h.step = params.step;
+      h.scale_bits = f.scale_bits;
+      h.tensor_id = f.tensor_id;
+      h.seed_field = f.seed_field;
+      h.step = f.step;
       h.lanes = layout.lanes;
       h.block_log2 = layout.block_log2;
       h.group = layout.group;
       h.length = len;
-      h.version = version;
+      h.version = f.version;
       write_entropy_header(out.data(), h);
       return len;
     }
-    // Not smaller (small or nearly incompressible tensors): the base-3 payload,
-    // its symbols drawn again (the same codes: a pure function of the input).
+    // Not smaller (small or nearly incompressible tensors): the base-3
+    // payload, its codes taken again (the same: a pure function of the source).
   }
   uint8_t* body = out.data() + kHeaderBytes;
-  for_each_block(n, blocks, [&](uint64_t b) { symbols(b, body + b * kBlockSymbols, nullptr); });
-  write_header_layout(out.data(), kCodecTernaryBase3, flags, n, sbits, params.tensor_id, seed_field, params.step,
-                      version);
+  for_each_block(n, blocks, [&](uint64_t b) {
+    uint64_t len;
+    const uint8_t* codes = codes_of(b, len);
+    codes_to_symbols(codes, base3_body_bytes(len), body + b * kBlockSymbols);
+  });
+  write_header_layout(out.data(), kCodecTernaryBase3, f.flags, n, f.scale_bits, f.tensor_id, f.seed_field, f.step,
+                      f.version);
   return base3;
+}
+
+}  // namespace
+
+size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const EncodeParams& params,
+                     std::span<uint8_t> out) {
+  const bool nearest = (flags & kFlagNearest) != 0;
+  const PackedFields f{x.size(),         flags,       float_bits(scale), params.tensor_id,
+                       nearest ? 0 : params.seed, params.step, payload_version(params.stream, nearest)};
+  const TernaryQuantizer q = make_quantizer(scale);
+  const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4, params.stream};
+  // Block b's codes from the 2-bit kernel of the SIMD level in use, so the
+  // codes, and so the symbols, are exactly codec 1's.
+  return write_packed(f, params.packing, out, [&](uint64_t b, uint64_t len, uint8_t* codes) {
+    const uint64_t e0 = b * kBlockElements;
+    if (nearest)
+      kernels().encode_bytes_nearest(x.data() + e0, len, 0, body_bytes(len), q, codes);
+    else
+      kernels().encode_bytes(x.data() + e0, len, 0, body_bytes(len), q, rng.advanced(e0 / 4), codes);
+  });
 }
 
 bool is_symbol_packed(std::span<const uint8_t> payload) {
@@ -333,6 +389,31 @@ void add_symbol_codes_range(const SymbolPayload& sp, uint64_t i0, uint64_t i1, i
   for (; i < i1; ++i) counts[i - i0] = static_cast<int16_t>(counts[i - i0] + kSigns.v[sp.symbols[i / 5]][i % 5]);
 }
 
+size_t repack_payload(std::span<const uint8_t> payload, Packing to, std::span<uint8_t> out) {
+  // The whole payload is validated before anything is written.
+  SymbolPayload sp;
+  const uint8_t* two_bit = nullptr;  // codec 1's body
+  if (is_symbol_packed(payload)) {
+    sp = open_symbol_payload(payload);
+  } else {
+    sp.header = inspect(payload);
+    two_bit = payload.data() + kHeaderBytes;
+  }
+  const PayloadHeader& h = sp.header;
+  const size_t need = max_encoded_bytes(h.count, to);
+  if (out.size() < need)
+    throw CodecError(Errc::kInvalidArgument, "repack: output buffer has " + std::to_string(out.size()) + " bytes, " +
+                                                 std::to_string(h.count) + " elements as " + packing_name(to) +
+                                                 " need up to " + std::to_string(need));
+  const PackedFields f{h.count, h.flags, float_bits(h.scale), h.tensor_id, h.seed, h.step, h.version};
+  return write_packed(f, to, out, [&](uint64_t b, uint64_t len, uint8_t* codes) {
+    if (two_bit != nullptr)
+      std::memcpy(codes, two_bit + b * (kBlockElements / 4), body_bytes(len));
+    else
+      symbols_to_codes(sp.symbols + b * kBlockSymbols, base3_body_bytes(len), codes);
+  });
+}
+
 void add_symbol_codes(const SymbolPayload& sp, int16_t* counts) {
   const uint64_t n = sp.header.count, nsym = base3_body_bytes(n);
   const uint64_t blocks = (nsym + kBlockSymbols - 1) / kBlockSymbols;
@@ -343,3 +424,11 @@ void add_symbol_codes(const SymbolPayload& sp, int16_t* counts) {
 }
 
 }  // namespace terngrad::quantize::detail
+
+namespace terngrad::quantize {
+
+size_t repack(std::span<const uint8_t> payload, Packing to, std::span<uint8_t> out) {
+  return detail::repack_payload(payload, to, out);
+}
+
+}  // namespace terngrad::quantize

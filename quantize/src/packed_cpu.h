@@ -21,6 +21,9 @@ namespace terngrad::quantize::detail {
 size_t encode_packed(std::span<const float> x, float scale, uint8_t flags, const EncodeParams& params,
                      std::span<uint8_t> out);
 
+// repack() (codec.h).
+size_t repack_payload(std::span<const uint8_t> payload, Packing to, std::span<uint8_t> out);
+
 // True if the payload's codec id is 4 or 5 (nothing else is checked).
 bool is_symbol_packed(std::span<const uint8_t> payload);
 

@@ -432,6 +432,27 @@ int cmd_inspect(const ParsedArgs& a) {
   return 0;
 }
 
+int cmd_repack(const ParsedArgs& a) {
+  expect_positional(a, 2, "IN.tgrd OUT.tgrd");
+  const std::string& in = a.positional[0];
+  const std::string& out = a.positional[1];
+  const std::string* pk = a.value("--pack");
+  if (pk == nullptr) throw UsageError("--pack is required (2bit, base3 or entropy)");
+  const std::optional<q::Packing> packing = q::parse_packing(*pk);
+  if (!packing) throw UsageError("--pack: expected 2bit, base3 or entropy, got '" + *pk + "'");
+
+  const Payload p = read_payload(in);
+  std::vector<uint8_t> payload(q::max_encoded_bytes(p.header.count, *packing));
+  payload.resize(about_file(in, [&] { return q::repack(p.bytes, *packing, payload); }));
+  const std::span<const uint8_t> parts[] = {payload};
+  terngrad::tools::write_file_atomic(out, parts);
+  std::printf("repacked %" PRIu64 " elements: codec %u (%zu bytes) -> codec %u (%zu bytes, %s) into %s\n",
+              p.header.count, static_cast<unsigned>(p.header.codec), p.bytes.size(),
+              static_cast<unsigned>(payload[q::kHeaderCodecOffset]), payload.size(),
+              codec_description(payload[q::kHeaderCodecOffset]), out.c_str());
+  return 0;
+}
+
 int cmd_stats(const ParsedArgs& a) {
   expect_positional(a, 1, "IN");
   const std::string& in = a.positional[0];
@@ -568,6 +589,16 @@ const std::vector<Command>& commands() {
        "  --dump N          also print the first N decoded values\n",
        {{"--dump", true}},
        cmd_inspect},
+      {"repack", "tg-codec repack IN.tgrd OUT.tgrd --pack 2bit|base3|entropy",
+       "Writes the same codes in another packing (FORMAT.md): every header field\n"
+       "(version, flags, count, scale, seed, step, tensor id) and decoded value stays;\n"
+       "the bytes are those encode --pack would write for the same input. IN is\n"
+       "validated completely first. entropy falls back to base3 when not smaller.\n"
+       "\n"
+       "  --pack 2bit|base3|entropy\n"
+       "                    the packing of OUT: codec 1, 4 or 5\n",
+       {{"--pack", true}},
+       cmd_repack},
       {"stats", "tg-codec stats IN [--clip C] [--format npy|raw]",
        "Prints count, mean, stddev and max|g| of a float32 tensor and the scale\n"
        "encode would use with clip factors 0 and 2.5.\n"

@@ -76,13 +76,62 @@ TEST(TernGradPacking, SameValuesSmallerPayloadsAndAnEntropyCodedSum) {
     pulled[k] = agg.size();
     sums[k].resize(n);
     codec->decode_aggregate(agg, sums[k]);
-    if (k == 2) EXPECT_EQ(agg[5], tq::kCodecTernarySumEntropy);
+    if (k == 2) {
+      EXPECT_EQ(agg[5], tq::kCodecTernarySumEntropy);
+    }
   }
   EXPECT_EQ(sums[0], sums[1]);
   EXPECT_EQ(sums[0], sums[2]);
   EXPECT_EQ(pushed[1], workers * (tq::kHeaderBytes + (n + 4) / 5));
   EXPECT_LT(pushed[2], 1.3 * workers * n / 8) << "entropy-coded payloads under 1.3 bits per element";
   EXPECT_LT(pulled[2], 0.75 * pulled[0]) << "the 4-replica sum at least 25% smaller than bit_width(2R) packing";
+}
+
+// What a server keeps of a push (validate_for_server): a base-3 or
+// entropy-coded payload as the 2-bit payload of its codes, which decodes to
+// the same values and aggregates to the same bytes as the pushes themselves,
+// one push or four; a 2-bit push as it came. A malformed push is refused.
+TEST(TernGradPacking, TheServerKeepsTwoBitCodesAndAggregatesTheSameBytes) {
+  const size_t n = 150001;
+  for (const char* spec : {"terngrad", "terngrad:pack=base3", "terngrad:pack=entropy",
+                           "terngrad:pack=entropy,share_scale=0"}) {
+    SCOPED_TRACE(spec);
+    auto codec = tc::make_codec(spec);
+    const bool shared = codec->wants_shared_scale();
+    std::vector<std::vector<uint8_t>> pushed, kept;
+    for (uint32_t w = 0; w < 4; ++w) {
+      const auto g = gaussian(n, 40 + w);
+      pushed.push_back(encode(*codec, g, 7 + w, shared ? std::optional<float>(8.0f) : std::nullopt));
+      std::vector<uint8_t> k = codec->validate_for_server(pushed.back(), n);
+      if (std::string(spec) == "terngrad") {
+        EXPECT_TRUE(k.empty()) << "a 2-bit push is kept as it came";
+        k = pushed.back();
+      } else {
+        EXPECT_EQ(k[tq::kHeaderCodecOffset], tq::kCodecTernary2Bit);
+      }
+      std::vector<float> a(n), b(n);
+      codec->decode(pushed.back(), a);
+      codec->decode(k, b);
+      EXPECT_EQ(a, b);
+      kept.push_back(std::move(k));
+    }
+    for (size_t count : {size_t{1}, size_t{4}}) {
+      std::vector<std::span<const uint8_t>> p(pushed.begin(), pushed.begin() + count), k(kept.begin(), kept.begin() + count);
+      std::vector<uint8_t> from_pushed, from_kept;
+      codec->aggregate(p, n, from_pushed);
+      codec->aggregate(k, n, from_kept);
+      EXPECT_EQ(from_kept, from_pushed) << count << " push(es)";
+    }
+    auto bad = pushed[0];
+    bad[tq::kHeaderCountOffset] ^= 0x01;  // the header's CRC no longer matches
+    EXPECT_THROW(codec->validate_for_server(bad, n), std::exception);
+    if (pushed[0][tq::kHeaderCodecOffset] != tq::kCodecTernaryEntropy) {
+      bad = pushed[0];
+      bad[tq::kHeaderBytes + 3] = 0xFF;  // 2-bit: reserved codes; base-3: above 242
+      EXPECT_THROW(codec->validate_for_server(bad, n), std::exception);
+    }
+    EXPECT_THROW(codec->validate_for_server(pushed[0], n + 1), std::exception);
+  }
 }
 
 TEST(TernGradPacking, ValidateChecksTheCountBeforeDecoding) {

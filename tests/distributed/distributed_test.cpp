@@ -144,6 +144,8 @@ TEST_F(Distributed, BatchNormStateOfTheChiefIsWorker0s) {
 TEST_F(Distributed, EveryCodecFamilyTrainsTheInProcessWeightsBitForBit) {
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"--codec='ef(terngrad)'", "ef-terngrad"},
+      // The ps keeps each entropy-coded push as its 2-bit codes and sums those.
+      {"--codec='terngrad:pack=entropy'", "entropy"},
       {"--codec='qsgd:levels=7,bucket=512'", "qsgd"},
       {"--codec='sign:scale=mean'", "sign-mean"},
       {"--codec='sign:vote=sign' --initial_learning_rate=0.0001", "sign-vote"},

@@ -299,6 +299,64 @@ TEST(Base3, RefusesBytesAbove242AndNonzeroPadding) {
   }
 }
 
+// repack() gives encode()'s bytes of the other packing, for every pair of
+// packings, at sizes around the block and symbol edges, with both streams,
+// nearest rounding and a shared scale (the header fields travel).
+TEST(Repack, GivesTheBytesEncodeWritesInTheOtherPacking) {
+  const q::Packing all[] = {q::Packing::k2Bit, q::Packing::kBase3, q::Packing::kEntropy};
+  const uint64_t block = uint64_t{5} << q::rans::kEncoderBlockLog2;
+  for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{20}, uint64_t{1001}, block - 3, block, block + 6,
+                     3 * block + 17}) {
+    const auto x = gaussian(n, static_cast<uint32_t>(n) + 5);
+    for (int variant = 0; variant < 3; ++variant) {
+      q::EncodeParams p;
+      p.seed = 77;
+      p.step = 9;
+      p.tensor_id = 4;
+      if (variant == 1) p.stream = q::RandomStream::kPhilox10Word32;
+      if (variant == 2) {
+        p.rounding = q::Rounding::kNearest;
+        p.shared_scale = 6.0f;
+      }
+      for (q::Packing from : all) {
+        const auto src = encode(x, from, p);
+        for (q::Packing to : all) {
+          SCOPED_TRACE(std::to_string(n) + " elements, variant " + std::to_string(variant) + ", " +
+                       q::packing_name(from) + " -> " + q::packing_name(to));
+          std::vector<uint8_t> out(q::max_encoded_bytes(n, to));
+          out.resize(q::repack(src, to, out));
+          EXPECT_EQ(out, encode(x, to, p));
+        }
+      }
+    }
+  }
+}
+
+TEST(Repack, RefusesACorruptPayloadOrAShortBufferAndWritesNothing) {
+  const auto x = gaussian(5000, 2);
+  const auto ent = encode(x, q::Packing::kEntropy);
+  std::vector<uint8_t> out(q::max_encoded_bytes(x.size(), q::Packing::k2Bit), 0x5A);
+  auto bad = ent;
+  bad[q::kHeaderVersionOffset] = 3;
+  EXPECT_THROW(q::repack(bad, q::Packing::k2Bit, out), q::CodecError);
+  auto b3 = encode(x, q::Packing::kBase3);
+  b3[q::kHeaderBytes + 100] = 243;  // not a base-3 byte
+  EXPECT_THROW(q::repack(b3, q::Packing::kEntropy, out), q::CodecError);
+  auto two = encode(x, q::Packing::k2Bit);
+  two[q::kHeaderBytes + 10] |= 0x03;  // element 40 takes the reserved code 0b11
+  EXPECT_THROW(q::repack(two, q::Packing::kBase3, out), q::CodecError);
+  std::vector<uint8_t> shorter(q::max_encoded_bytes(x.size(), q::Packing::k2Bit) - 1, 0x5A);
+  try {
+    q::repack(ent, q::Packing::k2Bit, shorter);
+    ADD_FAILURE() << "a buffer one byte short was taken";
+  } catch (const q::CodecError& e) {
+    EXPECT_EQ(e.code(), q::Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("output buffer has"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::all_of(shorter.begin(), shorter.end(), [](uint8_t b) { return b == 0x5A; }));
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](uint8_t b) { return b == 0x5A; }));
+}
+
 // Packed inputs are summed block by block (whole symbols, whole output
 // bytes): the bytes of the int16 route, sum_shared() + encode_sum(), at
 // every edge of those blocks, with mixed packings; a corrupt input throws

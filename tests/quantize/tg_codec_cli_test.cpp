@@ -692,8 +692,38 @@ TEST_F(TgCodecCli, BadOptionsAreUsageErrors) {
   EXPECT_EQ(listing(), before);
 }
 
+// repack writes what encode --pack writes; a bad --pack or a corrupt input
+// is refused (exit 2 and 1) and OUT is not created.
+TEST_F(TgCodecCli, RepackWritesTheEncodeBytesOfTheOtherPacking) {
+  const std::vector<float> v = normal_tensor(30011, 4);
+  write_bytes(path("g.npy"), make_f4_npy({v.size()}, v));
+  q::EncodeParams p;
+  p.seed = 21;
+  for (const char* from : {"2bit", "base3", "entropy"}) {
+    const std::string in = std::string(from) + ".tgrd";
+    ASSERT_EQ(run("encode " + q_path("g.npy") + " " + q_path(in) + " --seed 21 --pack " + from).exit_code, 0);
+    for (const char* to : {"2bit", "base3", "entropy"}) {
+      SCOPED_TRACE(std::string(from) + " -> " + to);
+      const std::string out = std::string(from) + "-" + to + ".tgrd";
+      const RunResult r = run("repack " + q_path(in) + " " + q_path(out) + " --pack " + to);
+      ASSERT_EQ(r.exit_code, 0) << describe(r);
+      p.packing = *q::parse_packing(to);
+      EXPECT_EQ(read_bytes(path(out)), library_encode(v, p));
+    }
+  }
+  EXPECT_EQ(run("repack " + q_path("2bit.tgrd") + " " + q_path("x.tgrd") + " --pack 3bit").exit_code, 2);
+  EXPECT_EQ(run("repack " + q_path("2bit.tgrd") + " " + q_path("x.tgrd")).exit_code, 2);
+  Bytes bad = read_bytes(path("entropy.tgrd"));
+  bad[q::kHeaderCountOffset] ^= 1;
+  write_bytes(path("bad.tgrd"), bad);
+  const RunResult r = run("repack " + q_path("bad.tgrd") + " " + q_path("x.tgrd") + " --pack 2bit");
+  EXPECT_EQ(r.exit_code, 1) << describe(r);
+  EXPECT_NE(r.err.find("bad.tgrd"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(path("x.tgrd")));
+}
+
 TEST_F(TgCodecCli, HelpForEveryCommand) {
-  for (const std::string cmd : {"encode", "decode", "inspect", "stats", "sum"}) {
+  for (const std::string cmd : {"encode", "decode", "inspect", "repack", "stats", "sum"}) {
     SCOPED_TRACE(cmd);
     const RunResult r = run(cmd + " --help");
     EXPECT_EQ(r.exit_code, 0) << describe(r);
@@ -704,7 +734,7 @@ TEST_F(TgCodecCli, HelpForEveryCommand) {
   }
   const RunResult top = run("--help");
   EXPECT_EQ(top.exit_code, 0);
-  for (const std::string cmd : {"encode", "decode", "inspect", "stats", "sum"})
+  for (const std::string cmd : {"encode", "decode", "inspect", "repack", "stats", "sum"})
     EXPECT_NE(top.out.find("tg-codec " + cmd), std::string::npos) << top.out;
 }
 

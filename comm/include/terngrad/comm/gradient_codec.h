@@ -199,6 +199,13 @@ class GradientCodec {
   // server does on receipt, before it keeps anything); throws naming the
   // problem. The default decodes into a scratch buffer.
   virtual void validate(std::span<const uint8_t> payload, uint64_t n) const;
+  // What a server calls on receipt instead: validate(), then the form to keep
+  // of the payload in place of its bytes, or empty to keep them (the
+  // default). The kept form must decode, sum and aggregate() as the payload
+  // would. terngrad keeps a base-3 or entropy-coded push as the 2-bit payload
+  // of the same codes (quantize::repack): validating decodes it anyway, and
+  // the step's sum then adds 2-bit codes instead of decoding it again.
+  virtual std::vector<uint8_t> validate_for_server(std::span<const uint8_t> payload, uint64_t n) const;
 
   // Server side: the sum of several workers' payloads of one slice of n
   // elements, summed in the order given, as one payload (what the server

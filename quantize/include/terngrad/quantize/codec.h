@@ -119,6 +119,19 @@ PayloadHeader inspect(std::span<const uint8_t> payload);
 // directory), not the body; returns the header. Cheap at any size.
 PayloadHeader read_header(std::span<const uint8_t> payload);
 
+// The same codes in another packing: validates the whole payload (codec 1,
+// 4 or 5) as inspect() does, then writes into out (at least
+// max_encoded_bytes(count, to) bytes) the payload of `to` with the same
+// header fields (version, flags, count, scale, tensor id, seed, step) and
+// codes, so the same decoded values; returns its length. kEntropy falls back
+// to base-3 when not smaller, as encode() does, and the bytes are encode()'s
+// for the same input and parameters. What a server uses to keep an
+// entropy-coded push as 2-bit codes (it decodes the push to validate it
+// anyway; the step's sum then adds codes instead of decoding it again), and
+// to pack a lone push for the pull. Throws CodecError (kInvalidArgument for
+// a short out) and writes nothing on failure.
+size_t repack(std::span<const uint8_t> payload, Packing to, std::span<uint8_t> out);
+
 // out = decoded payload. out.size() must equal the payload's element count.
 void decode(std::span<const uint8_t> payload, std::span<float> out);
 
