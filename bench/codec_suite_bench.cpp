@@ -137,7 +137,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> specs(std::begin(kDefaultSpecs), std::end(kDefaultSpecs));
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") {
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: %s [--quick] [--sizes=16M,1M] [--specs=spec;spec;...]\n"
+                  "Encode speed of every codec of the suite against the read floor of the same run\n"
+                  "(TG_CPU_SIMD=portable|avx2|avx512 forces a SIMD level; TG_BENCH_QUICK=1 as --quick).\n",
+                  argv[0]);
+      return 0;
+    } else if (a == "--quick") {
       quick = true;
     } else if (a.rfind("--sizes=", 0) == 0) {
       sizes.clear();

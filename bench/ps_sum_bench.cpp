@@ -308,8 +308,15 @@ void old_fp32_sum(const std::vector<const uint8_t*>& bodies, uint64_t n, uint8_t
 
 int main(int argc, char** argv) {
   bool quick = false;
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("usage: ps_sum_bench [--n=16777216] [--reps=7] [--round=0.15] [--only=fp32|fp16|terngrad] [--quick]\n"
+                  "The ps's per-step sums (fp32, fp16, terngrad, an entropy-coded step's intake and sum)\n"
+                  "against a read/write floor of the same bytes, measured in the same run.\n");
+      return 0;
+    }
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+  }
   if (const char* e = std::getenv("TG_BENCH_QUICK")) quick = quick || (*e != '\0' && std::strcmp(e, "0") != 0);
   const size_t n = flag_value(argc, argv, "--n", quick ? (size_t{1} << 20) : (size_t{1} << 24));
   const int reps = static_cast<int>(flag_value(argc, argv, "--reps", quick ? 2 : 7));

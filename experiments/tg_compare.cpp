@@ -81,6 +81,6 @@ int main(int argc, char** argv) {
   }
   std::printf("terngrad - fp32 top-1: %+.2f points; codecs: %s\n", 100 * (rows[1].r.top1 - rows[0].r.top1),
               rows[1].r.codec_summary.c_str());
-  std::printf("Longer runs and the full grids: README.md (Results).\n");
+  std::printf("Longer runs and the full grids: docs/results.md.\n");
   return 0;
 }

@@ -5,6 +5,7 @@
 // and sum_payloads() (both packings, then decode_sum()) must accept the same
 // bytes, agree on the element count and give only the values a ternary
 // payload can hold: 0 or +-s per element, a count in [-R, R] per sum.
+// repack() into each packing keeps the header fields and the values.
 //
 // Input: mode byte (bit 0: recompute the header CRC; bit 1: set an
 // entropy-coded header's length field to the input's length), payload.
@@ -104,6 +105,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     must_accept("decode_sum", [&] { tq::decode_sum(packed, values); });
     for (size_t i = 0; i < values.size(); ++i)
       if (values[i] != s * static_cast<float>(sum[i])) fail("decode_sum() of sum_payloads() differs from sum_shared()");
+  }
+  // Every repack() of an accepted payload is accepted, keeps its header
+  // fields and decodes to the same values; a buffer one byte short is
+  // refused before anything is written.
+  for (tq::Packing to : {tq::Packing::k2Bit, tq::Packing::kBase3, tq::Packing::kEntropy}) {
+    std::vector<uint8_t> re(tq::max_encoded_bytes(h.count, to));
+    must_accept("repack", [&] { re.resize(tq::repack(payload, to, re)); });
+    tq::PayloadHeader rh;
+    must_accept("inspect of a repack", [&] { rh = tq::inspect(re); });
+    if (rh.count != h.count || rh.version != h.version || rh.flags != h.flags ||
+        tq::float_bits(rh.scale) != tq::float_bits(h.scale) || rh.seed != h.seed || rh.step != h.step ||
+        rh.tensor_id != h.tensor_id)
+      fail("repack() changed a header field");
+    std::vector<float> values(h.count);
+    must_accept("decode of a repack", [&] { tq::decode(re, values); });
+    if (values != out) fail("repack() changed a decoded value");
+    std::vector<uint8_t> shorter(tq::max_encoded_bytes(h.count, to) - 1, 0xA5);
+    if (accepts([&] { tq::repack(payload, to, shorter); })) fail("repack() took a buffer one byte short");
+    for (uint8_t b : shorter)
+      if (b != 0xA5) fail("a refused repack() wrote into its buffer");
   }
   // One element too many: the decoders must refuse the size, not write past it.
   std::vector<float> wrong(h.count + 1);
