@@ -24,6 +24,7 @@
 
 #include "async_updates.h"
 #include "chunks.h"
+#include "init_intake.h"
 #include "parameter_server.grpc.pb.h"
 #include "ps_in_process.h"
 #include "refusal_log.h"
@@ -68,10 +69,7 @@ struct Replica {
   std::vector<float> step_ms;  // its last step-time report (PushHeader.step_ms)
 };
 
-struct Shard {
-  ShardView view;
-  std::unique_ptr<GradientCodec> codec;
-};
+using Shard = detail::IntakeShard;
 
 // Who is calling: the role its token proves (none without a cluster
 // secret), the session id it sent and its address.
@@ -92,10 +90,6 @@ std::string metadata(const ServerContext* ctx, const char* key) {
   if (it == md.end() || it->second.size() > 256) return "";
   return std::string(it->second.data(), it->second.size());
 }
-
-// The largest variable a layout may name, in elements (2^40: far beyond any
-// model, far below where payload sizes could overflow).
-constexpr uint64_t kMaxVariableElements = uint64_t{1} << 40;
 
 }  // namespace
 
@@ -290,145 +284,56 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 
   // The whole request (header, layout, codecs, async tensors) is read and
   // checked before anything changes; a ps already running changes nothing.
+  // Init: the chief's layout (and an async run's values, a resumed sync
+  // run's server states), checked whole by the Init intake before the ps
+  // changes anything.
   grpc::Status init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader) {
     rpc::InitChunk chunk;
     if (!reader->Read(&chunk) || !chunk.has_header())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: the first message must be the header");
-    const rpc::InitHeader h = chunk.header();
-    if (grpc::Status s = chief_only(caller, h.replica(), "Init"); !s.ok()) return s;
-    if (h.total_replicas() == 0 || h.total_replicas() > kMaxReplicas)
-      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: total_replicas " + std::to_string(h.total_replicas()) +
-                                                            " must be in [1, " + std::to_string(kMaxReplicas) + "]");
-    if (h.replicas_to_aggregate() == 0 || h.replicas_to_aggregate() > h.total_replicas())
-      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate()) +
-                                                      " must be in [1, total_replicas " + std::to_string(h.total_replicas()) + "]");
-    if (!h.sync() && handler == nullptr)
-      return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: async training needs an update rule, and this ps has none");
+    detail::InitPlan plan;
+    plan.header = chunk.header();
+    if (grpc::Status s = chief_only(caller, plan.header.replica(), "Init"); !s.ok()) return s;
     if (caller.session.empty())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: the call carries no session id (tg-session metadata)");
-    for (int v = 0; v < h.variables_size(); ++v)
-      if (h.variables(v).size() > kMaxVariableElements)
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: variable " + h.variables(v).name() + " has " +
-                                                              std::to_string(h.variables(v).size()) + " elements, more than 2^40");
-    std::vector<Shard> fresh;
-    for (int i = 0; i < h.shards_size(); ++i) {
-      const rpc::Shard& s = h.shards(i);
-      if (s.variable() >= static_cast<uint32_t>(h.variables_size()))
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(i) + " names variable " +
-                                                        std::to_string(s.variable()) + " of " + std::to_string(h.variables_size()));
-      const rpc::Variable& v = h.variables(s.variable());
-      if (s.begin() > v.size() || s.count() > v.size() - s.begin())
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(i) + " lies outside " + v.name());
-      Shard sh;
-      sh.view = {s.variable(), v.name(), s.begin(), s.count(), v.codec()};
-      try {
-        sh.codec = make_codec(v.codec());
-      } catch (const std::exception& e) {
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + v.name() + ": " + e.what());
-      }
-      if (sh.codec->slices_whole_variable_only() && (s.begin() != 0 || s.count() != v.size()))
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(i) + " is part of " + v.name() +
-                                                              ", whose codec " + v.codec() +
-                                                              " sends the whole variable only (place it in one shard)");
-      // An async ps applies every push as it comes: there is no sum to re-encode.
-      if (!h.sync() && sh.codec->aggregate_keeps_state())
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: " + v.name() + ": codec " + v.codec() +
-                                                              " re-encodes the servers' sums, which only a sync run forms");
-      fresh.push_back(std::move(sh));
-    }
-    // Every variable's pre-rounds (multi-round codecs), for ExchangePresums:
-    // from the codec specs, each checked against the variable's size.
-    std::vector<std::vector<uint64_t>> presum_floats(h.variables_size());
-    for (int v = 0; v < h.variables_size(); ++v) {
-      const rpc::Variable& var = h.variables(v);
-      try {
-        const std::unique_ptr<GradientCodec> c = make_codec(var.codec());
-        if (c->presum_rounds() > 0 && !h.sync())
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: " + var.name() + ": codec " + var.codec() +
-                                                                " sums pre-rounds over the replicas of a step, which only a "
-                                                                "sync run has");
-        for (uint32_t round = 0; round < c->presum_rounds(); ++round)
-          presum_floats[v].push_back(c->presum_floats(round, var.size()));
-      } catch (const std::exception& e) {
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, std::string("Init: ") + var.name() + ": " + e.what());
-      }
-    }
-    // Async: values and slots follow, each a complete shard-sized tensor.
-    // Sync: the server states of a resumed run (slot "server_state").
-    std::vector<std::vector<detail::Reassembly>> parts(fresh.size());
-    std::vector<std::vector<std::string>> part_names(fresh.size());
-    while (reader->Read(&chunk)) {
-      if (!chunk.has_tensor()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: a second header");
-      const rpc::TensorChunk& t = chunk.tensor();
-      if (h.sync() && t.slot() != detail::kServerStateSlot)
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: sync runs keep no values on the ps (slot \"" +
-                                                              t.slot().substr(0, 64) + "\")");
-      if (t.shard() >= fresh.size()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: tensor for unknown shard " + std::to_string(t.shard()));
-      auto& names = part_names[t.shard()];
-      size_t k = std::find(names.begin(), names.end(), t.slot()) - names.begin();
-      if (k == names.size()) {
-        if (names.size() >= 16) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: more than 16 slots for shard " + std::to_string(t.shard()));
-        names.push_back(t.slot());
-        parts[t.shard()].emplace_back();
-      }
-      const uint64_t count = fresh[t.shard()].view.count;
-      const std::string err =
-          parts[t.shard()][k].add(t.offset(), t.total_bytes(), t.data(), h.sync() ? detail::max_server_state_bytes(count) : 4 * count);
-      if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(t.shard()) + " " + t.slot() + ": " + err);
-    }
-    for (size_t s = 0; s < fresh.size(); ++s)
-      for (size_t k = 0; k < part_names[s].size(); ++k)
-        if (!parts[s][k].complete() || (!h.sync() && parts[s][k].bytes().size() != 4 * fresh[s].view.count))
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " slot \"" + part_names[s][k] +
-                                                                "\" is incomplete or has the wrong size");
-    // Every server state is checked by its codec before any is taken.
-    std::vector<std::vector<uint8_t>> server_states(fresh.size());
-    if (h.sync())
-      for (size_t s = 0; s < fresh.size(); ++s) {
-        if (part_names[s].empty()) continue;
-        const auto& bytes = parts[s][0].bytes();
-        server_states[s].assign(bytes.begin(), bytes.end());
-        try {
-          fresh[s].codec->validate_aggregate_state(server_states[s], fresh[s].view.count);
-        } catch (const std::exception& e) {
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " (" + fresh[s].view.name +
-                                                                "): " + e.what());
-        }
-      }
+    const std::optional<detail::InitRefusal> refusal = detail::take_init(
+        plan, [&](rpc::InitChunk& c) { return reader->Read(&c); }, {kMaxReplicas, handler != nullptr});
+    if (refusal)
+      return grpc::Status(refusal->code == detail::InitRefusal::Code::kFailedPrecondition ? StatusCode::FAILED_PRECONDITION
+                                                                                          : StatusCode::INVALID_ARGUMENT,
+                          refusal->message);
     std::lock_guard<std::mutex> lock(mu);
-    if (phase != Phase::kWaitingInit) {
-      if (phase != Phase::kRunning) return ended_status();
-      if (h.fingerprint() != fingerprint)
-        return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
-      if (same_session(caller.session, chief_session)) return grpc::Status::OK;  // a retried Init
-      // A new chief process while the run goes on: the other replicas hold
-      // weights of a later step than its checkpoint, and no ps can rewind them.
-      fail_locked("the chief restarted (a new process initialized this ps while the run was at global step " +
-                  std::to_string(global_step_locked()) +
-                  "); the running replicas cannot be rewound to its checkpoint: stop every task and start the whole "
-                  "cluster again, and every replica resumes from the chief's latest checkpoint");
-      return ended_status();
-    }
+    if (phase != Phase::kWaitingInit) return init_again_locked(caller, plan.header);
+    return start_run_locked(caller, plan);
+  }
+
+  // An Init while the run goes on: a retry of the chief's own, or a new
+  // chief process, which ends the run (the other replicas hold weights of a
+  // later step than its checkpoint, and no ps can rewind them).
+  grpc::Status init_again_locked(const Caller& caller, const rpc::InitHeader& h) {
+    if (phase != Phase::kRunning) return ended_status();
+    if (h.fingerprint() != fingerprint)
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
+    if (same_session(caller.session, chief_session)) return grpc::Status::OK;  // a retried Init
+    fail_locked("the chief restarted (a new process initialized this ps while the run was at global step " +
+                std::to_string(global_step_locked()) +
+                "); the running replicas cannot be rewound to its checkpoint: stop every task and start the whole "
+                "cluster again, and every replica resumes from the chief's latest checkpoint");
+    return ended_status();
+  }
+
+  // The run begins with an accepted Init's layout.
+  grpc::Status start_run_locked(const Caller& caller, detail::InitPlan& plan) {
+    const rpc::InitHeader& h = plan.header;
     std::vector<detail::ShardCoding> coding;
-    for (const Shard& sh : fresh) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
+    for (const Shard& sh : plan.shards) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
     std::optional<detail::AsyncUpdates> fresh_updates;
     if (!h.sync()) {
       // The update rule's shards are (re)initialized only now, while no run
       // uses them; a slot it does not know still refuses the Init, and the
       // ps keeps waiting for one.
       fresh_updates.emplace(coding, static_cast<int>(h.total_replicas()), h.global_step(), *handler);
-      for (size_t i = 0; i < fresh.size(); ++i) handler->init_shard(i, fresh[i].view);
-      for (size_t s = 0; s < fresh.size(); ++s) {
-        std::vector<std::pair<std::string, std::span<float>>> targets = handler->slots(s);
-        targets.insert(targets.begin(), {"", fresh_updates->values(s)});
-        for (size_t k = 0; k < part_names[s].size(); ++k) {
-          auto it = std::find_if(targets.begin(), targets.end(), [&](auto& p) { return p.first == part_names[s][k]; });
-          if (it == targets.end() || it->second.size_bytes() != parts[s][k].bytes().size())
-            return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " has no slot \"" +
-                                                                  part_names[s][k] + "\" of its size");
-          std::memcpy(it->second.data(), parts[s][k].bytes().data(), parts[s][k].bytes().size());
-        }
-      }
+      if (grpc::Status s = load_async_slots(plan, *fresh_updates); !s.ok()) return s;
     }
     fingerprint = h.fingerprint();
     sync = h.sync();
@@ -436,21 +341,39 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     needed = static_cast<int>(h.replicas_to_aggregate());
     chief_session = caller.session;
     variables.assign(h.variables().begin(), h.variables().end());
-    shards = std::move(fresh);  // the codecs stay where `coding` points
+    shards = std::move(plan.shards);  // the codecs stay where `coding` points
     const size_t keep = static_cast<size_t>(opt.keep_steps);
     if (sync) {
-      steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(server_states));
+      steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
     } else {
       updates = std::move(fresh_updates);
     }
     scales.emplace(variables.size(), total, needed, keep);
-    presums.emplace(std::move(presum_floats), total, needed, keep);
+    presums.emplace(std::move(plan.presum_floats), total, needed, keep);
     replicas.assign(total, Replica{});
     phase = Phase::kRunning;
     log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
         std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
         std::to_string(global_step_locked()));
     cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  // An async run's values and the update rule's slots, from the Init's tensors.
+  grpc::Status load_async_slots(detail::InitPlan& plan, detail::AsyncUpdates& fresh) {
+    for (size_t i = 0; i < plan.shards.size(); ++i) handler->init_shard(i, plan.shards[i].view);
+    for (size_t s = 0; s < plan.shards.size(); ++s) {
+      std::vector<std::pair<std::string, std::span<float>>> targets = handler->slots(s);
+      targets.insert(targets.begin(), {"", fresh.values(s)});
+      for (size_t k = 0; k < plan.slot_names[s].size(); ++k) {
+        auto& bytes = plan.slot_bytes[s][k].bytes();
+        auto it = std::find_if(targets.begin(), targets.end(), [&](auto& p) { return p.first == plan.slot_names[s][k]; });
+        if (it == targets.end() || it->second.size_bytes() != bytes.size())
+          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: shard " + std::to_string(s) + " has no slot \"" +
+                                                                plan.slot_names[s][k] + "\" of its size");
+        std::memcpy(it->second.data(), bytes.data(), bytes.size());
+      }
+    }
     return grpc::Status::OK;
   }
 
