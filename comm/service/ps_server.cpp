@@ -28,6 +28,7 @@
 #include "parameter_server.grpc.pb.h"
 #include "ps_in_process.h"
 #include "refusal_log.h"
+#include "replica_table.h"
 #include "presum_exchange.h"
 #include "scale_exchange.h"
 #include "server_state.h"
@@ -58,17 +59,6 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
-struct Replica {
-  bool registered = false;
-  bool done = false;
-  bool gone = false;
-  std::string gone_reason;
-  std::string label;
-  std::string session;  // the session id its process registered with ("" before Register)
-  Clock::time_point last_heard{};
-  std::vector<float> step_ms;  // its last step-time report (PushHeader.step_ms)
-};
-
 using Shard = detail::IntakeShard;
 
 // Who is calling: the role its token proves (none without a cluster
@@ -79,9 +69,7 @@ struct Caller {
   std::string peer;
 };
 
-bool same_session(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
+using detail::same_session;
 
 // A metadata value, or "" when absent or too long to be ours.
 std::string metadata(const ServerContext* ctx, const char* key) {
@@ -111,7 +99,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   int total = 0, needed = 0;  // replicas, replicas_to_aggregate
   std::vector<rpc::Variable> variables;
   std::vector<Shard> shards;
-  std::vector<Replica> replicas;
+  detail::ReplicaTable replicas;
   // Set once by Init, and from then on only under mu (their headers say
   // which calls run without it).
   std::optional<detail::SyncSteps> steps;       // sync runs
@@ -234,9 +222,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  void heard(uint32_t r) {
-    if (r < replicas.size()) replicas[r].last_heard = Clock::now();
-  }
+  void heard(uint32_t r) { replicas.heard(r, Clock::now()); }
 
   // The run's global step (0 before Init), a replica's last step pushed
   // (-1 for none), the pushes dropped: from the run's step unit (mu held).
@@ -257,12 +243,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return 0;
   }
 
-  std::vector<uint32_t> unregistered() const {
-    std::vector<uint32_t> m;
-    for (size_t r = 0; r < replicas.size(); ++r)
-      if (!replicas[r].registered) m.push_back(static_cast<uint32_t>(r));
-    return m;
-  }
+  std::vector<uint32_t> unregistered() const { return replicas.unregistered(); }
 
   // Waits until pred() or the poll interval / the call's deadline / an end.
   template <class Pred>
@@ -350,7 +331,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     }
     scales.emplace(variables.size(), total, needed, keep);
     presums.emplace(std::move(plan.presum_floats), total, needed, keep);
-    replicas.assign(total, Replica{});
+    replicas.reset(total);
     phase = Phase::kRunning;
     log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
         std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
@@ -407,25 +388,25 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
                     replica_name(req->replica()) + " has a different model, codec, placement or sync setting than the chief "
                     "(layout fingerprint " + std::to_string(req->fingerprint()) + " vs " + std::to_string(fingerprint) +
                     "): start every task with the same flags");
-    Replica& r = replicas[req->replica()];
     const std::string label = req->label().substr(0, 200);
-    if (!r.session.empty() && !same_session(caller.session, r.session)) {
-      if (!auth && !r.gone)
+    const std::string holder = replicas[req->replica()].label;
+    switch (replicas.join(req->replica(), caller.session, label, auth.has_value(), Clock::now())) {
+      case detail::ReplicaTable::Join::kRefused:
         return grpc::Status(StatusCode::ALREADY_EXISTS,
-                            replica_name(req->replica()) + " is already registered (by " + r.label +
+                            replica_name(req->replica()) + " is already registered (by " + holder +
                                 "); without a cluster secret the ps cannot tell a restarted replica from another process in "
                                 "its name, so a new one may register once the old one has been silent for " +
                                 std::to_string(static_cast<int>(opt.peer_timeout_s)) + " s");
-      log(replica_name(req->replica()) + " registered again from " + label +
-          " (a new process): calls of the previous one are refused from now on");
-    } else if (!r.registered) {
-      log(replica_name(req->replica()) + " (" + label + ") joined");
+      case detail::ReplicaTable::Join::kReplaced:
+        log(replica_name(req->replica()) + " registered again from " + label +
+            " (a new process): calls of the previous one are refused from now on");
+        break;
+      case detail::ReplicaTable::Join::kFirst:
+        log(replica_name(req->replica()) + " (" + label + ") joined");
+        break;
+      case detail::ReplicaTable::Join::kSame:
+        break;
     }
-    r.registered = true;
-    r.gone = false;
-    r.label = label;
-    r.session = caller.session;
-    heard(req->replica());
     cv.notify_all();
     long_poll(lock, ctx, [&] { return unregistered().empty(); });
     if (ended()) return ended_status();
@@ -776,7 +757,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   void report_step_times_locked(rpc::PullHeader* head) const {
     std::vector<double> sum(kStepTimeFields, 0.0);
     uint32_t n = 0;
-    for (const Replica& rep : replicas) {
+    for (const detail::ReplicaRecord& rep : replicas.records()) {
       if (rep.step_ms.size() != kStepTimeFields) continue;
       for (size_t i = 0; i < kStepTimeFields; ++i) sum[i] += rep.step_ms[i];
       ++n;
@@ -1039,33 +1020,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         }
         continue;
       }
-      int alive = 0;
-      for (size_t r = 0; r < replicas.size(); ++r) {
-        Replica& rep = replicas[r];
-        if (rep.done) continue;
-        if (!rep.gone && seconds_since(rep.last_heard) > opt.peer_timeout_s) {
-          rep.gone = true;
-          const std::string what = replica_name(static_cast<uint32_t>(r)) + " (" + rep.label + ") has been silent for " +
-                                   std::to_string(static_cast<int>(seconds_since(rep.last_heard))) + " s (last pushed step " +
-                                   std::to_string(last_pushed_locked(static_cast<uint32_t>(r))) + ")";
-          rep.gone_reason = what;
-          if (r == 0) {
-            fail_locked(what + "; it is the chief, so the run cannot finish");
-            break;
-          }
-          log(what + ": counted as gone");
-        }
-        if (!rep.gone) ++alive;
-      }
-      if (ended() || !sync) continue;
-      int finished = 0;
-      for (const Replica& rep : replicas) finished += rep.done;
-      if (alive + finished < needed && alive > 0) {
-        std::string gone;
-        for (const Replica& rep : replicas)
-          if (rep.gone) gone += (gone.empty() ? "" : "; ") + rep.gone_reason;
-        fail_locked(gone + "; only " + std::to_string(alive) + " replicas left and a step needs " + std::to_string(needed));
-      }
+      const detail::ReplicaTable::Verdict v = replicas.judge(
+          Clock::now(), opt.peer_timeout_s, sync, needed, [&](uint32_t r) { return replica_name(r); },
+          [&](uint32_t r) { return last_pushed_locked(r); });
+      for (const std::string& gone : v.newly_gone) log(gone + ": counted as gone");
+      if (v.failure) fail_locked(*v.failure);
     }
   }
 };
