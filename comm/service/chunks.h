@@ -69,6 +69,7 @@ class BasicReassembly {
   bool complete() const { return started_ && filled_ == bytes_.size(); }
   uint64_t filled() const { return filled_; }
   Buffer& bytes() { return bytes_; }
+  const Buffer& bytes() const { return bytes_; }
 
  private:
   std::string check(uint64_t offset, uint64_t total, size_t size, uint64_t max_total) {

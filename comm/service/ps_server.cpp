@@ -25,6 +25,7 @@
 #include "async_updates.h"
 #include "chunks.h"
 #include "init_intake.h"
+#include "push_intake.h"
 #include "parameter_server.grpc.pb.h"
 #include "ps_in_process.h"
 #include "refusal_log.h"
@@ -514,91 +515,22 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     if (!reader->Read(&chunk) || !chunk.has_header())
       return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
     const rpc::PushHeader h = chunk.header();
-    // Payload bytes per shard of this ps: exact for fixed-size codecs, the
-    // most a variable-size codec writes (its header says how long; validate()
-    // below checks that against the bytes received).
-    std::vector<uint64_t> expect;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (ended()) return ended_status();
       if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Push before Init");
       if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
       heard(h.replica());
-      for (const Shard& s : shards) expect.push_back(s.codec->payload_bytes(s.view.count));
     }
+    // Shards, codecs and the mode are fixed once Init has run: the push
+    // intake reads them without the lock.
     const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
-    // The shards this push carries: every shard, or one bucket's (sync).
-    std::vector<uint32_t> ids;
-    std::vector<int> slot(expect.size(), -1);  // shard -> index into ids
-    if (h.shards_size() == 0) {
-      for (uint32_t s = 0; s < expect.size(); ++s) ids.push_back(s);
-    } else {
-      if (!sync) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": an async push carries every shard, not a bucket");
-      for (uint32_t s : h.shards()) {
-        if (s >= expect.size())
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": bucket names shard " + std::to_string(s) +
-                                                          " of this ps's " + std::to_string(expect.size()));
-        if (slot[s] >= 0)
-          return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": bucket names shard " + std::to_string(s) + " twice");
-        slot[s] = static_cast<int>(ids.size());
-        ids.push_back(s);
-      }
-    }
-    for (size_t i = 0; i < ids.size(); ++i) slot[ids[i]] = static_cast<int>(i);
-    if (h.step_ms_size() != 0 && h.step_ms_size() != static_cast<int>(kStepTimeFields))
-      return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": " + std::to_string(h.step_ms_size()) +
-                                                      " step times, expected 0 or " + std::to_string(kStepTimeFields));
-    for (float t : h.step_ms())
-      if (!(t >= 0 && t <= 1e7))
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": step time " + std::to_string(t) +
-                                                        " ms is not in [0, 1e7]");
-    std::vector<detail::StringReassembly> parts(ids.size());
-    while (reader->Read(&chunk)) {
-      if (!chunk.has_payload()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": a second header");
-      rpc::PayloadChunk& p = *chunk.mutable_payload();
-      if (p.shard() >= expect.size() || slot[p.shard()] < 0)
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(p.shard()) +
-                                                        (p.shard() >= expect.size() ? " is unknown" : " is not in its bucket"));
-      // The chunk's bytes are taken over, not copied (chunks.h).
-      const std::string err = parts[slot[p.shard()]].take(p.offset(), p.total_bytes(), std::move(*p.mutable_data()), expect[p.shard()]);
-      if (!err.empty()) return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ", shard " + std::to_string(p.shard()) + ": " + err);
-    }
-    // The whole request is checked before anything of it is kept.
-    uint64_t received = 0;
-    std::vector<std::vector<uint8_t>> kept(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const uint32_t s = ids[i];
-      if (shards[s].codec->variable_size()) {
-        // Any length its codec can write: 1 to the capacity (never above:
-        // take() refused that already), all of it received.
-        const uint64_t got = parts[i].filled();
-        if (!parts[i].complete() || got == 0 || got > expect[s])
-          return grpc::Status(StatusCode::INVALID_ARGUMENT,
-                              "Push from " + who + ": shard " + std::to_string(s) + " has " + std::to_string(got) +
-                                  (parts[i].started() && !parts[i].complete()
-                                       ? " of the " + std::to_string(parts[i].bytes().size()) + " announced"
-                                       : std::string()) +
-                                  " payload bytes; its variable-size codec writes 1 to " + std::to_string(expect[s]));
-      } else if (!parts[i].complete() || parts[i].bytes().size() != expect[s]) {
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " has " +
-                                                        std::to_string(parts[i].filled()) + " of the " +
-                                                        std::to_string(expect[s]) + " payload bytes its codec writes");
-      }
-      received += parts[i].bytes().size();
-      try {
-        kept[i] = shards[s].codec->validate_for_server(detail::as_bytes(parts[i].bytes()), shards[s].view.count);
-      } catch (const std::exception& e) {
-        return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push from " + who + ": shard " + std::to_string(s) + " (" +
-                                                        shards[s].view.name + "): malformed payload: " + e.what());
-      }
-    }
-    // What the codecs keep in place of a payload (an entropy-coded push as
-    // its 2-bit codes, decoded once above): after every shard has passed.
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (!kept[i].empty()) parts[i].bytes().assign(kept[i].begin(), kept[i].end());
-    std::vector<std::string> payloads;  // [i]: shard ids[i]'s
-    for (detail::StringReassembly& part : parts) payloads.push_back(std::move(part.bytes()));
-    return sync ? push_sync(caller, h, ids, payloads, received, reply) : push_async(caller, h, payloads, received, reply);
+    detail::PushIntake in;
+    if (const auto refusal =
+            detail::take_push(h, shards, sync, who, [&](rpc::PushChunk& c) { return reader->Read(&c); }, in))
+      return grpc::Status(StatusCode::INVALID_ARGUMENT, *refusal);
+    return sync ? push_sync(caller, h, in.ids, in.payloads, in.received, reply)
+                : push_async(caller, h, in.payloads, in.received, reply);
   }
 
   grpc::Status push_sync(const Caller& caller, const rpc::PushHeader& h, const std::vector<uint32_t>& ids,
