@@ -327,9 +327,9 @@ void hand_out_secrets(const Options& o, std::vector<Task>& tasks) {
   }
 }
 
-int run(Options& o) {
-  if (o.tg_train.empty()) o.tg_train = (fs::canonical("/proc/self/exe").parent_path() / "tg-train").string();
-  if (!fs::exists(o.tg_train)) usage_error("tg-train not found at " + o.tg_train + " (use --tg_train=PATH)");
+// The folder of the tasks' logs: --log_dir, else <train_dir>/logs, else a
+// fresh folder in /tmp.
+void choose_log_dir(Options& o) {
   std::string train_dir;
   for (const auto& f : o.train_flags)
     if (f.rfind("--train_dir=", 0) == 0) train_dir = f.substr(12);
@@ -344,73 +344,58 @@ int run(Options& o) {
     }
   }
   fs::create_directories(o.log_dir);
+}
 
+// Every task of the run, with a free loopback port each (on emulated links
+// the network gives the addresses).
+std::vector<Task> plan_tasks(const Options& o) {
   std::vector<Task> tasks;
   for (int i = 0; i < o.num_ps; ++i) tasks.emplace_back("ps", i);
   if (o.chief) tasks.emplace_back("chief", 0);
   for (int i = 0; i < o.num_workers; ++i) tasks.emplace_back("worker", i);
   if (o.evaluator) tasks.emplace_back("evaluator", 0);
-  const bool emulated = !o.link_rate.empty();
-  if (emulated && tasks.size() > 253)
+  if (!o.link_rate.empty() && tasks.size() > 253)
     usage_error("--link_rate: " + std::to_string(tasks.size()) + " tasks; one emulated network holds at most 253");
-  if (!emulated)
+  if (o.link_rate.empty())
     for (Task& t : tasks) t.address = o.host + ":" + std::to_string(free_port(o.host));
-  const int replicas = (o.chief ? 1 : 0) + o.num_workers;
-  bool user_secret = std::getenv("TG_CLUSTER_SECRET") != nullptr;
-  for (const auto& f : o.train_flags) user_secret |= f.rfind("--secret_file=", 0) == 0;
-  if (!user_secret) {
-    try {
-      hand_out_secrets(o, tasks);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "tg-cluster: cannot write the run's secrets: %s\n", e.what());
-      return 1;
+  return tasks;
+}
+
+bool has_flag(const Options& o, const char* prefix) {
+  for (const auto& f : o.train_flags)
+    if (f.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The emulated network, one host per task: 0, or the exit status to end with.
+int set_up_network(const Options& o, std::vector<Task>& tasks, std::optional<tx::EmulatedNetwork>& net) {
+  // A closed terminal must clean up too.
+  signal(SIGHUP, on_signal);
+  try {
+    net.emplace();
+    for (Task& t : tasks) {
+      const auto& h = net->add_host(host_name(t), t.type == "ps" ? o.ps_link_rate_bps : o.link_rate_bps);
+      t.address = h.address + ":" + std::to_string(kEmulatedPort);
+      if (g_interrupted) break;
     }
+  } catch (const tx::NetworkPrivilegeError& e) {
+    std::fprintf(stderr, "tg-cluster: --link_rate=%s: %s\n", o.link_rate.c_str(), e.what());
+    return 2;
+  } catch (const tx::NetworkError& e) {
+    std::fprintf(stderr, "tg-cluster: cannot set up the emulated network: %s\n", e.what());
+    return 1;
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = o.replica_threads > 0 ? o.replica_threads : std::max(1, cores / replicas);
-  bool user_threads = false;
-  for (const auto& f : o.train_flags) user_threads |= f.rfind("--threads=", 0) == 0;
-
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  // From here on every way out must pass through net's destructor (which
-  // removes the namespaces): no std::exit, exceptions are caught in main.
-  std::optional<tx::EmulatedNetwork> net;
-  if (emulated) {
-    // A closed terminal must clean up too.
-    signal(SIGHUP, on_signal);
-    try {
-      net.emplace();
-      for (Task& t : tasks) {
-        const auto& h = net->add_host(host_name(t), t.type == "ps" ? o.ps_link_rate_bps : o.link_rate_bps);
-        t.address = h.address + ":" + std::to_string(kEmulatedPort);
-        if (g_interrupted) break;
-      }
-    } catch (const tx::NetworkPrivilegeError& e) {
-      std::fprintf(stderr, "tg-cluster: --link_rate=%s: %s\n", o.link_rate.c_str(), e.what());
-      return 2;
-    } catch (const tx::NetworkError& e) {
-      std::fprintf(stderr, "tg-cluster: cannot set up the emulated network: %s\n", e.what());
-      return 1;
-    }
-    if (g_interrupted) {
-      std::fprintf(stderr, "tg-cluster: interrupted while setting up the emulated network\n");
-      return 1;
-    }
+  if (g_interrupted) {
+    std::fprintf(stderr, "tg-cluster: interrupted while setting up the emulated network\n");
+    return 1;
   }
+  return 0;
+}
 
-  terngrad::json::Json cluster = {{"ps", addresses_of(tasks, "ps")}, {"worker", addresses_of(tasks, "worker")}};
-  if (o.chief) cluster["chief"] = addresses_of(tasks, "chief");
-  if (o.evaluator) cluster["evaluator"] = addresses_of(tasks, "evaluator");
-  std::fprintf(stderr, "tg-cluster: %d ps, %d replicas (%s), %s; logs in %s\n", o.num_ps, replicas,
-               o.chief ? "chief + workers" : "worker 0 is the chief", o.evaluator ? "an evaluator" : "no evaluator",
-               o.log_dir.c_str());
-  if (emulated)
-    std::fprintf(stderr, "tg-cluster: emulated links: %s each way (ps: %s), namespaces %s-*\n", o.link_rate.c_str(),
-                 o.ps_link_rate.c_str(), net->hub().substr(0, net->hub().size() - 4).c_str());
-
-  std::string failure;
-  const auto run_start = Clock::now();
+// Starts every task (in its namespace on emulated links): "" or why one
+// could not start.
+std::string start_tasks(const Options& o, std::vector<Task>& tasks, const terngrad::json::Json& cluster,
+                        std::optional<tx::EmulatedNetwork>& net, int threads, bool user_threads) {
   for (size_t k = 0; k < tasks.size(); ++k) {
     Task& t = tasks[k];
     const std::string tf_config =
@@ -437,8 +422,7 @@ int run(Options& o) {
       try {
         pid = net->spawn(net->hosts().at(k), args, prepare_child);
       } catch (const std::exception& e) {
-        failure = std::string("cannot start ") + t.name() + ": " + e.what();
-        break;
+        return std::string("cannot start ") + t.name() + ": " + e.what();
       }
     } else {
       pid = fork();
@@ -457,92 +441,100 @@ int run(Options& o) {
     t.running = true;
     t.started = Clock::now();
   }
+  return "";
+}
 
-  // Wait; show the chief's log as it grows.
-  const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
-  std::ifstream chief_log;
-  std::string pending;
+// Prints what the log at `path` gained since the last call.
+void show_new_output(std::ifstream& log, const fs::path& path) {
+  if (!log.is_open()) log.open(path);
+  if (!log.is_open()) return;
+  log.clear();
+  std::string chunk((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  if (!chunk.empty()) {
+    std::fwrite(chunk.data(), 1, chunk.size(), stderr);
+    std::fflush(stderr);
+  }
+}
+
+// Reaps the tasks that ended: "" or the first failure, with its log's end.
+// any_running: whether one still runs.
+std::string reap_tasks(const Options& o, std::vector<Task>& tasks, bool& any_running) {
+  std::string failure;
+  any_running = false;
+  for (Task& t : tasks) {
+    if (!t.running) continue;
+    int st = 0;
+    if (::waitpid(t.pid, &st, WNOHANG) == t.pid) {
+      t.running = false;
+      t.status = st;
+      t.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure.empty())
+        failure = t.name() + " (" + t.address + ") " + describe_status(st) + "; the end of " + t.file() + ":\n" +
+                  tail_of(fs::path(o.log_dir) / t.file(), 6);
+    } else {
+      any_running = true;
+    }
+  }
+  return failure;
+}
+
+// Fault injection (--kill_task): kills the named task and reaps it; the
+// others go on, to show how they react.
+void kill_named_task(const Options& o, std::vector<Task>& tasks) {
+  for (Task& t : tasks)
+    if (t.running && t.type + ":" + std::to_string(t.index) == o.kill_task) {
+      std::fprintf(stderr, "tg-cluster: fault injection: killing %s (pid %d)\n", t.name().c_str(), t.pid);
+      ::kill(t.pid, SIGKILL);
+    }
+  for (Task& t : tasks)
+    if (t.type + ":" + std::to_string(t.index) == o.kill_task) {
+      int st = 0;
+      ::waitpid(t.pid, &st, 0);
+      t.running = false;
+      t.status = st;
+    }
+}
+
+// Waits for the run to end, showing the progress task's log as it grows:
+// "" when every task ended well, else why the run failed.
+std::string watch_tasks(const Options& o, std::vector<Task>& tasks, const std::string& shown) {
+  std::ifstream progress_log;
   const auto start = Clock::now();
   bool killed_one = false;
-  while (failure.empty()) {
-    if (!chief_log.is_open()) chief_log.open(fs::path(o.log_dir) / shown);
-    if (chief_log.is_open()) {
-      chief_log.clear();
-      std::string chunk((std::istreambuf_iterator<char>(chief_log)), std::istreambuf_iterator<char>());
-      if (!chunk.empty()) {
-        std::fwrite(chunk.data(), 1, chunk.size(), stderr);
-        std::fflush(stderr);
-      }
-    }
+  for (;;) {
+    show_new_output(progress_log, fs::path(o.log_dir) / shown);
     bool any_running = false;
-    for (Task& t : tasks) {
-      if (!t.running) continue;
-      int st = 0;
-      if (::waitpid(t.pid, &st, WNOHANG) == t.pid) {
-        t.running = false;
-        t.status = st;
-        t.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure.empty())
-          failure = t.name() + " (" + t.address + ") " + describe_status(st) + "; the end of " + t.file() + ":\n" +
-                    tail_of(fs::path(o.log_dir) / t.file(), 6);
-      } else {
-        any_running = true;
-      }
-    }
-    if (!failure.empty() || !any_running) break;
+    if (std::string failure = reap_tasks(o, tasks, any_running); !failure.empty()) return failure;
+    if (!any_running) return "";
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (!o.kill_task.empty() && !killed_one && elapsed >= o.kill_after_secs) {
-      for (Task& t : tasks)
-        if (t.running && t.type + ":" + std::to_string(t.index) == o.kill_task) {
-          std::fprintf(stderr, "tg-cluster: fault injection: killing %s (pid %d)\n", t.name().c_str(), t.pid);
-          ::kill(t.pid, SIGKILL);
-        }
+      kill_named_task(o, tasks);
       killed_one = true;
-      // The killed task is expected to fail: keep waiting for how the others react.
-      for (Task& t : tasks)
-        if (t.type + ":" + std::to_string(t.index) == o.kill_task) {
-          int st = 0;
-          ::waitpid(t.pid, &st, 0);
-          t.running = false;
-          t.status = st;
-        }
     }
-    if (g_interrupted) {
-      failure = "interrupted";
-      break;
-    }
-    if (o.timeout_secs > 0 && elapsed > o.timeout_secs) {
-      failure = "timed out after " + std::to_string(static_cast<int>(o.timeout_secs)) + " s";
-      break;
-    }
+    if (g_interrupted) return "interrupted";
+    if (o.timeout_secs > 0 && elapsed > o.timeout_secs)
+      return "timed out after " + std::to_string(static_cast<int>(o.timeout_secs)) + " s";
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  // A failure: give the others a moment to notice on their own (their
-  // messages name the dead peer), then stop whoever is left.
-  if (!failure.empty() && failure != "interrupted") {
-    const auto until = Clock::now() + std::chrono::seconds(6);
-    for (bool any = true; any && Clock::now() < until && !g_interrupted;) {
-      any = false;
-      for (Task& t : tasks) {
-        if (!t.running) continue;
-        if (::waitpid(t.pid, &t.status, WNOHANG) == t.pid) t.running = false;
-        else any = true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+}
+
+// After a failure: the others get a moment to notice on their own (their
+// messages name the dead peer) before whoever is left is stopped.
+void let_the_others_notice(std::vector<Task>& tasks) {
+  const auto until = Clock::now() + std::chrono::seconds(6);
+  for (bool any = true; any && Clock::now() < until && !g_interrupted;) {
+    any = false;
+    for (Task& t : tasks) {
+      if (!t.running) continue;
+      if (::waitpid(t.pid, &t.status, WNOHANG) == t.pid) t.running = false;
+      else any = true;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  // Tasks first: a namespace deleted under a live task would outlive the run.
-  stop_all(tasks);
-  if (net) {
-    const double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
-    try {
-      write_link_stats(o, tasks, *net, wall, failure.empty() ? "ok" : failure.substr(0, failure.find('\n')));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "tg-cluster: cannot write the link statistics: %s\n", e.what());
-      if (failure.empty()) failure = std::string("link statistics: ") + e.what();
-    }
-    net.reset();  // namespaces, links and anything left in them
-  }
+}
+
+// The tasks' outcomes and the chief's summary line; the exit status.
+int report(const Options& o, const std::vector<Task>& tasks, const std::string& failure, const std::string& shown) {
   std::fprintf(stderr, "\ntg-cluster: tasks\n");
   for (const Task& t : tasks)
     std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(),
@@ -559,6 +551,61 @@ int run(Options& o) {
     if (line.find(" steps, grad_bits ") != std::string::npos) last = line;
   if (!last.empty()) std::printf("%s\n", last.c_str());
   return 0;
+}
+
+int run(Options& o) {
+  if (o.tg_train.empty()) o.tg_train = (fs::canonical("/proc/self/exe").parent_path() / "tg-train").string();
+  if (!fs::exists(o.tg_train)) usage_error("tg-train not found at " + o.tg_train + " (use --tg_train=PATH)");
+  choose_log_dir(o);
+  std::vector<Task> tasks = plan_tasks(o);
+  const int replicas = (o.chief ? 1 : 0) + o.num_workers;
+  if (std::getenv("TG_CLUSTER_SECRET") == nullptr && !has_flag(o, "--secret_file=")) {
+    try {
+      hand_out_secrets(o, tasks);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tg-cluster: cannot write the run's secrets: %s\n", e.what());
+      return 1;
+    }
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.replica_threads > 0 ? o.replica_threads : std::max(1, cores / replicas);
+
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  // From here on every way out must pass through net's destructor (which
+  // removes the namespaces): no std::exit, exceptions are caught in main.
+  std::optional<tx::EmulatedNetwork> net;
+  if (!o.link_rate.empty())
+    if (const int status = set_up_network(o, tasks, net); status != 0) return status;
+
+  terngrad::json::Json cluster = {{"ps", addresses_of(tasks, "ps")}, {"worker", addresses_of(tasks, "worker")}};
+  if (o.chief) cluster["chief"] = addresses_of(tasks, "chief");
+  if (o.evaluator) cluster["evaluator"] = addresses_of(tasks, "evaluator");
+  std::fprintf(stderr, "tg-cluster: %d ps, %d replicas (%s), %s; logs in %s\n", o.num_ps, replicas,
+               o.chief ? "chief + workers" : "worker 0 is the chief", o.evaluator ? "an evaluator" : "no evaluator",
+               o.log_dir.c_str());
+  if (net)
+    std::fprintf(stderr, "tg-cluster: emulated links: %s each way (ps: %s), namespaces %s-*\n", o.link_rate.c_str(),
+                 o.ps_link_rate.c_str(), net->hub().substr(0, net->hub().size() - 4).c_str());
+
+  const auto run_start = Clock::now();
+  const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
+  std::string failure = start_tasks(o, tasks, cluster, net, threads, has_flag(o, "--threads="));
+  if (failure.empty()) failure = watch_tasks(o, tasks, shown);
+  if (!failure.empty() && failure != "interrupted") let_the_others_notice(tasks);
+  // Tasks first: a namespace deleted under a live task would outlive the run.
+  stop_all(tasks);
+  if (net) {
+    const double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
+    try {
+      write_link_stats(o, tasks, *net, wall, failure.empty() ? "ok" : failure.substr(0, failure.find('\n')));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tg-cluster: cannot write the link statistics: %s\n", e.what());
+      if (failure.empty()) failure = std::string("link statistics: ") + e.what();
+    }
+    net.reset();  // namespaces, links and anything left in them
+  }
+  return report(o, tasks, failure, shown);
 }
 
 }  // namespace
