@@ -88,6 +88,164 @@ void export_model(TrainingSession& s, int64_t step) {
 
 }  // namespace detail
 
+namespace {
+
+// The buffers of one in-process step and its five stages, each a method:
+// what the workers send, what the server sums and what every worker pulls,
+// as a ps would (every variable travels whole: the in-process view of one ps).
+class InProcessStep {
+ public:
+  InProcessStep(detail::TrainingSession& s, int workers) : s_(s), N_(workers), V_(s.num_variables()) {
+    allocate_payloads();
+    allocate_presums();
+    sum_ = s.make_grads();
+    losses_.assign(N_, 0.0f);
+    shared_.assign(V_, 0.0f);
+    aggregates_.resize(V_);
+  }
+
+  double fp32_bytes_per_worker_step() const { return fp32_per_step_; }
+
+  // The server's state per variable (server_ef() residuals), held by the
+  // session so that its checkpoints carry it; other codecs keep none.
+  void attach_server_states(int64_t start_step) {
+    server_states_.assign(V_, nullptr);
+    no_state_.assign(V_, {});
+    for (size_t v = 0; v < V_; ++v)
+      if (s_.codec(0, v).aggregate_keeps_state()) {
+        const uint64_t n = s_.params().params[v].value.size();
+        server_states_[v] = &s_.server_state(v, 0, n);
+        if (start_step > 0 && server_states_[v]->empty())
+          std::fprintf(stderr, "warning: variable %zu (%s): the checkpoint holds no server state; its server residual "
+                       "starts at zero\n", v, s_.params().params[v].name.c_str());
+      }
+  }
+
+  // 1. Every worker: batch, gradient (+ weight decay), local scales.
+  double compute_gradients(int64_t step) {
+    parallel_for(N_, step, "gradient", [&](int64_t w) { losses_[w] = s_.compute_gradient(static_cast<size_t>(w), step); });
+    for (int w = 0; w < N_; ++w) s_.save_gradients(static_cast<size_t>(w), step);  // --save_gradients: codec studies
+    double loss = 0;
+    for (float l : losses_) loss += l;
+    return loss / N_;
+  }
+
+  // 2. Scale sharing: the max over workers (what an all-reduce(max) gives).
+  void share_scales() {
+    for (size_t v = 0; v < V_; ++v) {
+      shared_[v] = 0.0f;
+      for (int w = 0; w < N_; ++w) shared_[v] = std::max(shared_[v], s_.local_scales(w)[v]);
+    }
+  }
+
+  // 2b. Pre-rounds (multi-round codecs): every worker's vectors, summed in
+  // worker order (what the ps's ExchangePresums gives a cluster).
+  void run_presums(int64_t step) {
+    for (uint32_t round = 0; round < rounds_; ++round) {
+      parallel_for(N_, step, "pre-round", [&](int64_t w) {
+        for (size_t v = 0; v < V_; ++v)
+          if (round < s_.presum_rounds(v)) s_.presum_variable(static_cast<size_t>(w), step, v, round, presums_[round][w][v]);
+      });
+      for (size_t v = 0; v < V_; ++v) {
+        if (round >= s_.presum_rounds(v)) continue;
+        std::vector<float>& sum = s_.presum_sums(v)[round];
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        for (int w = 0; w < N_; ++w)
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += presums_[round][w][v][i];
+      }
+    }
+  }
+
+  // 3. Every worker encodes what it would push; returns the bytes all sent.
+  uint64_t encode_all(int64_t step) {
+    parallel_for(N_, step, "encode", [&](int64_t w) {
+      s_.encode(static_cast<size_t>(w), step, shared_, slices_, outs_[w]);
+      for (size_t v = 0; v < V_; ++v) used_[w][v] = s_.codec(w, v).encoded_size(payloads_[w][v], slices_[v][0].count);
+    });
+    uint64_t sent = 0;
+    for (int w = 0; w < N_; ++w)
+      for (size_t v = 0; v < V_; ++v) sent += used_[w][v];
+    return sent;
+  }
+
+  // 4. The server's sum per variable, in worker order, of what every worker
+  // sent, and what every worker pulls; returns the bytes a worker receives.
+  double sum_on_server(int64_t step) {
+    parallel_for(static_cast<int64_t>(V_), step, "server sum", [&](int64_t vi) {
+      const size_t v = static_cast<size_t>(vi);
+      std::vector<std::span<const uint8_t>> views;
+      for (int w = 0; w < N_; ++w) views.push_back(std::span<const uint8_t>(payloads_[w][v]).first(used_[w][v]));
+      const comm::GradientCodec& c = s_.codec(0, v);
+      const uint64_t n = sum_[v].data.size();
+      const comm::AggregateContext ctx{static_cast<uint32_t>(v), static_cast<uint32_t>(step), 0};
+      c.aggregate_step(views, n, ctx, server_states_[v] ? *server_states_[v] : no_state_[v], aggregates_[v]);
+      s_.decode_sum(step, v, n, aggregates_[v], sum_[v].data);
+    });
+    double recv = presum_bytes_;
+    for (size_t v = 0; v < V_; ++v) recv += static_cast<double>(aggregates_[v].size());
+    return recv;
+  }
+
+  // 5. The same averaged update on every worker's (identical) copy.
+  void apply(int64_t step) { s_.apply(step, sum_, N_); }
+
+  // What a worker sends per step besides its payloads (the pre-rounds, float32).
+  double presum_bytes() const { return presum_bytes_; }
+
+ private:
+  // The payload buffers hold the codecs' capacity; what a worker sends is
+  // the used part (a variable-size codec's varies with the values).
+  void allocate_payloads() {
+    slices_.resize(V_);
+    payloads_.assign(N_, std::vector<std::vector<uint8_t>>(V_));
+    outs_.assign(N_, std::vector<std::vector<std::span<uint8_t>>>(V_));
+    used_.assign(N_, std::vector<size_t>(V_));
+    for (size_t v = 0; v < V_; ++v) {
+      const uint64_t n = s_.params().params[v].value.size();
+      slices_[v] = {{0, n}};
+      for (int w = 0; w < N_; ++w) {
+        payloads_[w][v].resize(s_.codec(w, v).payload_bytes(n));
+        outs_[w][v] = {payloads_[w][v]};
+      }
+      fp32_per_step_ += 4.0 * static_cast<double>(n);
+    }
+  }
+
+  // Multi-round codecs: each worker's pre-round vectors, [round][worker][variable]
+  // (empty for variables with fewer rounds); they travel as float32 both ways.
+  void allocate_presums() {
+    rounds_ = s_.max_presum_rounds();
+    presums_.assign(rounds_, std::vector<std::vector<std::vector<float>>>(N_, std::vector<std::vector<float>>(V_)));
+    for (uint32_t round = 0; round < rounds_; ++round)
+      for (size_t v = 0; v < V_; ++v) {
+        if (round >= s_.presum_rounds(v)) continue;
+        const uint64_t k = s_.presum_floats(v, round);
+        for (int w = 0; w < N_; ++w) presums_[round][w][v].resize(k);
+        s_.presum_sums(v)[round].resize(k);
+        presum_bytes_ += 4.0 * static_cast<double>(k);
+      }
+  }
+
+  detail::TrainingSession& s_;
+  const int N_;
+  const size_t V_;
+  std::vector<std::vector<comm::ElementRange>> slices_;
+  std::vector<std::vector<std::vector<uint8_t>>> payloads_;               // [worker][variable]: capacity
+  std::vector<std::vector<std::vector<std::span<uint8_t>>>> outs_;       // [worker][variable]: one slice each
+  std::vector<std::vector<size_t>> used_;                                // [worker][variable]: bytes sent this step
+  double fp32_per_step_ = 0;
+  uint32_t rounds_ = 0;
+  std::vector<std::vector<std::vector<std::vector<float>>>> presums_;  // [round][worker][variable]
+  double presum_bytes_ = 0;
+  std::vector<std::vector<uint8_t>*> server_states_;
+  std::vector<std::vector<uint8_t>> no_state_;
+  std::vector<std::vector<uint8_t>> aggregates_;
+  GradSet sum_;
+  std::vector<float> losses_, shared_;
+};
+
+}  // namespace
+
 TrainResult run_training(const TrainConfig& cfg_in) {
   using Clock = std::chrono::steady_clock;
   TrainConfig cfg = cfg_in;
@@ -102,121 +260,30 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   std::vector<int> all(N);
   std::iota(all.begin(), all.end(), 0);
   detail::TrainingSession s(cfg, N, all);
-  const size_t V = s.num_variables();
-
-  // Every variable travels whole (one slice): the in-process view of one ps.
-  // The payload buffers hold the codecs' capacity; what a worker sends is
-  // the used part (a variable-size codec's varies with the values).
-  std::vector<std::vector<comm::ElementRange>> slices(V);
-  std::vector<std::vector<std::vector<uint8_t>>> payloads(N, std::vector<std::vector<uint8_t>>(V));
-  std::vector<std::vector<std::vector<std::span<uint8_t>>>> outs(N, std::vector<std::vector<std::span<uint8_t>>>(V));
-  std::vector<std::vector<size_t>> used(N, std::vector<size_t>(V));  // [worker][variable]: bytes sent this step
-  double fp32_per_step = 0;
-  for (size_t v = 0; v < V; ++v) {
-    const uint64_t n = s.params().params[v].value.size();
-    slices[v] = {{0, n}};
-    for (int w = 0; w < N; ++w) {
-      payloads[w][v].resize(s.codec(w, v).payload_bytes(n));
-      outs[w][v] = {payloads[w][v]};
-    }
-    fp32_per_step += 4.0 * n;
-  }
-  // Multi-round codecs: each worker's pre-round vectors, [round][worker][variable]
-  // (empty for variables with fewer rounds); they travel as float32 both ways.
-  const uint32_t rounds = s.max_presum_rounds();
-  std::vector<std::vector<std::vector<std::vector<float>>>> presums(
-      rounds, std::vector<std::vector<std::vector<float>>>(N, std::vector<std::vector<float>>(V)));
-  double presum_bytes = 0;
-  for (uint32_t round = 0; round < rounds; ++round)
-    for (size_t v = 0; v < V; ++v) {
-      if (round >= s.presum_rounds(v)) continue;
-      const uint64_t k = s.presum_floats(v, round);
-      for (int w = 0; w < N; ++w) presums[round][w][v].resize(k);
-      s.presum_sums(v)[round].resize(k);
-      presum_bytes += 4.0 * static_cast<double>(k);
-    }
-  std::vector<std::vector<uint8_t>> aggregates(V);
-
+  InProcessStep in(s, N);
   const int64_t start_step = s.restore();
-  // The server's state per variable (server_ef() residuals), held by the
-  // session so that its checkpoints carry it; other codecs keep none.
-  std::vector<std::vector<uint8_t>*> server_states(V, nullptr);
-  std::vector<std::vector<uint8_t>> no_state(V);
-  for (size_t v = 0; v < V; ++v)
-    if (s.codec(0, v).aggregate_keeps_state()) {
-      const uint64_t n = s.params().params[v].value.size();
-      server_states[v] = &s.server_state(v, 0, n);
-      if (start_step > 0 && server_states[v]->empty())
-        std::fprintf(stderr, "warning: variable %zu (%s): the checkpoint holds no server state; its server residual "
-                     "starts at zero\n", v, s.params().params[v].name.c_str());
-    }
-  GradSet sum = s.make_grads();
-  std::vector<float> losses(N), shared(V, 0.0f);
+  in.attach_server_states(start_step);
   double recv_total = 0;
   uint64_t payload_total = 0;  // bytes every worker sent over the steps run (exact: integers)
   int64_t steps_sent = 0;
   detail::InProcessRun run(s, N, t_start);
-  run.result().fp32_bytes_per_worker_step = fp32_per_step;
+  run.result().fp32_bytes_per_worker_step = in.fp32_bytes_per_worker_step();
   const detail::InProcessRun::Hooks hooks{[&s](TrainResult& r) { s.evaluate_into(r); }, nullptr};
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
-    // 1. Every worker: batch, gradient (+ weight decay), local scales.
-    parallel_for(N, step, "gradient", [&](int64_t w) { losses[w] = s.compute_gradient(static_cast<size_t>(w), step); });
-    for (int w = 0; w < N; ++w) s.save_gradients(static_cast<size_t>(w), step);  // --save_gradients: codec studies
-    // 2. Scale sharing: the max over workers (what an all-reduce(max) gives).
-    for (size_t v = 0; v < V; ++v) {
-      shared[v] = 0.0f;
-      for (int w = 0; w < N; ++w) shared[v] = std::max(shared[v], s.local_scales(w)[v]);
-    }
-    // 2b. Pre-rounds (multi-round codecs): every worker's vectors, summed in
-    // worker order (what the ps's ExchangePresums gives a cluster).
-    for (uint32_t round = 0; round < rounds; ++round) {
-      parallel_for(N, step, "pre-round", [&](int64_t w) {
-        for (size_t v = 0; v < V; ++v)
-          if (round < s.presum_rounds(v)) s.presum_variable(static_cast<size_t>(w), step, v, round, presums[round][w][v]);
-      });
-      for (size_t v = 0; v < V; ++v) {
-        if (round >= s.presum_rounds(v)) continue;
-        std::vector<float>& sum = s.presum_sums(v)[round];
-        std::fill(sum.begin(), sum.end(), 0.0f);
-        for (int w = 0; w < N; ++w)
-          for (size_t i = 0; i < sum.size(); ++i) sum[i] += presums[round][w][v][i];
-      }
-    }
-    // 3. Every worker encodes what it would push.
-    parallel_for(N, step, "encode", [&](int64_t w) {
-      s.encode(static_cast<size_t>(w), step, shared, slices, outs[w]);
-      for (size_t v = 0; v < V; ++v)
-        used[w][v] = s.codec(w, v).encoded_size(payloads[w][v], slices[v][0].count);
-    });
-    for (int w = 0; w < N; ++w)
-      for (size_t v = 0; v < V; ++v) payload_total += used[w][v];
+    const double loss = in.compute_gradients(step);  // 1.
+    in.share_scales();                                // 2.
+    in.run_presums(step);                             // 2b.
+    payload_total += in.encode_all(step);             // 3.
     ++steps_sent;
-    // 4. The server's sum per variable, in worker order, of what every
-    // worker sent, and what every worker pulls.
-    parallel_for(static_cast<int64_t>(V), step, "server sum", [&](int64_t vi) {
-      const size_t v = static_cast<size_t>(vi);
-      std::vector<std::span<const uint8_t>> views;
-      for (int w = 0; w < N; ++w) views.push_back(std::span<const uint8_t>(payloads[w][v]).first(used[w][v]));
-      const comm::GradientCodec& c = s.codec(0, v);
-      const uint64_t n = sum[v].data.size();
-      const comm::AggregateContext ctx{static_cast<uint32_t>(v), static_cast<uint32_t>(step), 0};
-      c.aggregate_step(views, n, ctx, server_states[v] ? *server_states[v] : no_state[v], aggregates[v]);
-      s.decode_sum(step, v, n, aggregates[v], sum[v].data);
-    });
-    double recv = presum_bytes;
-    for (size_t v = 0; v < V; ++v) recv += static_cast<double>(aggregates[v].size());
+    const double recv = in.sum_on_server(step);       // 4.
     recv_total += recv;
-    // 5. The same averaged update on every worker's (identical) copy.
-    s.apply(step, sum, N);
+    in.apply(step);                                   // 5.
     // Measured, not the capacity: the mean over workers and steps run.
     run.result().bytes_sent_per_worker_step =
         static_cast<double>(payload_total) / (static_cast<double>(N) * static_cast<double>(steps_sent)) +
-        presum_bytes;
-
-    double loss = 0;
-    for (float l : losses) loss += l;
-    run.after_step(step, loss / N, [recv](JsonObject& o) { o.add("bytes_recv_per_worker", recv); }, hooks);
+        in.presum_bytes();
+    run.after_step(step, loss, [recv](JsonObject& o) { o.add("bytes_recv_per_worker", recv); }, hooks);
   }
   run.result().bytes_recv_per_worker_step = run.steps_run() > 0 ? recv_total / run.steps_run() : 0;
   return run.finish(hooks);
