@@ -89,7 +89,10 @@ ExperimentConfig load_experiment_config(const std::string& path) {
   return parse_experiment_config(text.str(), path);
 }
 
-void validate_experiment(const ExperimentConfig& cfg, const std::string& source) {
+namespace {
+
+// The run's name and the paper's figures it quotes.
+void check_name_and_paper(const ExperimentConfig& cfg, const std::string& source) {
   const std::string& name = cfg.name();
   if (name.empty()) bad(source, "name", "is required (it names the run directories)", "nothing");
   for (char c : name)
@@ -102,7 +105,10 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
     if (!(r.top1() >= 0 && r.top1() <= 1)) bad(source, at + ".top1", "is an accuracy in [0, 1]", num(r.top1()));
     if (!(r.top5() >= 0 && r.top5() <= 1)) bad(source, at + ".top5", "is an accuracy in [0, 1]", num(r.top5()));
   }
+}
 
+// The net and its hyperparameters.
+void check_model(const ExperimentConfig& cfg, const std::string& source) {
   const Model& m = cfg.model();
   if (m.net() == Model::NET_UNSPECIFIED) bad(source, "model.net", "is required: LENET, CIFARNET, ALEXNET, GOOGLENET or VGG_A", "nothing");
   if (m.num_classes() < 0) bad(source, "model.num_classes", "must be >= 0", num(m.num_classes()));
@@ -111,7 +117,11 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   if (m.weight_decay() != -1) check_non_negative(source, "model.weight_decay", m.weight_decay());
   if (!(m.moving_average_decay() >= 0 && m.moving_average_decay() < 1))
     bad(source, "model.moving_average_decay", "must be in [0, 1)", num(m.moving_average_decay()));
+}
 
+// The data, and which nets take its images.
+void check_dataset(const ExperimentConfig& cfg, const std::string& source) {
+  const Model& m = cfg.model();
   const Dataset& d = cfg.dataset();
   if (d.format() == Dataset::FORMAT_UNSPECIFIED)
     bad(source, "dataset.format", "is required: IDX, CIFAR10_BINARY, TFRECORD, IMAGE_FOLDER or SYNTHETIC", "nothing");
@@ -132,7 +142,10 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
         Dataset::Preprocessing_Name(d.preprocessing()));
   if (d.synthetic_examples() < 1) bad(source, "dataset.synthetic_examples", "must be >= 1", num(d.synthetic_examples()));
   if (d.epoch_examples() < 0) bad(source, "dataset.epoch_examples", "must be >= 0", num(d.epoch_examples()));
+}
 
+// Workers, ps tasks, devices and emulated links.
+void check_cluster(const ExperimentConfig& cfg, const std::string& source) {
   const Cluster& c = cfg.cluster();
   if (c.num_workers() < 1) bad(source, "cluster.num_workers", "must be >= 1", num(c.num_workers()));
   if (c.num_ps() < 1) bad(source, "cluster.num_ps", "must be >= 1", num(c.num_ps()));
@@ -161,7 +174,10 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   if (!link.empty() && c.mode() != Cluster::LOCAL_CLUSTER)
     bad(source, "cluster.link_rate", "emulated links join task processes; they need mode: LOCAL_CLUSTER",
         "\"" + link + "\"");
+}
 
+// The batch and the run's length.
+void check_training(const ExperimentConfig& cfg, const std::string& source) {
   const Training& t = cfg.training();
   if (t.batch_case() == Training::BATCH_NOT_SET)
     bad(source, "training", "needs batch_per_worker or total_batch", "neither");
@@ -170,7 +186,10 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   if (t.length_case() == Training::LENGTH_NOT_SET) bad(source, "training", "needs steps or epochs", "neither");
   if (t.has_steps()) check_positive(source, "training.steps", t.steps());
   if (t.has_epochs()) check_positive(source, "training.epochs", t.epochs());
+}
 
+// The optimizer and its learning-rate schedule.
+void check_optimizer(const ExperimentConfig& cfg, const std::string& source) {
   const Optimizer& o = cfg.optimizer();
   if (o.type() == Optimizer::TYPE_UNSPECIFIED)
     bad(source, "optimizer.type", "is required: SGD, MOMENTUM, ADAM or RMSPROP", "nothing");
@@ -193,14 +212,20 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   }
   if (lr.has_decay_steps()) check_positive(source, "optimizer.decay.decay_steps", lr.decay_steps());
   if (lr.has_decay_epochs()) check_positive(source, "optimizer.decay.decay_epochs", lr.decay_epochs());
+}
 
+// Evaluation, checkpoints and logging.
+void check_evaluation(const ExperimentConfig& cfg, const std::string& source) {
   const Evaluation& e = cfg.evaluation();
   check_non_negative(source, "evaluation.interval_steps", e.interval_steps());
   check_positive(source, "evaluation.batch_size", e.batch_size());
   check_non_negative(source, "evaluation.max_examples", e.max_examples());
   check_non_negative(source, "evaluation.save_interval_steps", e.save_interval_steps());
   check_positive(source, "evaluation.log_every_n_steps", e.log_every_n_steps());
+}
 
+// The codec.
+void check_codec(const ExperimentConfig& cfg, const std::string& source) {
   const Codec& k = cfg.codec();
   if (k.name().empty()) bad(source, "codec.name", "is required: fp32, terngrad or a registry codec", "\"\"");
   if (k.has_name() && (k.name() == "fp32" || is_terngrad(k)) && !k.spec().empty())
@@ -214,10 +239,27 @@ void validate_experiment(const ExperimentConfig& cfg, const std::string& source)
   }
   check_positive(source, "codec.clip", k.clip());
   if (k.size_to_binarize() < 1) bad(source, "codec.size_to_binarize", "must be >= 1", num(k.size_to_binarize()));
+}
 
+// The seeds of the grid.
+void check_seeds(const ExperimentConfig& cfg, const std::string& source) {
   for (int i = 0; i < cfg.seeds_size(); ++i)
     for (int j = 0; j < i; ++j)
       if (cfg.seeds(i) == cfg.seeds(j)) bad(source, "seeds", "lists a seed twice", num(cfg.seeds(i)));
+}
+
+}  // namespace
+
+void validate_experiment(const ExperimentConfig& cfg, const std::string& source) {
+  check_name_and_paper(cfg, source);
+  check_model(cfg, source);
+  check_dataset(cfg, source);
+  check_cluster(cfg, source);
+  check_training(cfg, source);
+  check_optimizer(cfg, source);
+  check_evaluation(cfg, source);
+  check_codec(cfg, source);
+  check_seeds(cfg, source);
 }
 
 ExperimentConfig at_grid_point(const ExperimentConfig& cfg, int workers, uint64_t seed, int64_t steps_override,
@@ -305,6 +347,26 @@ std::string codec_label(const ExperimentConfig& cfg) {
   return k.name();
 }
 
+// The codec's tg-train flags: a registry spec as --codec, fp32 and terngrad
+// as the TernGrad scripts' --grad_bits and their fields.
+static void add_codec_flags(const Codec& k, std::vector<std::string>& f) {
+  auto flag = [&f](const std::string& name, const std::string& value) { f.push_back("--" + name + "=" + value); };
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  if (!k.spec().empty()) {
+    flag("codec", k.spec());
+  } else if (k.name() == "fp32") {
+    flag("grad_bits", "32");
+  } else if (is_terngrad(k)) {
+    flag("grad_bits", "2");
+    flag("clip_factor", num(k.clip()));
+    flag("share_scale", b(k.share_scale()));
+  } else {
+    flag("codec", k.name());
+  }
+  flag("size_to_binarize", std::to_string(k.size_to_binarize()));
+  flag("quantize_logits", b(k.quantize_logits()));
+}
+
 std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_examples) {
   const int workers = p.cluster().num_workers();
   const Training& t = p.training();
@@ -357,20 +419,7 @@ std::vector<std::string> train_flags(const ExperimentConfig& p, int64_t train_ex
   if (lr.has_decay_epochs())
     flag("decay_steps", std::to_string(epochs_to_steps("optimizer.decay.decay_epochs", lr.decay_epochs(), train_examples, total_batch(p))));
 
-  const Codec& k = p.codec();
-  if (!k.spec().empty()) {
-    flag("codec", k.spec());
-  } else if (k.name() == "fp32") {
-    flag("grad_bits", "32");
-  } else if (is_terngrad(k)) {
-    flag("grad_bits", "2");
-    flag("clip_factor", num(k.clip()));
-    flag("share_scale", b(k.share_scale()));
-  } else {
-    flag("codec", k.name());
-  }
-  flag("size_to_binarize", std::to_string(k.size_to_binarize()));
-  flag("quantize_logits", b(k.quantize_logits()));
+  add_codec_flags(p.codec(), f);
 
   flag("seed", std::to_string(p.seeds(0)));
   const Evaluation& e = p.evaluation();

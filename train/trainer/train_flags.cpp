@@ -60,8 +60,9 @@ std::string one_of(const std::string& flag, const std::string& v, std::initializ
 #define TG_DBL(field) [](TrainConfig& c, const std::string& v) { c.field = to_double(#field, v); }
 #define TG_BOOL(field) [](TrainConfig& c, const std::string& v) { c.field = to_bool(#field, v); }
 
-const std::vector<Flag>& flags() {
-  static const std::vector<Flag> table = {
+// The net, the device and the data.
+std::vector<Flag> model_and_data_flags() {
+  return {
       {"net", "lenet | cifarnet | alexnet | googlenet | vgg_a",
        [](TrainConfig& c, const std::string& v) {
          c.net = one_of("net", v, {"lenet", "cifarnet", "alexnet", "googlenet", "vgg_a"});
@@ -91,6 +92,12 @@ const std::vector<Flag>& flags() {
        }},
       {"num_classes", "logits width (224x224 nets: 1000 or 1001); 0 = dataset's", TG_INT(num_classes)},
       {"synthetic_examples", "training examples of the synthetic dataset", TG_INT(synthetic_examples)},
+  };
+}
+
+// Workers, batches, steps and the optimizer.
+std::vector<Flag> schedule_flags() {
+  return {
       {"num_nodes", "virtual workers", [](TrainConfig& c, const std::string& v) {
          c.num_nodes = static_cast<int>(to_int("num_nodes", v));
        }},
@@ -114,6 +121,12 @@ const std::vector<Flag>& flags() {
       {"weight_decay", "L2 coefficient of weights (-1 = the net's default)", TG_DBL(weight_decay)},
       {"moving_average_decay", "EMA of the weights for evaluation (0 = off)", TG_DBL(moving_average_decay)},
       {"keep_prob", "dropout keep probability (-1 = net default)", TG_DBL(keep_prob)},
+  };
+}
+
+// How gradients travel.
+std::vector<Flag> codec_flags() {
+  return {
       {"grad_bits", "32 (fp32 gradients) or 2 (TernGrad)",
        [](TrainConfig& c, const std::string& v) {
          const int64_t b = to_int("grad_bits", v);
@@ -128,6 +141,12 @@ const std::vector<Flag>& flags() {
                "qsgd[:levels=S,bucket=B], sign[:scale=none|mean,vote=counts|sign], topk[:ratio=R,values=fp32|fp16], "
                "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M], server_ef(<codec>) (comm/codec_config.h)",
        TG_STR(codec)},
+  };
+}
+
+// What a run writes and shows, and how many threads it takes.
+std::vector<Flag> output_flags() {
+  return {
       {"train_dir", "checkpoints, metrics.jsonl, model.safetensors", TG_STR(train_dir)},
       {"save_gradients", "directory for every worker's gradients as .npy (step-S/worker-W/<v>-<name>.npy; tg-codec reads them)",
        TG_STR(save_gradients)},
@@ -151,6 +170,12 @@ const std::vector<Flag>& flags() {
          c.threads = static_cast<int>(to_int("threads", v));
        }},
       {"quiet", "no console progress", TG_BOOL(quiet)},
+  };
+}
+
+// Distributed runs: roles, addresses, timeouts, security, placement.
+std::vector<Flag> cluster_flags() {
+  return {
       {"job_name", "distributed role: ps | chief | worker | evaluator (else TF_CONFIG, else in-process)",
        [](TrainConfig& c, const std::string& v) {
          c.job_name = one_of("job_name", v, {"ps", "chief", "worker", "evaluator"});
@@ -185,6 +210,18 @@ const std::vector<Flag>& flags() {
       {"placement", "by_size | round_robin",
        [](TrainConfig& c, const std::string& v) { c.placement = one_of("placement", v, {"by_size", "round_robin"}); }},
   };
+}
+
+// Every flag, in the order --help lists them.
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = [] {
+    std::vector<Flag> all;
+    for (auto group : {model_and_data_flags, schedule_flags, codec_flags, output_flags, cluster_flags}) {
+      std::vector<Flag> g = group();
+      all.insert(all.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
+    }
+    return all;
+  }();
   return table;
 }
 
