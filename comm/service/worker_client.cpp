@@ -457,6 +457,27 @@ struct WorkerClient::Impl {
     });
   }
 
+  // ---- the exchanges through ps 0: scale sharing, multi-round pre-rounds ----
+
+  // Reports req to ps 0 and long-polls it until its reply says the exchange
+  // is complete: each poll sends req again with a fresh deadline (a long poll
+  // ends at the ps's poll interval). rpc(ctx, req, reply) is the stub's call.
+  template <class Reply, class Request, class Rpc>
+  Reply report_until_ready(const char* what, const Request& req, Rpc rpc) {
+    for (;;) {
+      Reply reply;
+      call(0, what, [&] {
+        grpc::ClientContext ctx;
+        const auto armed = arm(ctx);
+        message_sent += req.ByteSizeLong();
+        reply.Clear();
+        return rpc(&ctx, req, &reply);
+      });
+      message_received += reply.ByteSizeLong();
+      if (reply.ready()) return reply;
+    }
+  }
+
   // ---- join: the chief's Init of each ps, then every replica's Register ----
 
   // The Init header for ps p: the whole layout's variables, p's shards, the
@@ -689,51 +710,35 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
 std::vector<float> WorkerClient::exchange_scales(int64_t step, std::span<const float> local_scales,
                                                  std::span<const uint32_t> variables) {
   Impl& m = *impl_;
-  for (;;) {
-    rpc::ScalesReply reply;
-    m.call(0, "ExchangeScales", [&] {
-      grpc::ClientContext ctx;
-      const auto armed = m.arm(ctx);
-      rpc::ScalesRequest req;
-      req.set_replica(static_cast<uint32_t>(m.replica));
-      req.set_step(step);
-      for (float s : local_scales) req.add_scales(s);
-      for (uint32_t v : variables) req.add_variables(v);
-      m.message_sent += req.ByteSizeLong();
-      reply.Clear();
-      return m.stubs[0]->ExchangeScales(&ctx, req, &reply);
-    });
-    m.message_received += reply.ByteSizeLong();
-    if (reply.ready()) return {reply.max_scales().begin(), reply.max_scales().end()};
-  }
+  rpc::ScalesRequest req;
+  req.set_replica(static_cast<uint32_t>(m.replica));
+  req.set_step(step);
+  for (float s : local_scales) req.add_scales(s);
+  for (uint32_t v : variables) req.add_variables(v);
+  const auto reply = m.report_until_ready<rpc::ScalesReply>(
+      "ExchangeScales", req, [&](grpc::ClientContext* ctx, const rpc::ScalesRequest& r, rpc::ScalesReply* out) {
+        return m.stubs[0]->ExchangeScales(ctx, r, out);
+      });
+  return {reply.max_scales().begin(), reply.max_scales().end()};
 }
 
 std::vector<float> WorkerClient::exchange_presums(int64_t step, uint32_t round, std::span<const uint32_t> variables,
                                                   std::span<const float> values) {
   Impl& m = *impl_;
-  for (;;) {
-    rpc::PresumReply reply;
-    m.call(0, "ExchangePresums", [&] {
-      grpc::ClientContext ctx;
-      const auto armed = m.arm(ctx);
-      rpc::PresumRequest req;
-      req.set_replica(static_cast<uint32_t>(m.replica));
-      req.set_step(step);
-      req.set_round(round);
-      for (uint32_t v : variables) req.add_variables(v);
-      req.mutable_values()->Add(values.begin(), values.end());
-      m.message_sent += req.ByteSizeLong();
-      reply.Clear();
-      return m.stubs[0]->ExchangePresums(&ctx, req, &reply);
-    });
-    m.message_received += reply.ByteSizeLong();
-    if (reply.ready()) {
-      if (static_cast<size_t>(reply.sums_size()) != values.size())
-        throw PeerError("ExchangePresums: ps 0 answered " + std::to_string(reply.sums_size()) + " sums for " +
-                        std::to_string(values.size()) + " values");
-      return {reply.sums().begin(), reply.sums().end()};
-    }
-  }
+  rpc::PresumRequest req;
+  req.set_replica(static_cast<uint32_t>(m.replica));
+  req.set_step(step);
+  req.set_round(round);
+  for (uint32_t v : variables) req.add_variables(v);
+  req.mutable_values()->Add(values.begin(), values.end());
+  const auto reply = m.report_until_ready<rpc::PresumReply>(
+      "ExchangePresums", req, [&](grpc::ClientContext* ctx, const rpc::PresumRequest& r, rpc::PresumReply* out) {
+        return m.stubs[0]->ExchangePresums(ctx, r, out);
+      });
+  if (static_cast<size_t>(reply.sums_size()) != values.size())
+    throw PeerError("ExchangePresums: ps 0 answered " + std::to_string(reply.sums_size()) + " sums for " +
+                    std::to_string(values.size()) + " values");
+  return {reply.sums().begin(), reply.sums().end()};
 }
 
 WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
