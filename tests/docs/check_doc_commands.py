@@ -5,8 +5,10 @@ Extracts every command line from the shell code blocks of README.md and
 docs/*.md (continuation lines joined, comments dropped, `&&` / `|` / `;`
 split), finds each project tool it runs (tg-*, the bench programs) in the
 build tree, and runs `TOOL --help` (`TOOL SUBCOMMAND --help` for tools with
-subcommands). A flag the help does not name, a subcommand it refuses, or a
-tool that is not built fails the check, naming the doc and the line.
+subcommands). A flag the help does not name, a subcommand it refuses, a
+tg-* tool that is not built or a benchmark that is no CMake target fails
+the check, naming the doc and the line (a benchmark this configuration does
+not build, e.g. a CUDA one, is only checked to exist).
 Arguments after tg-cluster's `--` are tg-train's, and are checked against it.
 
     check_doc_commands.py REPO_ROOT BUILD_DIR
@@ -23,8 +25,6 @@ import sys
 SUBCOMMAND_TOOLS = {"tg-codec", "tg-experiment"}
 # Tools that hand the words after a lone "--" to another tool.
 PASS_THROUGH = {"tg-cluster": "tg-train"}
-# Built only with CUDA and run on a GPU machine: checked when present.
-OPTIONAL = {"codec_cuda_bench", "gpu_train_step_bench"}
 
 
 def code_blocks(path):
@@ -72,6 +72,22 @@ def find_tool(build, name):
     return hits[0] if hits else None
 
 
+_targets = None
+
+
+def defined_target(root, name):
+    """True if a CMakeLists.txt under root defines executable `name`."""
+    global _targets
+    if _targets is None:
+        _targets = set()
+        for cm in glob.glob(os.path.join(root, "**", "CMakeLists.txt"), recursive=True):
+            if "/build" in cm[len(root):]:
+                continue
+            text = open(cm, encoding="utf-8", errors="replace").read()
+            _targets.update(re.findall(r"add_executable\(\s*([A-Za-z0-9_.+-]+)", text))
+    return name in _targets
+
+
 def project_tool(word, build):
     name = os.path.basename(word)
     if name.startswith("tg-") or re.match(r"^[a-z0-9_]+_bench$", name) or name == "gradient_packing":
@@ -116,8 +132,13 @@ def check(root, build):
                     path = find_tool(build, name)
                     where = "%s:%d: %s" % (rel, lineno, name)
                     if path is None:
-                        if name not in OPTIONAL:
+                        # Every build makes the tg-* tools; a benchmark this
+                        # configuration does not build (CUDA, an optional
+                        # dependency) must still be a target.
+                        if name.startswith("tg-"):
                             problems.append("%s: not built in %s" % (where, build))
+                        elif not defined_target(root, name):
+                            problems.append("%s: no such tool (not built in %s, and no CMake target)" % (where, build))
                         continue
                     sub = None
                     if name in SUBCOMMAND_TOOLS and args and not args[0].startswith("-"):
