@@ -278,6 +278,9 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     }
     section "benchmark: GPU train step, 4 virtual workers x batch 64, against PyTorch eager"
     run_step gpu_train_step_bench 120 "$KIT/bin/gpu_train_step_bench" --workers=4 --batch=64 --steps=50 --reference="$ref"
+    section "benchmark: the AlexNet step with cuDNN's algorithms timed (TG_CUDNN_ALGO=find) instead of its heuristic"
+    run_step gpu_train_step_bench_find 90 env TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" --nets=alexnet \
+      --workers=4 --batch=64 --steps=50 --reference="$ref"
   fi
 
   if stage train && ((!REHEARSE)); then

@@ -20,6 +20,8 @@
 // are used, with CUDNN_FMA_MATH (plain fp32, no TF32), so a run repeats
 // bit for bit and stays within 1e-4 relative of the CPU layer.
 #include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -63,9 +65,31 @@ struct ConvGpuScratch final : GpuScratch {
 // Scratch one convolution pass may ask for; algorithms wanting more are passed over.
 constexpr size_t kMaxWorkspaceBytes = size_t{1} << 30;
 
+// How the algorithms are chosen, once per layer and input shape:
+// TG_CUDNN_ALGO=heuristic (the default) asks cuDNN's heuristic
+// (cudnnGet*Algorithm_v7); TG_CUDNN_ALGO=find times them on the device
+// (cudnnFind*Algorithm, as torch.backends.cudnn.benchmark does). Either way
+// only deterministic plain-fp32 algorithms are taken. A timed pick can
+// differ between processes, so runs are then no longer bit-identical across
+// processes (a GPU cluster against the in-process GPU trainer): the default
+// stays the heuristic. Measured against it by gpu_train_step_bench
+// (bench/RESULTS.md: the AlexNet step's convolutions picked by the heuristic
+// took 74% of its kernel time on an H100, two thirds of that in cuDNN's
+// legacy engines).
+bool time_the_algorithms() {
+  static const bool find = [] {
+    const char* v = std::getenv("TG_CUDNN_ALGO");
+    if (v == nullptr || *v == '\0' || std::string(v) == "heuristic") return false;
+    if (std::string(v) == "find") return true;
+    throw std::invalid_argument(std::string("TG_CUDNN_ALGO: expected heuristic or find, got '") + v + "'");
+  }();
+  return find;
+}
+
 template <class Perf>
 const Perf& pick_deterministic(const std::vector<Perf>& perf, int returned, const std::string& layer, const char* pass) {
-  // cuDNN returns the algorithms fastest first (by its heuristics). Plain
+  // cuDNN returns the algorithms fastest first (by its heuristics, or as
+  // timed with TG_CUDNN_ALGO=find). Plain
   // fp32 only (a tensor-op entry would be TF32) and a bounded workspace.
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
@@ -213,8 +237,12 @@ class GpuConv2D final : public GpuLayer {
     int count = 0, returned = 0;
     TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn(), &count));
     std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(count);
-    TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc, s->y_desc,
+    if (time_the_algorithms())
+      TG_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc, s->y_desc,
                                                           count, &returned, fwd.data()));
+    else
+      TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc, s->y_desc,
+                                                            count, &returned, fwd.data()));
     const auto& f = pick_deterministic(fwd, returned, conv_.name(), "forward");
     s->fwd_algo = f.algo;
     // The heuristic's figure, or the exact query's if larger.
@@ -225,8 +253,12 @@ class GpuConv2D final : public GpuLayer {
 
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn(), &count));
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(count);
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
+    if (time_the_algorithms())
+      TG_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
                                                                s->x_desc, count, &returned, bd.data()));
+    else
+      TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
+                                                                 s->x_desc, count, &returned, bd.data()));
     const auto& d = pick_deterministic(bd, returned, conv_.name(), "backward-data");
     s->bwd_data_algo = d.algo;
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
@@ -235,8 +267,12 @@ class GpuConv2D final : public GpuLayer {
 
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(ctx.cudnn(), &count));
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(count);
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
+    if (time_the_algorithms())
+      TG_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
                                                                  s->w_desc, count, &returned, bf.data()));
+    else
+      TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
+                                                                   s->w_desc, count, &returned, bf.data()));
     const auto& bfp = pick_deterministic(bf, returned, conv_.name(), "backward-filter");
     s->bwd_filter_algo = bfp.algo;
     TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
