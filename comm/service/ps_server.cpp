@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "async_updates.h"
+#include "checkpoint_tensors.h"
 #include "chunks.h"
 #include "init_intake.h"
 #include "push_intake.h"
@@ -858,9 +859,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return serve(ctx, "Checkpoint", [&](const Caller& c) { return checkpoint(c, req, writer); });
   }
 
+  // The chief's checkpoint of this ps's shards (checkpoint_tensors.h):
+  // cut out under the lock, streamed without it.
   grpc::Status checkpoint(const Caller& caller, const rpc::CheckpointRequest* req,
                           grpc::ServerWriter<rpc::TensorChunk>* writer) {
-    std::vector<std::pair<std::pair<uint32_t, std::string>, std::vector<uint8_t>>> tensors;
+    std::vector<detail::CheckpointTensor> tensors;
     {
       if (grpc::Status s = chief_only(caller, req->replica(), "Checkpoint"); !s.ok()) return s;
       std::lock_guard<std::mutex> lock(mu);
@@ -870,40 +873,28 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
       heard(0);
       if (sync) {
         // The server states as the sum of req->step left them.
-        const std::vector<std::vector<uint8_t>>* states = steps->server_states_after(req->step());
-        if (states == nullptr)
+        auto states = detail::sync_checkpoint(*steps, req->step(), shards.size());
+        if (!states)
           return grpc::Status(StatusCode::FAILED_PRECONDITION,
                               "Checkpoint: this ps keeps no server states of step " + std::to_string(req->step()) +
                                   " (global step " + std::to_string(global_step_locked()) +
                                   "; it keeps those of the last summed steps, for codecs that have them)");
-        for (size_t s = 0; s < shards.size(); ++s)
-          if (!(*states)[s].empty()) tensors.push_back({{static_cast<uint32_t>(s), detail::kServerStateSlot}, (*states)[s]});
-      }
-      for (size_t s = 0; !sync && s < shards.size(); ++s) {
-        auto copy = [](std::span<const float> f) {
-          const auto* b = reinterpret_cast<const uint8_t*>(f.data());
-          return std::vector<uint8_t>(b, b + f.size_bytes());
-        };
-        tensors.push_back({{static_cast<uint32_t>(s), ""}, copy(std::as_const(*updates).values(s))});
-        for (auto& [name, span] : handler->slots(s)) tensors.push_back({{static_cast<uint32_t>(s), name}, copy(span)});
+        tensors = std::move(*states);
+      } else {
+        tensors = detail::async_checkpoint(*updates, *handler, shards.size());
       }
     }
-    for (const auto& tensor : tensors) {
-      // Named, not structured bindings: lambdas may not capture those before C++20 compilers caught up (clang 14).
-      const auto& key = tensor.first;
-      const auto& bytes = tensor.second;
-      const bool ok = detail::for_each_chunk(bytes, [&](uint64_t off, std::span<const uint8_t> piece) {
-        rpc::TensorChunk t;
-        t.set_shard(key.first);
-        t.set_slot(key.second);
-        t.set_offset(off);
-        t.set_total_bytes(bytes.size());
-        t.set_data(piece.data(), piece.size());
-        return writer->Write(t);
-      });
-      if (!ok) return grpc::Status(StatusCode::CANCELLED, "Checkpoint: client went away");
-    }
-    return grpc::Status::OK;
+    const bool ok = detail::stream_checkpoint(
+        tensors, [&](uint32_t shard, const std::string& slot, uint64_t off, uint64_t total, std::span<const uint8_t> piece) {
+          rpc::TensorChunk t;
+          t.set_shard(shard);
+          t.set_slot(slot);
+          t.set_offset(off);
+          t.set_total_bytes(total);
+          t.set_data(piece.data(), piece.size());
+          return writer->Write(t);
+        });
+    return ok ? grpc::Status::OK : grpc::Status(StatusCode::CANCELLED, "Checkpoint: client went away");
   }
 
   grpc::Status Shutdown(ServerContext* ctx, const rpc::ShutdownRequest* req, rpc::ShutdownReply* reply) override {
