@@ -161,14 +161,17 @@ class TernGradCodec final : public GradientCodec {
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
     if (payloads.size() == 1) {  // nothing to sum: the payload itself, in this codec's packing
-      const quantize::PayloadHeader h = quantize::inspect(payloads[0]);
+      const quantize::PayloadHeader h = quantize::read_header(payloads[0]);
       if (h.count == n) {
         if (h.codec == quantize::kCodecTernary2Bit && packing_ != quantize::Packing::k2Bit) {
           // A push the server kept as 2-bit codes (validate_for_server) goes
-          // back packed as its sender packed it.
-          out.resize(quantize::max_encoded_bytes(n, packing_));
-          out.resize(quantize::repack(payloads[0], packing_, out));
+          // back packed as its sender packed it; repack() validates it whole,
+          // and out changes only once it has succeeded.
+          std::vector<uint8_t> packed(quantize::max_encoded_bytes(n, packing_));
+          packed.resize(quantize::repack(payloads[0], packing_, packed));
+          out.swap(packed);
         } else {
+          quantize::inspect(payloads[0]);
           out.assign(payloads[0].begin(), payloads[0].end());
         }
         return;

@@ -24,6 +24,8 @@ ReplicaTable::Join ReplicaTable::join(uint32_t r, const std::string& session, co
                                       SteadyTime now) {
   ReplicaRecord& rec = records_[r];
   Join how = Join::kFirst;
+  // Register sets a session (an empty one is refused before), so a
+  // registered replica always has one.
   if (!rec.session.empty()) {
     if (same_session(session, rec.session)) {
       how = Join::kSame;
@@ -33,8 +35,6 @@ ReplicaTable::Join ReplicaTable::join(uint32_t r, const std::string& session, co
       if (!proven && !rec.gone) return Join::kRefused;
       how = Join::kReplaced;
     }
-  } else if (rec.registered) {
-    how = Join::kSame;
   }
   rec.registered = true;
   rec.gone = false;

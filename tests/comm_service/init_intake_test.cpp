@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "chunk_stream.h"
 #include "server_state.h"
 
 namespace tc = terngrad::comm;
@@ -61,12 +62,7 @@ Outcome take(const rpc::InitHeader& h, std::deque<rpc::InitChunk> chunks = {}, b
   o.plan.header = h;
   o.refusal = td::take_init(
       o.plan,
-      [&](rpc::InitChunk& c) {
-        if (chunks.empty()) return false;
-        c = chunks.front();
-        chunks.pop_front();
-        return true;
-      },
+      chunk_stream(chunks),
       {tc::kMaxReplicas, has_update_rule});
   return o;
 }

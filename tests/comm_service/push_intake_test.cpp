@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "chunk_stream.h"
 #include "terngrad/comm/step_times.h"
 #include "terngrad/quantize/format.h"
 
@@ -64,12 +65,7 @@ Outcome take(const rpc::PushHeader& h, std::deque<rpc::PushChunk> chunks, bool s
   static const std::vector<td::IntakeShard> s = shards();
   Outcome o;
   o.refusal = td::take_push(h, s, sync, "worker 1 step 3",
-                            [&](rpc::PushChunk& c) {
-                              if (chunks.empty()) return false;
-                              c = chunks.front();
-                              chunks.pop_front();
-                              return true;
-                            },
+                            chunk_stream(chunks),
                             o.intake);
   return o;
 }
