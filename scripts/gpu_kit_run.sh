@@ -16,7 +16,12 @@
 #   python    the Python package and its DDP hook under the device's PyTorch
 #   profile   (not in the default) Nsight Compute: every kernel's time in the
 #             AlexNet step (the target still missed, bench/RESULTS.md); with
-#             TG_KIT_PROFILE_ENCODE=1 also the 64M encode's kernels
+#             TG_KIT_PROFILE_ENCODE=1 also the 64M encode's kernels; an Nsight
+#             Systems timeline of the step first where the image has nsys;
+#             TG_KIT_NCU=0 leaves out the per-kernel profile
+# TG_KIT_SANITIZERS (memcheck racecheck) and TG_KIT_SANITIZE_PARTS (codec
+# train) narrow the sanitize stage; TG_KIT_NCU_SKIP (0) and TG_KIT_NCU_KERNELS
+# (400) the kernels profiled (skip cuDNN find trials and warm-up).
 # Default: "machine test bench train sanitize python"; each step has its own
 # time limit and the whole run stops starting work after TG_KIT_BUDGET_S
 # seconds (default 340), so the default run ends within 6 minutes and its
@@ -40,7 +45,7 @@ if [[ ${1:-} == *.tar.xz ]]; then  # run-kit.sh ARCHIVE OUTDIR [STAGES]
 fi
 
 case ${1:-} in
-  ""|-h|--help) sed -n '2,28p' "$0"; exit 2 ;;
+  ""|-h|--help) sed -n '2,33p' "$0"; exit 2 ;;
 esac
 OUTDIR=$1
 STAGES=${2:-machine test bench train sanitize python}
@@ -280,7 +285,10 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     run_step gpu_train_step_bench 120 "$KIT/bin/gpu_train_step_bench" --workers=4 --batch=64 --steps=50 --reference="$ref"
     section "benchmark: the AlexNet step with cuDNN's algorithms timed (TG_CUDNN_ALGO=find) instead of its heuristic"
     run_step gpu_train_step_bench_find 90 env TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" --nets=alexnet \
-      --workers=4 --batch=64 --steps=50 --reference="$ref"
+      --workers=4 --batch=64 --steps=30 --reference="$ref"
+    section "benchmark: like for like with PyTorch's default (TG_GPU_TF32=1: TF32 convolutions and GEMMs), algorithms timed"
+    run_step gpu_train_step_bench_tf32 120 env TG_GPU_TF32=1 TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" \
+      --workers=4 --batch=64 --steps=30 --reference="$ref"
   fi
 
   if stage train && ((!REHEARSE)); then
@@ -299,13 +307,15 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     if [[ -z $cs ]]; then
       fail "compute-sanitizer not found"
     else
-      for tool in memcheck racecheck; do
-        run_step "sanitizer_${tool}_codec" 75 "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-          "$KIT/bin/quantize_cuda_tests" --gtest_brief=1 --gtest_filter="$codec_filter"
-        # racecheck runs the step about 50x slower (16 s a step on an H100): 3
+      for tool in ${TG_KIT_SANITIZERS:-memcheck racecheck}; do
+        [[ " ${TG_KIT_SANITIZE_PARTS:-codec train} " == *" codec "* ]] &&
+          run_step "sanitizer_${tool}_codec" 75 "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+            "$KIT/bin/quantize_cuda_tests" --gtest_brief=1 --gtest_filter="$codec_filter"
+        [[ " ${TG_KIT_SANITIZE_PARTS:-codec train} " == *" train "* ]] || continue
+        # racecheck runs the step about 50x slower (16 s a step on an H100): 2
         # steps, and an evaluation of 512 test images (all 10,000 outran 100 s).
-        steps=10; [[ $tool == racecheck ]] && steps=3
-        run_step "sanitizer_${tool}_train" 100 "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        steps=10 step_limit=100; [[ $tool == racecheck ]] && steps=2 step_limit=150
+        run_step "sanitizer_${tool}_train" $step_limit "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
           "$KIT/bin/tg-train" --net=lenet --device=gpu --num_nodes=4 --batch_size=16 --max_steps=$steps --grad_bits=2 \
           --data_dir="$TG_FASHION_MNIST_DIR" --eval_interval_steps=0 --max_eval_examples=512 --train_dir="$WORK/sanitize-$tool"
       done
@@ -318,9 +328,17 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     if [[ -z $ncu_bin ]]; then
       fail "ncu not found"
     else
+      # Is the GPU idle between kernels? A timeline's totals (Nsight Systems, where the image has it).
+      nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+      if [[ -n $nsys_bin ]]; then
+        run_step nsys_alexnet_step 90 "$nsys_bin" profile --stats=true --force-overwrite=true -o "$WORK/alexnet" \
+          "$KIT/bin/gpu_train_step_bench" --nets=alexnet --workers=4 --batch=64 --steps=5
+      else
+        echo "nsys not found: no timeline"
+      fi
       # Where the AlexNet step's time goes: every kernel's duration (one
       # metric, one replay pass each), summed per kernel name.
-      run_step ncu_alexnet_step 150 "$ncu_bin" --metrics gpu__time_duration.sum -c 400 --csv \
+      [[ ${TG_KIT_NCU:-1} == 1 ]] && run_step ncu_alexnet_step 150 "$ncu_bin" --metrics gpu__time_duration.sum --launch-skip "${TG_KIT_NCU_SKIP:-0}" -c "${TG_KIT_NCU_KERNELS:-400}" --csv \
         --print-summary per-kernel "$KIT/bin/gpu_train_step_bench" --nets=alexnet --workers=4 --batch=64 --steps=1
       [[ ${TG_KIT_PROFILE_ENCODE:-0} == 1 ]] &&
         run_step ncu_encode 120 "$ncu_bin" --section SpeedOfLight --section MemoryWorkloadAnalysis -c 8 \

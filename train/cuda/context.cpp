@@ -1,5 +1,7 @@
 #include "terngrad/train/cuda/context.h"
 
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "terngrad/train/cuda/errors.h"
@@ -9,6 +11,16 @@ namespace terngrad::train::cuda {
 int gpu_count() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+bool tf32_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TG_GPU_TF32");
+    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+    if (std::string(v) == "1") return true;
+    throw std::invalid_argument(std::string("TG_GPU_TF32: expected 0 or 1, got '") + v + "'");
+  }();
+  return on;
 }
 
 bool gpu_available() { return gpu_count() > 0; }
@@ -37,7 +49,7 @@ GpuContext::GpuContext() {
   TG_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   // Plain fp32 FMA GEMMs (DEFAULT_MATH: no TF32 unless asked for): the GPU layers are checked against the
   // CPU layers to 1e-4 relative, which TF32's 10-bit mantissa would not meet.
-  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  TG_CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32_enabled() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   TG_CUDNN_CHECK(cudnnCreate(&cudnn_));
   TG_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
 }

@@ -18,15 +18,22 @@
 //
 // Determinism and precision: only algorithms cuDNN reports as deterministic
 // are used, with CUDNN_FMA_MATH (plain fp32, no TF32), so a run repeats
-// bit for bit and stays within 1e-4 relative of the CPU layer.
+// bit for bit and stays within 1e-4 relative of the CPU layer. With
+// TG_GPU_TF32=1 (context.h) the descriptor allows tensor-op math, and each
+// pass runs with the math type its chosen algorithm was reported for (as
+// PyTorch's convolutions with TF32 allowed, its default).
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "gpu_layers.h"
 #include "kernels.h"
+#include "terngrad/train/cuda/context.h"
 #include "terngrad/train/cuda/errors.h"
 #include "terngrad/train/layers.h"
 
@@ -34,15 +41,26 @@ namespace terngrad::train::cuda {
 
 namespace {
 
+// The algorithms (and math types, workspace sizes) chosen for one
+// convolution problem on one device. Chosen once per process and problem,
+// whichever worker meets it first, as torch.backends.cudnn.benchmark caches
+// its picks: every worker then runs the same algorithms (the same bits for
+// the same inputs), and a timed pick is made once, on an idle device.
+struct ConvAlgorithms {
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  // The math type each pass's algorithm was chosen for (CUDNN_FMA_MATH unless TF32 is on).
+  cudnnMathType_t fwd_math = CUDNN_FMA_MATH, bwd_data_math = CUDNN_FMA_MATH, bwd_filter_math = CUDNN_FMA_MATH;
+  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+};
+
 struct ConvGpuScratch final : GpuScratch {
   Shape shape;  // input shape the descriptors were made for
   cudnnTensorDescriptor_t x_desc = nullptr, y_desc = nullptr;
   cudnnFilterDescriptor_t w_desc = nullptr;
   cudnnConvolutionDescriptor_t conv_desc = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo{};
-  size_t fwd_bytes = 0, bwd_data_bytes = 0, bwd_filter_bytes = 0;
+  ConvAlgorithms algos;
   DeviceBuffer w_krsc, dw_krsc, dz, partials;
   // Asymmetric SAME padding: the explicitly padded input's shape (empty when
   // cuDNN pads), the input's offset in it, and the padded x and dx.
@@ -89,15 +107,46 @@ bool time_the_algorithms() {
 template <class Perf>
 const Perf& pick_deterministic(const std::vector<Perf>& perf, int returned, const std::string& layer, const char* pass) {
   // cuDNN returns the algorithms fastest first (by its heuristics, or as
-  // timed with TG_CUDNN_ALGO=find). Plain
-  // fp32 only (a tensor-op entry would be TF32) and a bounded workspace.
-  for (int i = 0; i < returned; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC &&
-        (perf[i].mathType == CUDNN_FMA_MATH || perf[i].mathType == CUDNN_DEFAULT_MATH) &&
+  // timed with TG_CUDNN_ALGO=find). Plain fp32 only (a tensor-op entry
+  // would be TF32) unless TF32 is on; never fp16 down-conversion; a
+  // bounded workspace.
+  const bool tf32 = tf32_enabled();
+  for (int i = 0; i < returned; ++i) {
+    const cudnnMathType_t m = perf[i].mathType;
+    const bool math_ok = tf32 ? m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                              : (m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH);
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].determinism == CUDNN_DETERMINISTIC && math_ok &&
         perf[i].memory <= kMaxWorkspaceBytes)
       return perf[i];
-  fail(layer, std::string("cuDNN offers no deterministic fp32 ") + pass + " algorithm within " +
+  }
+  fail(layer, std::string("cuDNN offers no deterministic ") + (tf32 ? "fp32/TF32 " : "fp32 ") + pass +
+                  " algorithm within " +
                   std::to_string(kMaxWorkspaceBytes >> 20) + " MiB of workspace for this shape");
+}
+
+// device, the input cuDNN sees (n, h, w, c), filters, kernel, pads, stride, groups.
+using ConvProblem = std::array<int64_t, 12>;
+
+class ConvAlgorithmCache {
+ public:
+  // The cached choice for `problem`, or choose(...)'s, stored. Under a lock:
+  // two workers meeting a new shape together choose once.
+  template <class Choose>
+  ConvAlgorithms get(const ConvProblem& problem, Choose&& choose) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(problem);
+    if (it == cache_.end()) it = cache_.emplace(problem, choose()).first;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<ConvProblem, ConvAlgorithms> cache_;
+};
+
+ConvAlgorithmCache& algorithm_cache() {
+  static ConvAlgorithmCache cache;
+  return cache;
 }
 
 class GpuConv2D final : public GpuLayer {
@@ -116,9 +165,10 @@ class GpuConv2D final : public GpuLayer {
     const int64_t k = w.size() / c.filters;
     detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
     const float one = 1.0f, zero = 0.0f;
+    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv_desc, s.algos.fwd_math));
     TG_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &one, s.x_desc, conv_input(ctx, s, x), s.w_desc,
-                                           s.w_krsc.data(), s.conv_desc, s.fwd_algo, ctx.workspace(s.fwd_bytes),
-                                           s.fwd_bytes, &zero, s.y_desc, y.ptr()));
+                                           s.w_krsc.data(), s.conv_desc, s.algos.fwd, ctx.workspace(s.algos.fwd_bytes),
+                                           s.algos.fwd_bytes, &zero, s.y_desc, y.ptr()));
     // Without biases (a conv before batch norm) only the ReLU, if any, remains.
     if (c.bias)
       detail::add_bias_act(y.ptr(), params.at(conv_.biases_index()).ptr(), numel(out) / c.filters, c.filters, c.relu,
@@ -149,9 +199,11 @@ class GpuConv2D final : public GpuLayer {
     const float one = 1.0f, zero = 0.0f;
     // x is padded again (when it needs to be) rather than taken from
     // forward: backward does not rely on a forward on this scratch.
+    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv_desc, s.algos.bwd_filter_math));
     TG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &one, s.x_desc, conv_input(ctx, s, x), s.y_desc, dz,
-                                                  s.conv_desc, s.bwd_filter_algo, ctx.workspace(s.bwd_filter_bytes),
-                                                  s.bwd_filter_bytes, &zero, s.w_desc, s.dw_krsc.data()));
+                                                  s.conv_desc, s.algos.bwd_filter,
+                                                  ctx.workspace(s.algos.bwd_filter_bytes), s.algos.bwd_filter_bytes,
+                                                  &zero, s.w_desc, s.dw_krsc.data()));
     detail::transpose(dw.ptr(), s.dw_krsc.as<float>(), c.filters, k, true, ctx.stream());
     if (dx) {
       dx->resize(x.shape);
@@ -160,9 +212,10 @@ class GpuConv2D final : public GpuLayer {
       // the same params: transpose again (a few KB).
       detail::transpose(s.w_krsc.as<float>(), w.ptr(), k, c.filters, false, ctx.stream());
       float* dx_conv = s.padded.empty() ? dx->ptr() : s.dx_pad.as<float>();
+      TG_CUDNN_CHECK(cudnnSetConvolutionMathType(s.conv_desc, s.algos.bwd_data_math));
       TG_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn(), &one, s.w_desc, s.w_krsc.data(), s.y_desc, dz,
-                                                  s.conv_desc, s.bwd_data_algo, ctx.workspace(s.bwd_data_bytes),
-                                                  s.bwd_data_bytes, &zero, s.x_desc, dx_conv));
+                                                  s.conv_desc, s.algos.bwd_data, ctx.workspace(s.algos.bwd_data_bytes),
+                                                  s.algos.bwd_data_bytes, &zero, s.x_desc, dx_conv));
       if (!s.padded.empty())
         detail::crop_nhwc(dx->ptr(), dx_conv, x.shape[0], x.shape[1], x.shape[2], x.shape[3], s.pad_top, s.pad_left,
                           s.padded[1], s.padded[2], ctx.stream());
@@ -176,6 +229,63 @@ class GpuConv2D final : public GpuLayer {
     detail::pad_nhwc(s.x_pad.as<float>(), x.ptr(), x.shape[0], x.shape[1], x.shape[2], x.shape[3], s.pad_top,
                      s.pad_left, s.padded[1], s.padded[2], ctx.stream());
     return s.x_pad.as<float>();
+  }
+
+  // cuDNN's choice for the descriptors in s: its heuristic's, or the fastest
+  // as timed (TG_CUDNN_ALGO=find) on an idle device: kernels of other
+  // workers running meanwhile would skew the timings.
+  ConvAlgorithms choose_algorithms(GpuContext& ctx, ConvGpuScratch& s) const {
+    ConvAlgorithms a;
+    if (time_the_algorithms()) TG_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto math_of = [](cudnnMathType_t picked) { return tf32_enabled() ? picked : CUDNN_FMA_MATH; };
+    int count = 0, returned = 0;
+    TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn(), &count));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(count);
+    if (time_the_algorithms())
+      TG_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn(), s.x_desc, s.w_desc, s.conv_desc, s.y_desc,
+                                                          count, &returned, fwd.data()));
+    else
+      TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), s.x_desc, s.w_desc, s.conv_desc, s.y_desc,
+                                                            count, &returned, fwd.data()));
+    const auto& f = pick_deterministic(fwd, returned, conv_.name(), "forward");
+    a.fwd = f.algo;
+    a.fwd_math = math_of(f.mathType);
+    // The heuristic's figure, or the exact query's if larger.
+    size_t bytes = 0;
+    TG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn(), s.x_desc, s.w_desc, s.conv_desc,
+                                                           s.y_desc, f.algo, &bytes));
+    a.fwd_bytes = std::max(f.memory, bytes);
+
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn(), &count));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(count);
+    if (time_the_algorithms())
+      TG_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn(), s.w_desc, s.y_desc, s.conv_desc,
+                                                               s.x_desc, count, &returned, bd.data()));
+    else
+      TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn(), s.w_desc, s.y_desc, s.conv_desc,
+                                                                 s.x_desc, count, &returned, bd.data()));
+    const auto& d = pick_deterministic(bd, returned, conv_.name(), "backward-data");
+    a.bwd_data = d.algo;
+    a.bwd_data_math = math_of(d.mathType);
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn(), s.w_desc, s.y_desc, s.conv_desc,
+                                                                s.x_desc, d.algo, &bytes));
+    a.bwd_data_bytes = std::max(d.memory, bytes);
+
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(ctx.cudnn(), &count));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(count);
+    if (time_the_algorithms())
+      TG_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(ctx.cudnn(), s.x_desc, s.y_desc, s.conv_desc,
+                                                                 s.w_desc, count, &returned, bf.data()));
+    else
+      TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn(), s.x_desc, s.y_desc, s.conv_desc,
+                                                                   s.w_desc, count, &returned, bf.data()));
+    const auto& bfp = pick_deterministic(bf, returned, conv_.name(), "backward-filter");
+    a.bwd_filter = bfp.algo;
+    a.bwd_filter_math = math_of(bfp.mathType);
+    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx.cudnn(), s.x_desc, s.y_desc, s.conv_desc,
+                                                                  s.w_desc, bfp.algo, &bytes));
+    a.bwd_filter_bytes = std::max(bfp.memory, bytes);
+    return a;
   }
 
   // Descriptors, algorithms and buffers for input shape `in` (cached: only a
@@ -223,7 +333,8 @@ class GpuConv2D final : public GpuLayer {
                                                    static_cast<int>(c.stride), 1, 1, CUDNN_CROSS_CORRELATION,
                                                    CUDNN_DATA_FLOAT));
     TG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(s->conv_desc, static_cast<int>(c.groups)));
-    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv_desc, CUDNN_FMA_MATH));
+    // Restricts what the queries below offer; each pass then sets its own.
+    TG_CUDNN_CHECK(cudnnSetConvolutionMathType(s->conv_desc, tf32_enabled() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
 
     // cuDNN's own output shape must be the CPU layer's (a mismatch would
     // mean the padding translation above is wrong).
@@ -234,50 +345,11 @@ class GpuConv2D final : public GpuLayer {
                              std::to_string(dwid) + ", " + std::to_string(dc) + "] differs from the CPU layer's " +
                              shape_string(out));
 
-    int count = 0, returned = 0;
-    TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn(), &count));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(count);
-    if (time_the_algorithms())
-      TG_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc, s->y_desc,
-                                                          count, &returned, fwd.data()));
-    else
-      TG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc, s->y_desc,
-                                                            count, &returned, fwd.data()));
-    const auto& f = pick_deterministic(fwd, returned, conv_.name(), "forward");
-    s->fwd_algo = f.algo;
-    // The heuristic's figure, or the exact query's if larger.
-    size_t bytes = 0;
-    TG_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn(), s->x_desc, s->w_desc, s->conv_desc,
-                                                           s->y_desc, f.algo, &bytes));
-    s->fwd_bytes = std::max(f.memory, bytes);
-
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn(), &count));
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bd(count);
-    if (time_the_algorithms())
-      TG_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
-                                                               s->x_desc, count, &returned, bd.data()));
-    else
-      TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
-                                                                 s->x_desc, count, &returned, bd.data()));
-    const auto& d = pick_deterministic(bd, returned, conv_.name(), "backward-data");
-    s->bwd_data_algo = d.algo;
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn(), s->w_desc, s->y_desc, s->conv_desc,
-                                                                s->x_desc, d.algo, &bytes));
-    s->bwd_data_bytes = std::max(d.memory, bytes);
-
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(ctx.cudnn(), &count));
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bf(count);
-    if (time_the_algorithms())
-      TG_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
-                                                                 s->w_desc, count, &returned, bf.data()));
-    else
-      TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
-                                                                   s->w_desc, count, &returned, bf.data()));
-    const auto& bfp = pick_deterministic(bf, returned, conv_.name(), "backward-filter");
-    s->bwd_filter_algo = bfp.algo;
-    TG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx.cudnn(), s->x_desc, s->y_desc, s->conv_desc,
-                                                                  s->w_desc, bfp.algo, &bytes));
-    s->bwd_filter_bytes = std::max(bfp.memory, bytes);
+    int device = 0;
+    TG_CUDA_CHECK(cudaGetDevice(&device));
+    const ConvProblem problem = {device, conv_in[0], conv_in[1], conv_in[2], conv_in[3], c.filters, c.kernel_h,
+                                 c.kernel_w, pad_h, pad_w, c.stride, c.groups};
+    s->algos = algorithm_cache().get(problem, [&] { return choose_algorithms(ctx, *s); });
 
     const size_t wbytes = static_cast<size_t>(c.filters) * c.kernel_h * c.kernel_w * cg * sizeof(float);
     s->w_krsc.reserve(wbytes);

@@ -1,6 +1,7 @@
 #include "terngrad/train/cuda/virtual_workers.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <stdexcept>
 
@@ -169,8 +170,8 @@ VirtualWorkers::~VirtualWorkers() {
   }
 }
 
-float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
-                           const std::vector<std::vector<int32_t>>& labels, float lr) {
+void VirtualWorkers::check_batches(const std::vector<Tensor>& batches,
+                                   const std::vector<std::vector<int32_t>>& labels) const {
   const int N = cfg_.num_workers;
   if (batches.size() != static_cast<size_t>(N) || labels.size() != static_cast<size_t>(N))
     throw std::invalid_argument("GPU step: one batch and one label vector per worker are needed");
@@ -180,18 +181,63 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
                                   " labels for a batch of " + std::to_string(batches[w].dim(0)));
     gpu_.check_labels(labels[w], "GPU step: worker " + std::to_string(w));
   }
+}
+
+// On the worker's stream, after its last step (which read x and labels).
+void VirtualWorkers::upload_batch(int w, const Tensor& batch, const std::vector<int32_t>& labels) {
+  Worker& wk = *workers_[w];
+  cudaStream_t s = wk.ctx.stream();
+  wk.x.upload(batch, s);
+  wk.labels.reserve(labels.size() * sizeof(int32_t));
+  TG_CUDA_CHECK(
+      cudaMemcpyAsync(wk.labels.data(), labels.data(), labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+}
+
+void VirtualWorkers::stage(const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels) {
+  check_batches(batches, labels);
+  require_usable("stage");
+  staged_ = false;  // until every worker's copy is enqueued
+  for (int w = 0; w < cfg_.num_workers; ++w) {
+    DeviceGuard guard(devices_[workers_[w]->device]->ordinal);
+    upload_batch(w, batches[w], labels[w]);
+  }
+  staged_ = true;
+}
+
+float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
+                           const std::vector<std::vector<int32_t>>& labels, float lr) {
+  check_batches(batches, labels);
   require_usable("step");
+  staged_ = false;
+  // Each worker's upload is enqueued right before its forward pass, so the
+  // (pageable, host-blocking) copy of worker w + 1's batch overlaps worker
+  // w's kernels.
+  return run_step(step, lr, &batches, &labels);
+}
+
+float VirtualWorkers::step_staged(int64_t step, float lr) {
+  require_usable("step");
+  if (!staged_) throw std::logic_error("GPU virtual workers: step_staged() without a batch staged by stage()");
+  return run_step(step, lr, nullptr, nullptr);
+}
+
+float VirtualWorkers::run_step(int64_t step, float lr, const std::vector<Tensor>* batches,
+                               const std::vector<std::vector<int32_t>>* labels) {
+  const int N = cfg_.num_workers;
   // Until this step completes: a codec error (NaN gradients, ...) is found
   // only after the update was enqueued, so a step that throws leaves weights
   // that must not be used again (the CPU trainer throws before its update).
   failed_ = true;
   std::vector<float> losses(N);
+  const auto t0 = std::chrono::steady_clock::now();
   try {
-    enqueue_step(step, batches, labels, lr, losses);
+    enqueue_step(step, lr, batches, labels, losses);
   } catch (...) {
     (void)settle_all();  // no stream left running, no stale error record
     throw;
   }
+  last_enqueue_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (batches) staged_ = true;  // the step's batches stay on the devices
   if (std::exception_ptr error = settle_all()) std::rethrow_exception(error);
   failed_ = false;
   double loss = 0;
@@ -199,9 +245,8 @@ float VirtualWorkers::step(int64_t step, const std::vector<Tensor>& batches,
   return static_cast<float>(loss / N);
 }
 
-void VirtualWorkers::enqueue_step(int64_t step, const std::vector<Tensor>& batches,
-                                  const std::vector<std::vector<int32_t>>& labels, float lr,
-                                  std::vector<float>& losses) {
+void VirtualWorkers::enqueue_step(int64_t step, float lr, const std::vector<Tensor>* batches,
+                                  const std::vector<std::vector<int32_t>>* labels, std::vector<float>& losses) {
   const int N = cfg_.num_workers;
   const int D = static_cast<int>(devices_.size());
   const ParamSet& ps = model_.params();
@@ -216,10 +261,7 @@ void VirtualWorkers::enqueue_step(int64_t step, const std::vector<Tensor>& batch
     DeviceGuard guard(home.ordinal);
     cudaStream_t s = wk.ctx.stream();
     TG_CUDA_CHECK(cudaStreamWaitEvent(s, home.params_ready, 0));  // last step's update
-    wk.x.upload(batches[w], s);
-    wk.labels.reserve(labels[w].size() * sizeof(int32_t));
-    TG_CUDA_CHECK(cudaMemcpyAsync(wk.labels.data(), labels[w].data(), labels[w].size() * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, s));
+    if (batches) upload_batch(w, (*batches)[w], (*labels)[w]);
     const DeviceParams& params = home.state->params();
     gpu_.forward_backward(wk.ctx, wk.ws, params, wk.x, wk.labels.as<int32_t>(), wk.grads, wk.loss.as<float>(),
                           ForwardContext{true, cfg_.dropout_seed(step, w)});

@@ -57,6 +57,29 @@ TEST(VirtualWorkers, NonFiniteGradientsFailTheStepAndPoisonTheState) {
   EXPECT_TRUE(std::isfinite(vw.step(2, batches, labels, 0.01f)));
 }
 
+// stage() + step_staged() is step(): the same losses and weights bit for
+// bit, and a staged batch serves several steps (what gpu_train_step_bench
+// times, the batches already on the device).
+TEST(VirtualWorkers, StagedStepsAreTheStepsOnTheSameBatches) {
+  TG_REQUIRE_GPU();
+  const auto m = make_model("lenet", ModelOptions{}, 3);
+  const std::string codec = "terngrad:clip=2.5,share_scale=1";
+  VirtualWorkers direct(*m, two_workers(*m, codec, "momentum"));
+  VirtualWorkers staged(*m, two_workers(*m, codec, "momentum"));
+  EXPECT_THROW(staged.step_staged(0, 0.01f), std::logic_error);  // nothing staged yet
+
+  const std::vector<Tensor> batches = {testing::random_tensor({4, 28, 28, 1}, 1),
+                                       testing::random_tensor({4, 28, 28, 1}, 2)};
+  const std::vector<std::vector<int32_t>> labels = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  EXPECT_THROW(staged.stage(batches, {{0, 1, 2, 3}}), std::invalid_argument);  // one label vector short
+  staged.stage(batches, labels);
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(direct.step(s, batches, labels, 0.01f), staged.step_staged(s, 0.01f));
+  ParamSet a = m->params(), b = m->params();
+  direct.download_params(a);
+  staged.download_params(b);
+  for (size_t v = 0; v < a.size(); ++v) EXPECT_EQ(a.params[v].value.data, b.params[v].value.data) << "variable " << v;
+}
+
 TEST(VirtualWorkers, PredictMatchesTheCpuModelAtTheWeightsAndTheAverage) {
   TG_REQUIRE_GPU();
   const auto m = make_model("lenet", ModelOptions{}, 3);

@@ -20,6 +20,13 @@ std::string gpu_unavailable_reason();
 // Number of CUDA devices (0 when none can be used).
 int gpu_count();
 
+// TG_GPU_TF32=1: convolutions (cuDNN) and GEMMs (cuBLAS) may round their fp32
+// inputs to TF32 on tensor cores, as PyTorch's cuDNN convolutions do by
+// default. Off (unset or 0) by default: the GPU layers then match the CPU
+// layers to 1e-4 relative, which TF32's 10-bit mantissa does not. Read once;
+// any other value throws std::invalid_argument naming it.
+bool tf32_enabled();
+
 // Makes `device` the calling thread's current CUDA device for the scope and
 // restores the previous one: streams, handles and allocations are created on
 // the current device, and kernels launch there.

@@ -65,8 +65,19 @@ class VirtualWorkers {
   // workers (N floats are read back: the step's only synchronization).
   // A step that throws (NaN gradients, a malformed payload, a CUDA error)
   // leaves the object unusable until upload_state() restores a state.
+  // The same as stage(batches, labels) then step_staged(step, lr), each
+  // worker's copy enqueued just before its forward pass.
   float step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
              float lr);
+
+  // The two halves of step(): stage() validates the batches and labels and
+  // enqueues their copies to the workers' devices (each on its worker's
+  // stream, after that worker's last step); step_staged() trains on what
+  // was staged last. A staged batch stays until the next stage(), so a
+  // benchmark can time the step on data already on the device, as a GPU
+  // data pipeline would deliver it.
+  void stage(const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels);
+  float step_staged(int64_t step, float lr);
 
   // After step(): the moving average's update with the CPU average's
   // 1 - decay_at(step) (config.moving_average must be set).
@@ -92,6 +103,10 @@ class VirtualWorkers {
   std::vector<uint8_t> payload_to_host(int w, size_t v);
   // Payload bytes one worker produces per step (fp32 variables counted as 4n).
   double bytes_per_worker_step() const;
+  // Host seconds the last step took to enqueue its work (launches, library
+  // calls); the rest of its wall time was spent waiting for the devices. A
+  // step whose enqueue time nears its wall time is bound by the host.
+  double last_enqueue_seconds() const { return last_enqueue_seconds_; }
 
   // The first GPU's weights (every GPU's copy is the same).
   const DeviceParams& params() const;
@@ -108,8 +123,15 @@ class VirtualWorkers {
   std::vector<std::unique_ptr<Worker>> workers_;
   bool failed_ = false;  // the last step (or state change) threw part-way: see step()
   void require_usable(const char* what) const;
-  void enqueue_step(int64_t step, const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels,
-                    float lr, std::vector<float>& losses);
+  bool staged_ = false;  // every worker has a batch on its device
+  double last_enqueue_seconds_ = 0;
+  void check_batches(const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels) const;
+  void upload_batch(int w, const Tensor& batch, const std::vector<int32_t>& labels);
+  // batches, labels: uploaded worker by worker as the step is enqueued; null: the staged ones.
+  float run_step(int64_t step, float lr, const std::vector<Tensor>* batches,
+                 const std::vector<std::vector<int32_t>>* labels);
+  void enqueue_step(int64_t step, float lr, const std::vector<Tensor>* batches,
+                    const std::vector<std::vector<int32_t>>* labels, std::vector<float>& losses);
   // Waits for every stream and clears every workspace's error record;
   // returns the error to report, if any.
   std::exception_ptr settle_all();
