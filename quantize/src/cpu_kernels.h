@@ -184,6 +184,8 @@ BlockFault rans_decode_avx512(const uint8_t* stream, uint64_t bytes, uint32_t co
                               const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
 BlockFault rans_decode_avx2(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
+BlockFault rans_decode_neon(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
+                            const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);  // AArch64 only
 
 // One kernel of each pass for one SIMD level.
 struct KernelTable {

@@ -3,7 +3,8 @@
 // (avx512_kernels.cpp, avx2_kernels.cpp: Philox words in element order, no
 // transposes) replace Highway's (bench/RESULTS.md). For repeating that
 // comparison, TG_HWY_AVX512=1 / TG_HWY_AVX2=1 keep the Highway encode; ctest
-// runs the codec suite that way as well.
+// runs the codec suite that way as well. At NEON the rANS decode is
+// rans_neon.cpp's (Highway 1.0 has no expand for its refill).
 #include <cstdlib>
 #include <cstring>
 
@@ -49,6 +50,15 @@ KernelTable avx2_table() {
 }
 #endif
 
+#if defined(__aarch64__)
+// NEON: Highway's kernels but the rANS decode (rans_neon.cpp).
+KernelTable neon_table() {
+  KernelTable t = *highway_kernels(SimdLevel::kNeon);
+  t.rans_decode = rans_decode_neon;
+  return t;
+}
+#endif
+
 }  // namespace
 
 bool kernels_compiled(SimdLevel level) {
@@ -63,6 +73,12 @@ const KernelTable& kernels_for(SimdLevel level) {
   }
   if (level == SimdLevel::kAvx2 && kernels_compiled(level)) {
     static const KernelTable table = avx2_table();
+    return table;
+  }
+#endif
+#if defined(__aarch64__)
+  if (level == SimdLevel::kNeon && kernels_compiled(level)) {
+    static const KernelTable table = neon_table();
     return table;
   }
 #endif
