@@ -78,4 +78,22 @@ ReplicaTable::Verdict ReplicaTable::judge(SteadyTime now, double peer_timeout_s,
   return v;
 }
 
+ReplicaTable::Startup ReplicaTable::judge_startup(bool initialized, SteadyTime started, SteadyTime now,
+                                                  double startup_timeout_s,
+                                                  const std::function<std::string(uint32_t)>& name) const {
+  Startup v;
+  const std::vector<uint32_t> missing = initialized ? unregistered() : std::vector<uint32_t>{};
+  v.complete = initialized && missing.empty();
+  if (v.complete || seconds_between(started, now) <= startup_timeout_s) return v;
+  const std::string within = std::to_string(static_cast<int>(startup_timeout_s)) + " s";
+  if (!initialized) {
+    v.failure = name(0) + " (the chief) did not initialize this ps within " + within;
+  } else {
+    std::string names;
+    for (uint32_t m : missing) names += (names.empty() ? "" : ", ") + name(m);
+    v.failure = "never joined within " + within + ": " + names;
+  }
+  return v;
+}
+
 }  // namespace terngrad::comm::detail

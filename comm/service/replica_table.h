@@ -7,7 +7,8 @@
 // replaces the old one only when it proved who it is or the old one has
 // gone silent); the liveness rules (a replica silent for the peer timeout is
 // gone; the run cannot go on without the chief, or, in a sync run, with
-// fewer replicas left than a step needs). Never: a payload, a step's sums,
+// fewer replicas left than a step needs) and the startup rule (the chief's
+// Init and every Register within the startup timeout). Never: a payload, a step's sums,
 // the ps's lock (the caller holds it) or the clock: every call that judges
 // time takes `now`, so its tests need no sleeps.
 #pragma once
@@ -74,6 +75,17 @@ class ReplicaTable {
   Verdict judge(SteadyTime now, double peer_timeout_s, bool sync, int needed,
                 const std::function<std::string(uint32_t)>& name,
                 const std::function<int64_t(uint32_t)>& last_pushed);
+
+  // The startup rule at `now`: the chief initializes the ps (initialized)
+  // and every replica registers within startup_timeout_s of `started`, the
+  // ps's start. complete: all have, and judge() rules from now on; failure:
+  // who did not, once the time is up.
+  struct Startup {
+    bool complete = false;
+    std::optional<std::string> failure;
+  };
+  Startup judge_startup(bool initialized, SteadyTime started, SteadyTime now, double startup_timeout_s,
+                        const std::function<std::string(uint32_t)>& name) const;
 
  private:
   std::vector<ReplicaRecord> records_;

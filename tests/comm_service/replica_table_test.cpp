@@ -92,3 +92,30 @@ TEST(ReplicaTable, TheRunCannotGoOnWithoutTheChiefOrEnoughReplicas) {
   EXPECT_FALSE(v.failure);
   EXPECT_EQ(v.newly_gone.size(), 2u);
 }
+
+TEST(ReplicaTable, StartupWaitsForInitAndEveryRegisterWithinTheTimeout) {
+  td::ReplicaTable t;
+  // Before Init the table is empty: only the chief's Init is awaited.
+  auto v = t.judge_startup(false, t0, t0 + seconds(5), 10, name);
+  EXPECT_FALSE(v.complete);
+  EXPECT_FALSE(v.failure);
+  v = t.judge_startup(false, t0, t0 + seconds(11), 10, name);
+  ASSERT_TRUE(v.failure);
+  EXPECT_EQ(*v.failure, "chief (the chief) did not initialize this ps within 10 s");
+
+  t.reset(3);
+  t.join(0, "s0", "h:0", true, t0 + seconds(1));
+  v = t.judge_startup(true, t0, t0 + seconds(9), 10, name);
+  EXPECT_FALSE(v.complete);
+  EXPECT_FALSE(v.failure) << "within the timeout, the missing replicas may still come";
+  v = t.judge_startup(true, t0, t0 + seconds(12), 10, name);
+  EXPECT_FALSE(v.complete);
+  ASSERT_TRUE(v.failure);
+  EXPECT_EQ(*v.failure, "never joined within 10 s: worker 1, worker 2");
+
+  t.join(1, "s1", "h:1", true, t0 + seconds(12));
+  t.join(2, "s2", "h:2", true, t0 + seconds(12));
+  v = t.judge_startup(true, t0, t0 + seconds(100), 10, name);
+  EXPECT_TRUE(v.complete) << "every replica registered: liveness (judge) rules from now on";
+  EXPECT_FALSE(v.failure);
+}

@@ -1,0 +1,199 @@
+// The ps's Pull: a step's sums, whole or streamed shard by shard as they
+// are ready, or an async run's current values; streamed without the lock (ps_service.h).
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chunks.h"
+#include "ps_service.h"
+#include "terngrad/comm/step_times.h"
+
+namespace terngrad::comm {
+
+bool ParameterServer::Impl::serves_after_finish(int64_t step) const {
+  return sync && phase == Phase::kFinished && step < global_step_locked();
+}
+
+grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ctx, const rpc::PullRequest* req,
+                                         grpc::ServerWriter<rpc::PullChunk>* writer) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (ended() && !serves_after_finish(req->step())) return ended_status();
+  if (phase == Phase::kWaitingInit) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Pull before Init");
+  if (grpc::Status s = authorize_locked(caller, req->replica(), "Pull", true); !s.ok()) return s;
+  heard(req->replica());
+  rpc::PullChunk out;
+  if (!sync) {  // the current values of every shard
+    out.mutable_header()->set_ready(true);
+    out.mutable_header()->set_step(updates->global_step());
+    if (!values_snapshot || values_snapshot_step != updates->global_step()) {
+      auto copies = std::make_shared<std::vector<std::vector<uint8_t>>>();
+      for (size_t s = 0; s < updates->shards(); ++s) {
+        const std::span<const float> values = std::as_const(*updates).values(s);
+        const auto* b = reinterpret_cast<const uint8_t*>(values.data());
+        copies->emplace_back(b, b + 4 * values.size());
+      }
+      values_snapshot = std::move(copies);
+      values_snapshot_step = updates->global_step();
+    }
+    const auto held = values_snapshot;  // kept while streaming, even if a newer step replaces it
+    lock.unlock();
+    if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    for (size_t s = 0; s < held->size(); ++s)
+      if (!write_shard(writer, s, (*held)[s], true))
+        return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    return grpc::Status::OK;
+  }
+  if (req->stream()) return stream_sums(ctx, req, writer, lock);
+  const int64_t step = req->step();
+  long_poll(lock, ctx, [&] { return step < steps->global_step(); });
+  if (ended() && !serves_after_finish(step)) return ended_status();
+  if (step >= steps->global_step()) {
+    out.mutable_header()->set_ready(false);
+    out.mutable_header()->set_step(step);
+    for (uint32_t r : steps->missing()) out.mutable_header()->add_missing(r);
+    lock.unlock();
+    writer->Write(out);
+    return grpc::Status::OK;
+  }
+  const std::shared_ptr<detail::StepSums> held =
+      steps->sums_of(step);  // kept alive while we stream, even if the ring drops it
+  if (!held || !held->complete) return too_old(req->replica(), step);
+  const detail::StepSums& agg = *held;
+  uint64_t bytes = 0;
+  for (const auto& s : agg.shards) bytes += s.size();
+  bytes_out += bytes;
+  lock.unlock();
+  out.mutable_header()->set_ready(true);
+  out.mutable_header()->set_step(step);
+  out.mutable_header()->set_contributions(agg.contributions);
+  out.mutable_header()->set_mean_loss(agg.mean_loss);
+  {
+    std::lock_guard<std::mutex> relock(mu);
+    report_step_times_locked(out.mutable_header());
+  }
+  if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+  for (size_t s = 0; s < agg.shards.size(); ++s)
+    if (!write_shard(writer, s, agg.shards[s], false))
+      return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+  std::lock_guard<std::mutex> relock(mu);
+  steps->pulled(held, req->replica());
+  return grpc::Status::OK;
+}
+
+void ParameterServer::Impl::report_step_times_locked(rpc::PullHeader* head) const {
+  std::vector<double> sum(kStepTimeFields, 0.0);
+  uint32_t n = 0;
+  for (const detail::ReplicaRecord& rep : replicas.records()) {
+    if (rep.step_ms.size() != kStepTimeFields) continue;
+    for (size_t i = 0; i < kStepTimeFields; ++i) sum[i] += rep.step_ms[i];
+    ++n;
+  }
+  if (n == 0) return;
+  for (double x : sum) head->add_replicas_step_ms(static_cast<float>(x / n));
+  head->set_replicas_reporting(n);
+}
+
+grpc::Status ParameterServer::Impl::too_old(uint32_t replica, int64_t step) const {
+  return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                      replica_name(replica) + " asked for step " + std::to_string(step) +
+                          ", which is no longer kept (the ps keeps the last " + std::to_string(opt.keep_steps) +
+                          " steps, now at " + std::to_string(global_step_locked()) + "): it fell too far behind");
+}
+
+grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::PullRequest* req,
+                                                grpc::ServerWriter<rpc::PullChunk>* writer,
+                                                std::unique_lock<std::mutex>& lock) {
+  const int64_t step = req->step();
+  if (step > steps->current_step())
+    return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(req->replica()) + " pulls step " +
+                                                             std::to_string(step) + " but the ps is at step " +
+                                                             std::to_string(steps->current_step()));
+  const std::shared_ptr<detail::StepSums> held = steps->sums_of(step);
+  if (!held) return too_old(req->replica(), step);
+  const detail::StepSums& agg = *held;
+  std::vector<bool> sent(shards.size(), false);
+  size_t sent_count = 0;
+  for (uint32_t s : req->have()) {
+    if (s >= shards.size())
+      return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                          "Pull: have names shard " + std::to_string(s) + " of " + std::to_string(shards.size()));
+    if (!sent[s]) ++sent_count;
+    sent[s] = true;
+  }
+  auto until = Clock::now() + std::chrono::seconds(30);
+  const auto deadline = ctx->deadline();
+  const auto now_sys = std::chrono::system_clock::now();
+  if (deadline > now_sys)
+    until = std::min(until, Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline - now_sys) -
+                                std::chrono::milliseconds(200));
+  for (;;) {
+    std::vector<uint32_t> fresh;
+    cv.wait_until(lock, until, [&] {
+      if (ended() || ctx->IsCancelled() || (agg.complete && sent_count == shards.size())) return true;
+      for (size_t s = 0; s < shards.size(); ++s)
+        if (agg.ready[s] && !sent[s]) return true;
+      return false;
+    });
+    if (ended() && !(agg.complete && serves_after_finish(step))) return ended_status();
+    if (ctx->IsCancelled()) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    for (uint32_t s = 0; s < shards.size(); ++s)
+      if (agg.ready[s] && !sent[s]) fresh.push_back(s);
+    if (!fresh.empty()) {
+      for (uint32_t s : fresh) {
+        sent[s] = true;
+        bytes_out += agg.shards[s].size();
+      }
+      sent_count += fresh.size();
+      lock.unlock();  // ready shards do not change
+      for (uint32_t s : fresh)
+        if (!write_shard(writer, s, agg.shards[s], false))
+          return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+      lock.lock();
+      continue;
+    }
+    rpc::PullChunk out;
+    rpc::PullHeader* head = out.mutable_header();
+    head->set_step(step);
+    if (agg.complete && sent_count == shards.size()) {
+      head->set_ready(true);
+      head->set_contributions(agg.contributions);
+      head->set_mean_loss(agg.mean_loss);
+      report_step_times_locked(head);
+      steps->pulled(held, req->replica());
+    } else if (Clock::now() >= until) {
+      head->set_ready(false);
+      if (step == steps->current_step())
+        for (uint32_t r : steps->missing()) head->add_missing(r);
+    } else {
+      continue;  // woken for nothing new
+    }
+    lock.unlock();
+    writer->Write(out);
+    return grpc::Status::OK;
+  }
+}
+
+bool ParameterServer::Impl::write_shard(grpc::ServerWriter<rpc::PullChunk>* writer, size_t s,
+                                        const std::vector<uint8_t>& buf, bool values) {
+  return detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
+    rpc::PullChunk c;
+    if (values) {
+      rpc::TensorChunk* t = c.mutable_values();
+      t->set_shard(static_cast<uint32_t>(s));
+      t->set_offset(off);
+      t->set_total_bytes(buf.size());
+      t->set_data(piece.data(), piece.size());
+    } else {
+      rpc::PayloadChunk* p = c.mutable_payload();
+      p->set_shard(static_cast<uint32_t>(s));
+      p->set_offset(off);
+      p->set_total_bytes(buf.size());
+      p->set_data(piece.data(), piece.size());
+    }
+    return writer->Write(c);
+  });
+}
+
+}  // namespace terngrad::comm

@@ -1,0 +1,116 @@
+// The ps's Push: a replica's step payloads, read whole by the push intake,
+// then handed to the sync steps (summed outside the lock) or the async updates (ps_service.h).
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+#include <vector>
+
+#include "ps_service.h"
+
+namespace terngrad::comm {
+
+grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReader<rpc::PushChunk>* reader,
+                                         rpc::PushReply* reply) {
+  rpc::PushChunk chunk;
+  if (!reader->Read(&chunk) || !chunk.has_header())
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
+  const rpc::PushHeader h = chunk.header();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ended()) return ended_status();
+    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Push before Init");
+    if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
+    heard(h.replica());
+  }
+  // Shards, codecs and the mode are fixed once Init has run: the push
+  // intake reads them without the lock.
+  const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
+  detail::PushIntake in;
+  if (const auto refusal = detail::take_push(
+          h, shards, sync, who, [&](rpc::PushChunk& c) { return reader->Read(&c); }, in))
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, *refusal);
+  return sync ? push_sync(caller, h, in.ids, in.payloads, in.received, reply)
+              : push_async(caller, h, in.payloads, in.received, reply);
+}
+
+grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::PushHeader& h,
+                                              const std::vector<uint32_t>& ids, std::vector<std::string>& payloads,
+                                              uint64_t received, rpc::PushReply* reply) {
+  std::unique_lock<std::mutex> lock(mu);  // declared first: released after `job` below is gone
+  if (ended()) return ended_status();
+  // Again: the replica may have registered a new process while this push was read.
+  if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
+  const uint32_t r = h.replica();
+  heard(r);
+  reply->set_global_step(steps->global_step());
+  const detail::SyncSteps::PushResult pushed = steps->push(r, h.step(), ids, payloads, h.loss());
+  switch (pushed.outcome) {
+    case detail::SyncSteps::PushOutcome::kDuplicate:
+      reply->set_outcome(rpc::PushReply::DUPLICATE);
+      return grpc::Status::OK;
+    case detail::SyncSteps::PushOutcome::kStale:
+      reply->set_outcome(rpc::PushReply::STALE);
+      // Backups are stale every step by design: the first few and then every
+      // 100th are logged; Status and the chief's result.json carry the count.
+      if (pushed.counted_stale && (steps->stale() <= 5 || steps->stale() % 100 == 0))
+        log(replica_name(r) + ": push of step " + std::to_string(h.step()) + " is stale (step " +
+            std::to_string(steps->current_step()) + " already summed); dropped (" + std::to_string(steps->stale()) +
+            " so far)");
+      return grpc::Status::OK;
+    case detail::SyncSteps::PushOutcome::kAhead:
+      return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(r) + " pushed step " +
+                                                               std::to_string(h.step()) + " but the ps is at step " +
+                                                               std::to_string(steps->current_step()));
+    case detail::SyncSteps::PushOutcome::kRepeatsShards:
+      return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                          replica_name(r) + " step " + std::to_string(h.step()) +
+                              ": a bucket repeats shards an earlier push of the step delivered");
+    case detail::SyncSteps::PushOutcome::kAccepted: break;
+  }
+  if (h.step_ms_size() > 0) replicas[r].step_ms.assign(h.step_ms().begin(), h.step_ms().end());
+  bytes_in += received;
+  reply->set_outcome(rpc::PushReply::APPLIED);
+  cv.notify_all();  // pullers list who has not pushed
+  // Summing is the slow part: outside the lock (sync_steps.h, SumJob).
+  const detail::SyncSteps::SumJob job = steps->take_sums(ids);
+  if (!job.empty()) {
+    lock.unlock();
+    const std::string error = steps->sum(job);
+    lock.lock();
+    if (!error.empty()) {
+      fail_locked(error);
+      return ended_status();
+    }
+  }
+  if (steps->settle(job)) cv.notify_all();
+  reply->set_global_step(steps->global_step());
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServer::Impl::push_async(const Caller& caller, const rpc::PushHeader& h,
+                                               const std::vector<std::string>& payloads, uint64_t received,
+                                               rpc::PushReply* reply) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (ended()) return ended_status();
+  if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
+  heard(h.replica());
+  detail::AsyncUpdates::Outcome outcome;
+  try {
+    outcome = updates->apply(h.replica(), h.step(), payloads);
+  } catch (const std::exception& e) {
+    fail_locked(std::string("applying ") + replica_name(h.replica()) + "'s push: " + e.what());
+    return ended_status();
+  }
+  if (outcome == detail::AsyncUpdates::Outcome::kDuplicate) {
+    reply->set_outcome(rpc::PushReply::DUPLICATE);
+    reply->set_global_step(updates->global_step());
+    return grpc::Status::OK;
+  }
+  bytes_in += received;
+  reply->set_outcome(rpc::PushReply::APPLIED);
+  reply->set_global_step(updates->global_step());
+  cv.notify_all();
+  return grpc::Status::OK;
+}
+
+}  // namespace terngrad::comm
