@@ -18,13 +18,13 @@ std::string result_summary(const train::TrainConfig& cfg, const train::TrainResu
                   cfg.net.c_str(), cfg.compute_ms, cfg.num_nodes, (long long)r.steps, cfg.grad_bits,
                   r.bytes_sent_per_worker_step, r.fp32_bytes_per_worker_step,
                   r.fp32_bytes_per_worker_step / r.bytes_sent_per_worker_step,
-                  r.examples_per_sec / std::max<double>(1, static_cast<double>(cfg.batch_size * cfg.num_nodes)),
+                  r.examples_per_sec / std::max<double>(1, static_cast<double>(train::examples_per_global_step(cfg))),
                   r.wall_seconds);
     return buf;
   }
   std::snprintf(buf, sizeof buf,
                 "%s, %d workers x batch %lld, %lld steps, grad_bits %d: test top-1 %.2f%% top-5 %.2f%%%s; "
-                "%.0f bytes sent per worker per step (fp32 %.0f, %.1fx smaller); %.0f examples/s; %.0f s",
+                "%.0f bytes sent per worker per step (fp32 %.0f, %.1fx smaller); %.0f examples/s (all workers); %.0f s",
                 cfg.net.c_str(), cfg.num_nodes, (long long)cfg.batch_size, (long long)r.steps, cfg.grad_bits,
                 100 * r.top1, 100 * r.top5,
                 r.ema_top1 >= 0 ? (" (EMA " + std::to_string(100 * r.ema_top1).substr(0, 5) + "%)").c_str() : "",
@@ -54,6 +54,8 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
       {"wire_bytes_sent_per_worker_step", r.wire_bytes_sent_per_worker_step},
       {"wire_bytes_recv_per_worker_step", r.wire_bytes_recv_per_worker_step},
       {"stale_pushes", r.stale_pushes},
+      {"examples", r.examples},
+      {"train_seconds", r.train_seconds},
       {"examples_per_sec", r.examples_per_sec},
       {"wall_seconds", r.wall_seconds},
       {"codecs", r.codec_summary},

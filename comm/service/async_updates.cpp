@@ -7,9 +7,11 @@
 
 namespace terngrad::comm::detail {
 
-AsyncUpdates::AsyncUpdates(std::vector<ShardCoding> shards, int replicas, int64_t first_step, UpdateHandler& handler)
-    : shards_(std::move(shards)), handler_(&handler), global_step_(first_step) {
+AsyncUpdates::AsyncUpdates(std::vector<ShardCoding> shards, int replicas, int64_t first_step, UpdateHandler& handler,
+                           int64_t last_step)
+    : shards_(std::move(shards)), handler_(&handler), global_step_(first_step), last_step_(last_step) {
   if (replicas < 1) throw std::invalid_argument("AsyncUpdates: " + std::to_string(replicas) + " replicas");
+  if (last_step < 0) throw std::invalid_argument("AsyncUpdates: last step " + std::to_string(last_step) + " is negative");
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (shards_[s].codec == nullptr) throw std::invalid_argument("AsyncUpdates: shard " + std::to_string(s) + " has no codec");
     values_.emplace_back(shards_[s].elements, 0.0f);
@@ -31,6 +33,7 @@ AsyncUpdates::Outcome AsyncUpdates::apply(uint32_t replica, int64_t step, std::s
     ++duplicates_;
     return Outcome::kDuplicate;
   }
+  if (last_step_ > 0 && global_step_ >= last_step_) return Outcome::kPastEnd;
   std::vector<float> grad;
   for (size_t s = 0; s < shards_.size(); ++s) {
     grad.assign(shards_[s].elements, 0.0f);

@@ -25,9 +25,11 @@ class AsyncUpdates {
  public:
   // shards: this ps's shards (their codecs outlive this); each starts as
   // zeros. replicas: the run's replicas. first_step: the global step the run
-  // starts at. handler: the update rule, which outlives this. Throws
-  // std::invalid_argument on a bad count or a null codec.
-  AsyncUpdates(std::vector<ShardCoding> shards, int replicas, int64_t first_step, UpdateHandler& handler);
+  // starts at. handler: the update rule, which outlives this. last_step:
+  // no push is applied once the global step reaches it (0: no limit). Throws
+  // std::invalid_argument on a bad count, a negative last_step or a null codec.
+  AsyncUpdates(std::vector<ShardCoding> shards, int replicas, int64_t first_step, UpdateHandler& handler,
+               int64_t last_step = 0);
 
   int64_t global_step() const { return global_step_; }
   size_t shards() const { return values_.size(); }
@@ -38,6 +40,7 @@ class AsyncUpdates {
   enum class Outcome {
     kApplied,    // every shard updated; the global step advanced
     kDuplicate,  // the replica pushed this step before: dropped
+    kPastEnd,    // the global step is at the run's last step: dropped, nothing changes
   };
   // A replica's push of step: payloads[s] is shard s's, validated by the
   // caller. replica must be in [0, replicas) and there must be one payload
@@ -55,6 +58,7 @@ class AsyncUpdates {
   std::vector<std::vector<float>> values_;  // [shard]
   UpdateHandler* handler_;
   int64_t global_step_;
+  int64_t last_step_;  // 0: none
   std::vector<int64_t> last_pushed_;  // [replica]
   uint64_t duplicates_ = 0;
 };

@@ -53,7 +53,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
     // The update rule's shards are (re)initialized only now, while no run
     // uses them; a slot it does not know still refuses the Init, and the
     // ps keeps waiting for one.
-    fresh_updates.emplace(coding, static_cast<int>(h.total_replicas()), h.global_step(), *handler);
+    fresh_updates.emplace(coding, static_cast<int>(h.total_replicas()), h.global_step(), *handler, h.last_step());
     if (grpc::Status s = load_async_slots(plan, *fresh_updates); !s.ok()) return s;
   }
   fingerprint = h.fingerprint();

@@ -101,8 +101,9 @@ grpc::Status ParameterServer::Impl::push_async(const Caller& caller, const rpc::
     fail_locked(std::string("applying ") + replica_name(h.replica()) + "'s push: " + e.what());
     return ended_status();
   }
-  if (outcome == detail::AsyncUpdates::Outcome::kDuplicate) {
-    reply->set_outcome(rpc::PushReply::DUPLICATE);
+  if (outcome != detail::AsyncUpdates::Outcome::kApplied) {
+    reply->set_outcome(outcome == detail::AsyncUpdates::Outcome::kDuplicate ? rpc::PushReply::DUPLICATE
+                                                                             : rpc::PushReply::PAST_END);
     reply->set_global_step(updates->global_step());
     return grpc::Status::OK;
   }

@@ -38,6 +38,7 @@ rpc::InitChunk WorkerClient::Impl::init_header(int p, int64_t global_step) const
   h->set_sync(sync);
   h->set_total_replicas(static_cast<uint32_t>(total));
   h->set_replicas_to_aggregate(static_cast<uint32_t>(needed));
+  if (!sync) h->set_last_step(opt.last_step);
   return head;
 }
 

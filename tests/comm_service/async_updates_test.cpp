@@ -118,3 +118,22 @@ TEST(AsyncUpdates, MalformedCallsThrowBeforeAnythingChanges) {
   EXPECT_THROW(td::AsyncUpdates(std::vector<td::ShardCoding>{td::ShardCoding{nullptr, 4}}, 1, 0, rule),
                std::invalid_argument);
 }
+
+// A run of N steps applies exactly N pushes: once the global step reaches
+// the last step, pushes are dropped and nothing changes (concurrent replicas
+// that pulled step N-1 together cannot carry the run to N+1).
+TEST(AsyncUpdates, NoPushIsAppliedPastTheLastStep) {
+  const TwoShards shards;
+  RecordingRule rule;
+  td::AsyncUpdates updates(shards.coding(), 2, 3, rule, /*last_step=*/5);
+  EXPECT_EQ(updates.apply(0, 3, shards.payloads(1)), td::AsyncUpdates::Outcome::kApplied);
+  EXPECT_EQ(updates.apply(1, 3, shards.payloads(1)), td::AsyncUpdates::Outcome::kApplied);
+  ASSERT_EQ(updates.global_step(), 5);
+  const std::vector<float> before(updates.values(0).begin(), updates.values(0).end());
+  EXPECT_EQ(updates.apply(0, 4, shards.payloads(7)), td::AsyncUpdates::Outcome::kPastEnd);
+  EXPECT_EQ(updates.global_step(), 5);
+  EXPECT_EQ(rule.calls.size(), 4u) << "two pushes of two shards, none after the last step";
+  EXPECT_EQ(std::vector<float>(updates.values(0).begin(), updates.values(0).end()), before);
+  EXPECT_EQ(updates.last_pushed(0), 3) << "a dropped push is not the replica's last applied step";
+  EXPECT_THROW(td::AsyncUpdates(shards.coding(), 2, 0, rule, -1), std::invalid_argument);
+}

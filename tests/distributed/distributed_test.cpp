@@ -225,6 +225,29 @@ TEST_F(Distributed, AsyncTrainingConverges) {
   EXPECT_GT(std::stod(json.substr(at + 8)), 0.5) << "10 classes: chance is 0.1; " << json;
 }
 
+// Async figures that tell the truth: two replicas pushing concurrently
+// apply exactly --max_steps pushes (the ps drops those past the last step),
+// and the chief reports the whole cluster's examples (one batch per global
+// step), its rate over the training time, never one replica's.
+TEST_F(Distributed, AsyncRunsExactlyMaxStepsAndReportsTheClustersRate) {
+  const Proc r = cluster("async-count", "--num_ps=1 --num_workers=2",
+                        model_flags(40, "--grad_bits=32 --sync_replicas=false"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(dir_ / "async-count" / "result.json");
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto number = [&](const std::string& key) {
+    const size_t at = json.find("\"" + key + "\": ");
+    EXPECT_NE(at, std::string::npos) << key << " in " << json;
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + key.size() + 4));
+  };
+  EXPECT_EQ(number("steps"), 40) << json;
+  EXPECT_EQ(number("examples"), 40 * 8) << "one batch of 8 per global step: " << json;
+  const double secs = number("train_seconds"), rate = number("examples_per_sec");
+  ASSERT_GT(secs, 0) << json;
+  EXPECT_NEAR(rate, 40 * 8 / secs, 1e-6 * rate) << json;
+  EXPECT_LE(secs, number("wall_seconds")) << json;
+}
+
 TEST_F(Distributed, AKilledWorkerIsReportedAndNobodyHangs) {
   const Proc r = run(cluster_bin() +
                     " --replica_threads=1 --num_ps=1 --num_workers=2 --kill_task=worker:1 --kill_after_secs=4 -- " +

@@ -44,7 +44,9 @@ class AsyncLoop final : public ReplicaLoop {
       if (!std::isfinite(loss))
         throw std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global));
       r_.step.encode(global, no_scales, r_.wire);
-      r_.client.push(global, loss, r_.wire.views);
+      // Dropped past the run's last step (another replica's push took it):
+      // the next pull ends the loop, and this step is not counted.
+      if (!r_.client.push(global, loss, r_.wire.views).applied) continue;
 
       const int64_t done = global + 1;
       run.after_step(done, loss, r_.s.lr(global));

@@ -137,6 +137,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   co.credential = credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica)));
   co.tls = tls_of(cfg);
   co.startup_timeout_s = cfg.startup_timeout_secs;  // a ps may come up after its replicas
+  if (!cfg.sync_replicas) co.last_step = cfg.max_steps;  // async: the ps applies exactly max_steps
   comm::WorkerClient client(c.ps_addresses(), layout, replica, cfg.sync_replicas, n, needed, co);
   const std::string me = replica_name(c, replica);
   if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
@@ -151,7 +152,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     const std::unique_ptr<detail::ReplicaLoop> loop =
         cfg.sync_replicas ? detail::make_sync_loop(r) : detail::make_async_loop(r);
     const int64_t first = loop->join(restored);
-    detail::ReplicaRun run(s, client, wire, chief, cfg.sync_replicas ? needed : 1);
+    detail::ReplicaRun run(s, client, wire, chief, first);
     const int64_t last = loop->train(first, run);
     TrainResult result = run.finish(last, c.ps_addresses(), co);
     client.finish(true);

@@ -56,6 +56,7 @@ TrainResult InProcessRun::finish(const Hooks& hooks) {
   result_.steps = cfg.max_steps;
   result_.examples = steps_run_ * cfg.batch_size * workers_;
   result_.examples_per_sec = train_secs > 0 ? result_.examples / train_secs : 0;
+  result_.train_seconds = train_secs;
   hooks.evaluate(result_);
   log_eval(log_.get(), cfg.max_steps, result_, cfg.quiet);
   if (hooks.before_save) hooks.before_save();

@@ -11,16 +11,17 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 ReplicaRun::ReplicaRun(TrainingSession& s, comm::WorkerClient& client, const Wire& wire, bool chief,
-                       int replicas_per_step)
+                       int64_t first_step)
     : s_(s),
       client_(client),
       wire_(wire),
       chief_(chief),
-      replicas_per_step_(replicas_per_step),
+      first_step_(first_step),
+      examples_per_step_(examples_per_global_step(s.cfg())),
       log_(chief && !s.cfg().train_dir.empty()
                ? std::make_unique<JsonlWriter>(s.cfg().train_dir + "/metrics.jsonl", true)
                : nullptr),
-      progress_(s.cfg().max_steps, s.cfg().batch_size * s.cfg().num_nodes, s.cfg().quiet || !chief),
+      progress_(s.cfg().max_steps, examples_per_step_, s.cfg().quiet || !chief),
       t_train_(Clock::now()),
       t0_(client.traffic()) {}
 
@@ -35,7 +36,7 @@ void ReplicaRun::after_step(int64_t done, double loss, double lr) {
   const double secs = since(t_train_);
   JsonObject o;
   o.add("event", "train").add("step", done).add("loss", loss).add("learning_rate", lr)
-      .add("examples_per_sec", secs > 0 ? steps_run_ * cfg.batch_size * replicas_per_step_ / secs : 0.0)
+      .add("examples_per_sec", secs > 0 ? static_cast<double>((done - first_step_) * examples_per_step_) / secs : 0.0)
       .add("bytes_sent_per_worker", sent_per_step())
       .add("bytes_recv_per_worker", per_step(t.payload_received, t0_.payload_received))
       .add("wire_bytes_sent_per_worker", per_step(t.message_sent, t0_.message_sent))
@@ -73,8 +74,9 @@ TrainResult ReplicaRun::finish(int64_t last, const std::vector<std::string>& ps_
   const double train_secs = since(t_train_);
   const comm::Traffic t = client_.traffic();
   result_.steps = last;
-  result_.examples = steps_run_ * cfg.batch_size;
-  result_.examples_per_sec = train_secs > 0 ? result_.examples * replicas_per_step_ / train_secs : 0;
+  result_.examples = (last - first_step_) * examples_per_step_;  // the whole cluster's
+  result_.examples_per_sec = train_secs > 0 ? static_cast<double>(result_.examples) / train_secs : 0;
+  result_.train_seconds = train_secs;
   result_.final_loss = loss_;
   for (const Param& p : s_.params().params) result_.fp32_bytes_per_worker_step += 4.0 * p.value.size();
   result_.bytes_sent_per_worker_step = sent_per_step();

@@ -21,9 +21,10 @@ namespace terngrad::train::detail {
 
 class ReplicaRun {
  public:
-  // Training begins now (rates and traffic count from here). replicas_per_step:
-  // whose examples one step trains (a sync step's aggregated replicas; 1 async).
-  ReplicaRun(TrainingSession& s, comm::WorkerClient& client, const Wire& wire, bool chief, int replicas_per_step);
+  // Training begins now, at global step first_step (rates and traffic count
+  // from here). The cluster's examples are counted from the global step:
+  // examples_per_global_step(cfg) per step (trainer.h).
+  ReplicaRun(TrainingSession& s, comm::WorkerClient& client, const Wire& wire, bool chief, int64_t first_step);
 
   TrainResult& result() { return result_; }
   int64_t steps_run() const { return steps_run_; }
@@ -32,8 +33,9 @@ class ReplicaRun {
   StepClock& clock() { return clock_; }
   StepClock& replicas() { return replicas_; }
 
-  // After `done` steps, the last with this loss: progress and, when due,
-  // the chief's train line.
+  // After `done` global steps (this replica's last push took the run to at
+  // least `done`), the last with this loss: progress and, when due, the
+  // chief's train line.
   void after_step(int64_t done, double loss, double lr);
   // Whether the chief evaluates after `done` steps (before the last).
   bool evaluation_due(int64_t done) const;
@@ -59,7 +61,8 @@ class ReplicaRun {
   comm::WorkerClient& client_;
   const Wire& wire_;
   const bool chief_;
-  const int replicas_per_step_;
+  const int64_t first_step_;
+  const int64_t examples_per_step_;  // the whole cluster's, per global step
   std::unique_ptr<JsonlWriter> log_;  // the chief's, with --train_dir
   Progress progress_;
   TrainResult result_;

@@ -246,6 +246,10 @@ class InProcessStep {
 
 }  // namespace
 
+int64_t examples_per_global_step(const TrainConfig& cfg) {
+  return cfg.batch_size * (cfg.sync_replicas ? cfg.num_nodes : 1);
+}
+
 TrainResult run_training(const TrainConfig& cfg_in) {
   using Clock = std::chrono::steady_clock;
   TrainConfig cfg = cfg_in;

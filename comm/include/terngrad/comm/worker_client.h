@@ -37,6 +37,10 @@ struct ClientOptions {
   // for a ps without a secret.
   std::optional<Credential> credential;
   TlsOptions tls;  // connect with TLS when tls.client_enabled()
+  // Async, the chief's Init: the run's last global step. The ps applies no
+  // push past it (they are answered as dropped), so concurrent replicas
+  // cannot carry the run beyond it. 0: no limit.
+  int64_t last_step = 0;
 };
 
 // What went over the wire from this replica's point of view.

@@ -17,7 +17,9 @@ namespace terngrad::train {
 
 struct TrainResult {
   int64_t steps = 0;
-  int64_t examples = 0;           // training examples processed in this process
+  // Training examples the run processed: all its workers' (in-process), the
+  // whole cluster's (distributed: global steps x examples_per_global_step).
+  int64_t examples = 0;
   double final_loss = 0;          // last step's mean cross-entropy over workers
   double top1 = 0, top5 = 0;      // test accuracy of the raw weights, in [0, 1]
   double ema_top1 = -1, ema_top5 = -1;  // with the moving average (-1: no EMA)
@@ -28,7 +30,8 @@ struct TrainResult {
   double wire_bytes_sent_per_worker_step = 0;  // distributed: serialized request bytes per step
   double wire_bytes_recv_per_worker_step = 0;  // distributed: serialized reply bytes per step
   int64_t stale_pushes = 0;                    // distributed sync: pushes dropped as stale (all ps)
-  double examples_per_sec = 0;            // training throughput (all workers)
+  double examples_per_sec = 0;            // examples / train_seconds: the whole run's, never one replica's
+  double train_seconds = 0;               // from the first step to the last (setup and final evaluation excluded)
   // Streamed datasets (imagenet): images the loaders delivered, the rate
   // their threads could deliver (images per busy thread-second x threads),
   // the seconds steps waited for input (about 0 = not input-bound) and
@@ -40,6 +43,11 @@ struct TrainResult {
   double wall_seconds = 0;
   std::string codec_summary;              // e.g. "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2"
 };
+
+// Examples one global step processes over the whole run: every worker's
+// batch in a sync step (backups included: they compute it too), one
+// replica's batch in an async step (each push is a global step).
+int64_t examples_per_global_step(const TrainConfig& cfg);
 
 // Runs (or resumes, when cfg.train_dir holds a checkpoint) a training run.
 // Throws std::runtime_error / std::invalid_argument with a clear message on
