@@ -14,6 +14,7 @@ processes, gloo (uneven slices, 3-bit sums).
    (2 + 3) * 2/3 bits per element at W = 3, against the all-gather's 2 * 2.
 4. bf16 and fp16 buckets, both hooks: the result in the bucket's dtype is the
    float32 copy's result cast to it, bit for bit; float64 is refused by name.
+5. terngrad_auto_hook runs the variant auto_variant picks, bit for bit.
 Exits 77 (ctest SKIP) without torch.
 """
 import os
@@ -131,10 +132,33 @@ def check_sixteen_bit_buckets(rank):
         assert "torch.float64" in str(e), str(e)
 
 
+def check_auto_hook(rank):
+    """terngrad_auto_hook runs the variant auto_variant names: at W = 3 the
+    all-gather by default, the reduce-scatter with reduce_scatter_from=3;
+    bit for bit each hook's own result."""
+    assert tgt.auto_variant(4, False) is tgt.terngrad_hook
+    assert tgt.auto_variant(8, False) is tgt.terngrad_reduce_scatter_hook
+    assert tgt.auto_variant(512, True) is tgt.terngrad_hook, "CUDA buckets: the all-gather, the only device path"
+    param = torch.nn.Parameter(torch.empty(5003))
+    g = torch.randn(5003, generator=torch.Generator().manual_seed(10 + rank))
+    for reduce_scatter_from, same_as in ((8, tgt.terngrad_hook), (3, tgt.terngrad_reduce_scatter_hook)):
+        state = tgt.TernGradState(seed=4, reduce_scatter_from=reduce_scatter_from)
+        auto = tgt.terngrad_auto_hook(state, Bucket(g.clone(), param)).wait()
+        own = same_as(tgt.TernGradState(seed=4), Bucket(g.clone(), param)).wait()
+        assert torch.equal(auto, own), "auto hook (reduce_scatter_from=%d) is not %s" % (
+            reduce_scatter_from, same_as.__name__)
+    try:
+        tgt.TernGradState(reduce_scatter_from=1)
+        raise AssertionError("reduce_scatter_from=1 was accepted")
+    except ValueError as e:
+        assert "reduce_scatter_from" in str(e), str(e)
+
+
 def worker(rank, tmp):
     dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "init"), rank=rank, world_size=WORLD)
     try:
         check_sixteen_bit_buckets(rank)
+        check_auto_hook(rank)
         for spec in ("terngrad", "ef(terngrad:round=nearest)"):
             ag, rs = [], []
             run(rank, spec, tgt.terngrad_hook, ag)
