@@ -245,6 +245,14 @@ tg_status tg_codec_aggregate(const tg_codec_t* codec, const uint8_t* const* payl
   });
 }
 
+tg_status tg_codec_aggregate_bytes(const tg_codec_t* codec, uint64_t n, size_t count, size_t* out_bytes) {
+  return guarded(__func__, Operation::kOther, [&] {
+    const tg_codec& h = handle_of(codec);
+    require(out_bytes, "out_bytes");
+    *out_bytes = h.codec->aggregate_bytes(n, count).value_or(0);
+  });
+}
+
 tg_status tg_codec_decode_aggregate(const tg_codec_t* codec, const uint8_t* aggregate, size_t aggregate_bytes,
                                     float* out, uint64_t n) {
   return guarded(__func__, Operation::kDecode, [&] {

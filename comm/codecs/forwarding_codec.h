@@ -47,6 +47,9 @@ class ForwardingCodec : public GradientCodec {
   std::vector<uint8_t> validate_for_server(std::span<const uint8_t> payload, uint64_t n) const override {
     return inner_->validate_for_server(payload, n);
   }
+  std::optional<size_t> aggregate_bytes(uint64_t n, size_t count) const override {
+    return inner_->aggregate_bytes(n, count);
+  }
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
     inner_->aggregate(payloads, n, out);

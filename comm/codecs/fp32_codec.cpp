@@ -44,6 +44,11 @@ class Fp32Codec final : public GradientCodec {
   // step). Same arithmetic as the default: 0 + p0 + p1 + ... per element;
   // the SIMD level's kernel (terngrad/quantize/dense_sum.h) gives the bits of
   // the scalar loop.
+  std::optional<size_t> aggregate_bytes(uint64_t n, size_t count) const override {
+    if (count == 0) return std::nullopt;
+    return dense_payload_bytes(kType, n);
+  }
+
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
     if (payloads.empty()) throw std::invalid_argument("fp32 aggregate: no payloads to sum");

@@ -24,6 +24,12 @@ size_t GradientCodec::encoded_size(std::span<const uint8_t> written, uint64_t n)
   return bytes;
 }
 
+std::optional<size_t> GradientCodec::aggregate_bytes(uint64_t n, size_t count) const {
+  (void)n;
+  (void)count;
+  return std::nullopt;
+}
+
 void GradientCodec::aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                               std::vector<uint8_t>& out) const {
   if (payloads.empty()) throw std::invalid_argument(spec() + " aggregate: no payloads to sum");

@@ -90,6 +90,7 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   }
 
   bool aggregate_keeps_state() const override { return true; }
+  std::optional<size_t> aggregate_bytes(uint64_t, size_t) const override { return std::nullopt; }
 
   void aggregate_step(std::span<const std::span<const uint8_t>> payloads, uint64_t n, const AggregateContext& ctx,
                       std::vector<uint8_t>& state, std::vector<uint8_t>& out) const override {

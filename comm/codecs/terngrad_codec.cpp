@@ -158,6 +158,18 @@ class TernGradCodec final : public GradientCodec {
     return kept;
   }
 
+  // 2-bit payloads with scale sharing only: one payload comes back as it
+  // is, several shared-scale ones sum to bit-packed counts. Entropy-coded
+  // and base-3 sums, and sums of payloads with scales of their own (a
+  // float32 sum, or counts when the scales happen to agree), depend on the
+  // payloads.
+  std::optional<size_t> aggregate_bytes(uint64_t n, size_t count) const override {
+    if (packing_ != quantize::Packing::k2Bit || !share_scale_ || count == 0 || count > quantize::kMaxSumContributions)
+      return std::nullopt;
+    if (count == 1) return payload_bytes(n);
+    return quantize::sum_payload_bytes(n, static_cast<uint32_t>(count));
+  }
+
   void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                  std::vector<uint8_t>& out) const override {
     if (payloads.size() == 1) {  // nothing to sum: the payload itself, in this codec's packing

@@ -92,6 +92,7 @@ def _declare(lib):
        ctypes.POINTER(size), ctypes.POINTER(size))
     fn("tg_codec_aggregate", _c_tg_status, _codec_p, ctypes.POINTER(_u8_p), ctypes.POINTER(size), size, u64,
        _u8_p, size, ctypes.POINTER(size))
+    fn("tg_codec_aggregate_bytes", _c_tg_status, _codec_p, u64, size, ctypes.POINTER(size))
     fn("tg_codec_decode_aggregate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
     # Device pointers (CUDA builds; elsewhere they return TG_ERR_UNSUPPORTED).
     stream = ctypes.c_void_p

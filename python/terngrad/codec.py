@@ -300,6 +300,17 @@ class Codec:
                                      ctypes.byref(length)))
         return out.reshape(-1)[:length.value]
 
+    def aggregate_bytes(self, n, count):
+        """The length aggregate() gives for count payloads of n elements
+        encoded with one shared scale, when n and count fix it (2-bit
+        terngrad with scale sharing, fp32); None when it depends on the
+        payloads."""
+        if n < 0 or count < 1:
+            raise ValueError("aggregate_bytes: n must be >= 0 and count >= 1, got %d and %d" % (n, count))
+        out = ctypes.c_size_t()
+        check(lib.tg_codec_aggregate_bytes(self._h(), n, count, ctypes.byref(out)))
+        return out.value or None
+
     def decode_aggregate(self, aggregate, out):
         """out = the sum an aggregate() payload stands for. Returns out."""
         return self._decode(lib.tg_codec_decode_aggregate, aggregate, out)

@@ -340,12 +340,15 @@ def terngrad_reduce_scatter_hook(state, bucket):
        for a variable-size codec);
     4. rank j sums the W payloads of its slice without decoding them
        (Codec.aggregate: integer counts, bit_width(2W) bits per element);
-    5. all_gather of the sums (their lengths first, then padded to the
-       longest), and every rank decodes every slice's sum / W.
+    5. all_gather of the sums, padded to the longest, and every rank
+       decodes every slice's sum / W. Their lengths follow from the slices'
+       where the codec can tell (Codec.aggregate_bytes: 2-bit terngrad with
+       scale sharing, fp32); otherwise they are all-gathered first.
     Received per rank and element: (2 + bit_width(2W)) (W-1)/W bits plus
     headers, against terngrad_hook's 2 (W-1): cheaper from W = 3 on. Every
     rank decodes the same sums, so replicas stay bit-identical. Steps 1-4
-    block (the bucket's gradient is final); step 5 is the returned future.
+    block (the bucket's gradient is final), and with them the lengths'
+    all-gather where it is needed; step 5 is the returned future.
     """
     if bucket.buffer().is_cuda:
         raise ValueError("terngrad_reduce_scatter_hook: bucket %d is on %s; its slice encode and sum have no "
@@ -367,8 +370,17 @@ def terngrad_reduce_scatter_hook(state, bucket):
     state.bytes_received += sum(s for j, s in enumerate(recv_sizes) if j != rank)
     dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=group)
     mine = codec.aggregate(list(torch.split(recv, recv_sizes)), lengths[rank])
-    # The sums' sizes differ (the last slices are shorter; float32 sums, entropy-coded ones).
-    gathered, all_sizes, fut = _all_gather_async(state, group, world, mine, same_size=False)
+    # The sums' sizes differ (the last slices are shorter; entropy-coded
+    # sums): known from the slices' lengths where the codec can tell
+    # (aggregate_bytes), else all-gathered first.
+    known = [codec.aggregate_bytes(m, world) for m in lengths]
+    if None in known:
+        gathered, all_sizes, fut = _all_gather_async(state, group, world, mine, same_size=False)
+    else:
+        if mine.numel() != known[rank]:
+            raise RuntimeError("terngrad_reduce_scatter_hook: the sum of slice %d has %d bytes, aggregate_bytes "
+                               "said %d" % (rank, mine.numel(), known[rank]))
+        gathered, all_sizes, fut = _all_gather_known(state, group, mine, known)
     state._end_bucket(bucket)
 
     def average(_):
@@ -403,6 +415,18 @@ def _all_gather_async(state, group, world, payload, same_size):
     return gathered, lengths, dist.all_gather(gathered, payload, group=group, async_op=True).get_future()
 
 
+def _all_gather_known(state, group, payload, sizes):
+    """The asynchronous all_gather of one payload per rank whose sizes every
+    rank knows (sizes[j]: rank j's): padded to the longest, no lengths
+    exchanged. Returns (gathered, sizes, future)."""
+    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=payload.device)
+    padded[:payload.numel()] = payload
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    state._count(padded)
+    state.bytes_received += (len(sizes) - 1) * padded.numel()
+    return gathered, sizes, dist.all_gather(gathered, padded, group=group, async_op=True).get_future()
+
+
 def _pad_to_longest(state, group, world, payload):
     """A variable-size payload's all-gather: every worker's length (blocking,
     as the scale's all_reduce), and this payload padded with zeros to the
@@ -415,10 +439,6 @@ def _pad_to_longest(state, group, world, payload):
     padded = torch.zeros(max(lengths), dtype=torch.uint8, device=payload.device)
     padded[:payload.numel()] = payload
     return padded, lengths
-
-
-__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "chunk_bounds", "reshard_state_dicts",
-           "terngrad_hook", "terngrad_reduce_scatter_hook"]
 
 
 def auto_variant(world, is_cuda, reduce_scatter_from=8):
@@ -445,3 +465,7 @@ def terngrad_auto_hook(state, bucket):
     world = dist.get_world_size(state._group())
     hook = auto_variant(world, bucket.buffer().is_cuda, state.reduce_scatter_from)
     return hook(state, bucket)
+
+
+__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "auto_variant", "chunk_bounds", "reshard_state_dicts",
+           "terngrad_auto_hook", "terngrad_hook", "terngrad_reduce_scatter_hook"]

@@ -231,3 +231,40 @@ TEST(TernGradCodec, DecodeMatchesQuantizeAndRejectsMalformedPayloads) {
   expect_rejected(*codec, payload, 100);
   expect_rejected(*codec, encode(*tc::make_codec("fp32"), g), 101);
 }
+
+// aggregate_bytes() is the length aggregate() gives for shared-scale
+// payloads, for every count and size (the empty slice included), where the
+// codec can tell: 2-bit terngrad with scale sharing, ef() of it, fp32; and
+// nullopt where the length depends on the payloads.
+TEST(TernGradCodec, AggregateBytesIsTheSumsLengthWhereTheCodecCanTell) {
+  for (const char* spec : {"terngrad", "ef(terngrad:round=nearest)", "fp32"}) {
+    for (uint64_t n : {0u, 1u, 13u, 4096u, 5001u}) {
+      for (size_t count : {1u, 2u, 3u, 5u}) {
+        SCOPED_TRACE(std::string(spec) + " n=" + std::to_string(n) + " count=" + std::to_string(count));
+        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+        std::vector<std::vector<float>> grads;
+        float shared = 0.0f;
+        for (size_t w = 0; w < count; ++w) {
+          codecs.push_back(tc::make_codec(spec));
+          grads.push_back(normal_floats(n, 7 + w, 1.0f + w));
+          shared = std::max(shared, codecs[w]->local_scale(grads[w]));
+        }
+        std::vector<std::vector<uint8_t>> payloads;
+        for (size_t w = 0; w < count; ++w)
+          payloads.push_back(encode(*codecs[w], grads[w], context(50 + w, 3, 1, shared)));
+        std::vector<std::span<const uint8_t>> spans(payloads.begin(), payloads.end());
+        std::vector<uint8_t> sum;
+        codecs[0]->aggregate(spans, n, sum);
+        const std::optional<size_t> predicted = codecs[0]->aggregate_bytes(n, count);
+        ASSERT_TRUE(predicted.has_value());
+        EXPECT_EQ(*predicted, sum.size());
+      }
+    }
+  }
+  for (const char* spec : {"terngrad:pack=entropy", "terngrad:pack=base3", "terngrad:share_scale=0",
+                           "server_ef(terngrad:round=nearest)"}) {
+    SCOPED_TRACE(spec);
+    EXPECT_FALSE(tc::make_codec(spec)->aggregate_bytes(4096, 3).has_value());
+  }
+  EXPECT_FALSE(tc::make_codec("terngrad")->aggregate_bytes(4096, 0).has_value());
+}

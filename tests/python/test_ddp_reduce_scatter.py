@@ -3,7 +3,8 @@ processes, gloo (uneven slices, 3-bit sums).
 
 1. The C API's slice encode and sum, without DDP: slices of any cut decode
    to the whole payload's decoding; the sum of 3 shared-scale payloads is
-   integer counts (40 + ceil(3n/8) bytes) decoding to the sum of decodings.
+   integer counts (40 + ceil(3n/8) bytes, as aggregate_bytes says) decoding
+   to the sum of decodings.
 2. For every bucket of the first step (every rank's input is the same in
    both runs), the reduce-scatter hook's output equals the all-gather
    hook's (terngrad_hook, checked against a float64 reference by
@@ -60,6 +61,9 @@ def check_slices_and_sums():
         assert np.allclose(summed, want, rtol=0, atol=1e-6 * max(1e-30, np.abs(want).max())), spec
         if spec == "terngrad":
             assert total.size == 40 + (3 * n + 7) // 8, "3 shared-scale payloads sum to 3 bits per element"
+            assert codec.aggregate_bytes(n, WORLD) == total.size, (codec.aggregate_bytes(n, WORLD), total.size)
+        if spec == "terngrad:pack=entropy":
+            assert codec.aggregate_bytes(n, WORLD) is None, "an entropy-coded sum's length depends on the payloads"
     try:
         terngrad.Codec("terngrad").encode_slices(np.zeros(16, np.float32), [2], [8])
         raise AssertionError("a slice starting at element 2 was accepted")

@@ -213,6 +213,14 @@ TG_API tg_status tg_codec_aggregate(const tg_codec_t* codec, const uint8_t* cons
                                     const size_t* payload_bytes, size_t count, uint64_t n, uint8_t* out,
                                     size_t capacity, size_t* out_length);
 
+/* *out_bytes = the length tg_codec_aggregate() gives for count payloads of
+ * n elements that this codec encoded with one shared scale (as a
+ * reduce-scatter encodes its slices), when it follows from n and count
+ * alone: 2-bit terngrad with scale sharing, fp32; 0 when the length depends
+ * on the payloads (entropy-coded and sparse sums, ...). Lets every rank size
+ * the all-gather of the sums without exchanging their lengths. */
+TG_API tg_status tg_codec_aggregate_bytes(const tg_codec_t* codec, uint64_t n, size_t count, size_t* out_bytes);
+
 /* out[0, n) = the sum a tg_codec_aggregate() payload stands for. */
 TG_API tg_status tg_codec_decode_aggregate(const tg_codec_t* codec, const uint8_t* aggregate,
                                            size_t aggregate_bytes, float* out, uint64_t n);

@@ -212,6 +212,13 @@ class GradientCodec {
   // sends back). The default is the float32 sum, decode_accumulate() in
   // order, in an "fp32" payload; terngrad returns shared-scale sums as
   // integer counts (quantize/ternary_sum.h). Malformed payloads throw.
+  // The length aggregate() gives for `count` payloads of n elements that
+  // this codec encoded with one shared scale (scale sharing, as a
+  // reduce-scatter encodes its slices), when that length follows from n and
+  // count alone; nullopt when it depends on the payloads (entropy-coded or
+  // sparse sums) or when the codec cannot tell. A collective sizes its
+  // buffers from it instead of exchanging lengths. The default: nullopt.
+  virtual std::optional<size_t> aggregate_bytes(uint64_t n, size_t count) const;
   virtual void aggregate(std::span<const std::span<const uint8_t>> payloads, uint64_t n,
                          std::vector<uint8_t>& out) const;
 
