@@ -6,6 +6,13 @@
 #   scripts/sanitize.sh                          # everything that can run under ASan
 #   scripts/sanitize.sh -R 'Codec|Checkpoint'    # a ctest -R filter
 #   scripts/sanitize.sh --unit                   # the codec, data, comm and JSON unit tests only
+#   scripts/sanitize.sh --thread                 # ThreadSanitizer: the ps, worker client and trainer suites
+#
+# --thread builds build-tsan with -fsanitize=thread and runs the suites of
+# comm/service (the ps and the worker client, in-process, with their threads:
+# long polls, heartbeats, watchdogs, pipelined pushes and pulls) and of
+# train/trainer. gRPC and protobuf are Debian's, not instrumented: TSan sees
+# our accesses only, so a report names a race in our code.
 #
 # Options: --build-dir DIR (default build-asan), --jobs N (build and ctest
 # parallelism, default 2), --unit (build and run only the unit suites listed
@@ -28,18 +35,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 
-build_dir="build-asan" jobs=2 unit=0 filter="" do_build=1
+build_dir="" jobs=2 unit=0 thread=0 filter="" do_build=1
 while (($#)); do
   case "$1" in
     --build-dir) build_dir=${2:?}; shift 2 ;;
     --jobs) jobs=${2:?}; shift 2 ;;
     --unit) unit=1; shift ;;
+    --thread) thread=1; unit=1; shift ;;
     -R) filter=${2:?-R needs a regex}; shift 2 ;;
     --no-build) do_build=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "sanitize.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ -n "$build_dir" ]] || { ((thread)) && build_dir="build-tsan" || build_dir="build-asan"; }
 [[ "$build_dir" = /* ]] || build_dir="$src/$build_dir"
 
 # The unit suites: the codecs, the payload format, the data readers, the
@@ -48,14 +57,20 @@ unit_targets=(quantize_tests comm_codec_tests train_data_tests base_json_tests c
 excluded='^(Python\.|CApi\.InstalledConsumer|CApi\.ExportsOnlyTheCApi|Package\.FindPackageConsumer|Arm64\.)'
 
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+link_flags="-fsanitize=address,undefined"
+if ((thread)); then
+  flags="-fsanitize=thread -fno-omit-frame-pointer -O1 -g"
+  link_flags="-fsanitize=thread"
+  unit_targets=(comm_service_tests ps_liveness_tests ps_steps_tests train_trainer_tests)
+fi
 if ((do_build)); then
   if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
-    echo "sanitize.sh: configuring $build_dir (ASan + UBSan)"
+    echo "sanitize.sh: configuring $build_dir ($flags)"
     # No CUDA (nvcc and ASan's host flags do not mix) and no benches.
     cmake -S "$src" -B "$build_dir" -DTG_CUDA=OFF -DTG_BUILD_BENCH=OFF \
       -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-      -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-      -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" > "$build_dir.configure.log" 2>&1 ||
+      -DCMAKE_EXE_LINKER_FLAGS="$link_flags" \
+      -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" > "$build_dir.configure.log" 2>&1 ||
       { cat "$build_dir.configure.log" >&2; echo "sanitize.sh: configure failed" >&2; exit 2; }
     rm -f "$build_dir.configure.log"
   fi
@@ -73,6 +88,7 @@ fi
 # Stop at the first report with a stack; leaks count (LSan is part of ASan).
 export ASAN_OPTIONS="abort_on_error=0:halt_on_error=1:detect_leaks=1:strict_string_checks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 args=(--test-dir "$build_dir" --output-on-failure -j"$jobs" -E "$excluded")
 if [[ -n "$filter" ]]; then
   args+=(-R "$filter")
