@@ -12,7 +12,9 @@
 # comm/service (the ps and the worker client, in-process, with their threads:
 # long polls, heartbeats, watchdogs, pipelined pushes and pulls) and of
 # train/trainer. gRPC and protobuf are Debian's, not instrumented: TSan sees
-# our accesses only, so a report names a race in our code.
+# our accesses only, so a report names a race in our code. OpenMP runs one
+# thread (OMP_NUM_THREADS=1): libgomp is not instrumented either, and TSan
+# would report its workers' writes as races.
 #
 # Options: --build-dir DIR (default build-asan), --jobs N (build and ctest
 # parallelism, default 2), --unit (build and run only the unit suites listed
@@ -88,7 +90,11 @@ fi
 # Stop at the first report with a stack; leaks count (LSan is part of ASan).
 export ASAN_OPTIONS="abort_on_error=0:halt_on_error=1:detect_leaks=1:strict_string_checks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$src/scripts/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+# Debian's libgomp is not instrumented: TSan cannot see its barriers and
+# reports every OpenMP worker's write as a race with the code after the
+# parallel region. One OpenMP thread: the std::threads are what is checked.
+((thread)) && export OMP_NUM_THREADS=1
 args=(--test-dir "$build_dir" --output-on-failure -j"$jobs" -E "$excluded")
 if [[ -n "$filter" ]]; then
   args+=(-R "$filter")

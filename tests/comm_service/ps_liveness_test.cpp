@@ -41,7 +41,7 @@ class StandInPs final : public rpc::ParameterServer::Service {
  public:
   std::atomic<bool> frozen{false};
   std::atomic<int> slow_registers{0};
-  double register_s = 0;
+  std::atomic<double> register_s{0};  // set by the test, read on the server's threads
   std::atomic<int> registers{0}, heartbeats{0}, cancelled{0};
 
   grpc::Status Register(grpc::ServerContext* ctx, const rpc::RegisterRequest*, rpc::RegisterReply* reply) override {

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -380,9 +381,10 @@ TEST(PsSecurity, ExtraPullsAndDuplicatePushesChangeNothingForOthers) {
 }
 
 namespace {
-// An async update rule that counts how often the ps (re)initializes it.
+// An async update rule that counts how often the ps (re)initializes it
+// (on the ps's threads; the test reads it: atomic).
 struct CountingHandler : tc::UpdateHandler {
-  int inits = 0;
+  std::atomic<int> inits{0};
   void init_shard(size_t, const tc::ShardView&) override { ++inits; }
   void apply(size_t, int64_t, std::span<float> values, std::span<const float> grad) override {
     for (size_t i = 0; i < values.size(); ++i) values[i] -= grad[i];
@@ -396,12 +398,12 @@ TEST(PsSecurity, ARefusedInitLeavesARunningPsAloneAndARestartedChiefEndsTheRunSa
   PsTask ps(1, std::nullopt, &handler);
   RawCaller chief(ps.address(), tc::new_session_id());
   ASSERT_TRUE(chief.init(0, 1, /*sync=*/false).ok());
-  EXPECT_EQ(handler.inits, 1);
+  EXPECT_EQ(handler.inits.load(), 1);
   ASSERT_TRUE(chief.register_as(0).ok());
   ASSERT_TRUE(chief.init(0, 1, false).ok());  // the same process retrying: nothing changes
   const grpc::Status other = chief.init(0, 1, false, kFingerprint + 1);
   EXPECT_EQ(other.error_code(), StatusCode::FAILED_PRECONDITION) << other.error_message();
-  EXPECT_EQ(handler.inits, 1) << "a refused Init re-initialized the live update rule";
+  EXPECT_EQ(handler.inits.load(), 1) << "a refused Init re-initialized the live update rule";
   rpc::StatusReply st;
   ASSERT_TRUE(chief.status(&st).ok());
   EXPECT_EQ(st.phase(), "running");
@@ -414,7 +416,7 @@ TEST(PsSecurity, ARefusedInitLeavesARunningPsAloneAndARestartedChiefEndsTheRunSa
   rpc::HeartbeatReply hb;
   ASSERT_TRUE(chief.heartbeat(0, &hb).ok());
   EXPECT_NE(hb.failure().find("the chief restarted"), std::string::npos) << hb.failure();
-  EXPECT_EQ(handler.inits, 1);
+  EXPECT_EQ(handler.inits.load(), 1);
 }
 
 TEST(PsSecurity, RequestsAskingForTooMuchAreRefusedNotObeyed) {
