@@ -213,6 +213,7 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
   PushOutcome out;
   for (const auto& r : replies) {
     if (r.outcome() == rpc::PushReply::STALE) ++out.stale;
+    if (r.outcome() == rpc::PushReply::PAST_END) ++out.past_end;
     if (r.outcome() != rpc::PushReply::APPLIED) out.applied = false;
   }
   return out;

@@ -46,7 +46,7 @@ class AsyncLoop final : public ReplicaLoop {
       r_.step.encode(global, no_scales, r_.wire);
       // Dropped past the run's last step (another replica's push took it):
       // the next pull ends the loop, and this step is not counted.
-      if (!r_.client.push(global, loss, r_.wire.views).applied) continue;
+      if (r_.client.push(global, loss, r_.wire.views).past_end > 0) continue;
 
       const int64_t done = global + 1;
       run.after_step(done, loss, r_.s.lr(global));

@@ -93,6 +93,7 @@ class WorkerClient {
   struct PushOutcome {
     bool applied = true;  // every ps counted it
     int stale = 0;        // ps tasks that dropped it as stale
+    int past_end = 0;     // async: ps tasks that dropped it, the run's last step being applied
   };
   // One payload per shard of the layout (layout.shards order).
   PushOutcome push(int64_t step, float loss, std::span<const std::span<const uint8_t>> shard_payloads);
