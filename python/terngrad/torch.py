@@ -115,7 +115,7 @@ class TernGradState(_CountingState):
     the reduce-scatter variant (auto_variant).
     """
 
-    def __init__(self, process_group=None, spec="terngrad", seed=0, module=None, reduce_scatter_from=8):
+    def __init__(self, process_group=None, spec="terngrad", seed=0, module=None, reduce_scatter_from=4):
         super().__init__(process_group)
         if not 0 <= seed < (1 << 48):
             raise ValueError("seed must be in [0, 2^48), got %d" % seed)
@@ -441,17 +441,18 @@ def _pad_to_longest(state, group, world, payload):
     return padded, lengths
 
 
-def auto_variant(world, is_cuda, reduce_scatter_from=8):
+def auto_variant(world, is_cuda, reduce_scatter_from=4):
     """The hook terngrad_auto_hook runs for a bucket: terngrad_hook (the
     all-gather) for CUDA buckets, the only variant with a device path, and
     below reduce_scatter_from ranks; terngrad_reduce_scatter_hook from there.
 
-    Why 8 by default (experiments/results/ddp/): at W = 2 and 4, over 1 and
-    10 Gbit/s, the all-gather was as fast or faster (one blocking collective
-    per bucket against three), although the reduce-scatter receives fewer
-    bytes from W = 3 on; the scale model puts the reduce-scatter 2.5x ahead
-    at W = 8 and 100 Gbit/s (6.1 against 14 bits received per element), and
-    the all-gather behind fp32's ring all-reduce from W = 32 on."""
+    Why 4 by default (experiments/results/ddp/): at W = 2 the all-gather is
+    faster (it receives fewer bits: 2.0 against 2.5); at W = 4 and 1 Gbit/s
+    the reduce-scatter is, once the sums' lengths need no collective of their
+    own (aggregate_bytes): 228.7 against 233.7 ms, 4.5 against 6.0 bits; the
+    scale model puts it 2.5x ahead at W = 8 and 100 Gbit/s, and the
+    all-gather behind fp32's ring all-reduce from W = 32 on. W = 3 was not
+    measured."""
     if is_cuda or world < reduce_scatter_from:
         return terngrad_hook
     return terngrad_reduce_scatter_hook

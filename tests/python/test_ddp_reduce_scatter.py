@@ -140,12 +140,12 @@ def check_auto_hook(rank):
     """terngrad_auto_hook runs the variant auto_variant names: at W = 3 the
     all-gather by default, the reduce-scatter with reduce_scatter_from=3;
     bit for bit each hook's own result."""
-    assert tgt.auto_variant(4, False) is tgt.terngrad_hook
-    assert tgt.auto_variant(8, False) is tgt.terngrad_reduce_scatter_hook
+    assert tgt.auto_variant(3, False) is tgt.terngrad_hook
+    assert tgt.auto_variant(4, False) is tgt.terngrad_reduce_scatter_hook
     assert tgt.auto_variant(512, True) is tgt.terngrad_hook, "CUDA buckets: the all-gather, the only device path"
     param = torch.nn.Parameter(torch.empty(5003))
     g = torch.randn(5003, generator=torch.Generator().manual_seed(10 + rank))
-    for reduce_scatter_from, same_as in ((8, tgt.terngrad_hook), (3, tgt.terngrad_reduce_scatter_hook)):
+    for reduce_scatter_from, same_as in ((4, tgt.terngrad_hook), (3, tgt.terngrad_reduce_scatter_hook)):
         state = tgt.TernGradState(seed=4, reduce_scatter_from=reduce_scatter_from)
         auto = tgt.terngrad_auto_hook(state, Bucket(g.clone(), param)).wait()
         own = same_as(tgt.TernGradState(seed=4), Bucket(g.clone(), param)).wait()
