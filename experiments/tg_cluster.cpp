@@ -180,18 +180,37 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A free TCP port on host (bound and released; the task binds it moments later).
-int free_port(const std::string& host) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) usage_error("cannot create a socket to find a free port");
+// `count` distinct free TCP ports on host: all bound at once, then released
+// (each task binds its own moments later). Holding them together keeps the
+// kernel from handing one port out twice: a port released and asked for
+// again can come back, and two tasks then share an address.
+std::vector<int> free_ports(const std::string& host, size_t count) {
+  std::vector<int> fds, ports;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
   sockaddr_in a{};
   a.sin_family = AF_INET;
   if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) usage_error("--host=" + host + ": not an IPv4 address");
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) usage_error("cannot bind " + host + ":0");
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  for (size_t i = 0; i < count; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) {
+      close_all();
+      usage_error("cannot create a socket to find a free port");
+    }
+    fds.push_back(fd);
+    sockaddr_in any = a;
+    any.sin_port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) {
+      close_all();
+      usage_error("cannot bind " + host + ":0");
+    }
+    socklen_t len = sizeof any;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len);
+    ports.push_back(ntohs(any.sin_port));
+  }
+  close_all();
+  return ports;
 }
 
 struct Task {
@@ -356,8 +375,10 @@ std::vector<Task> plan_tasks(const Options& o) {
   if (o.evaluator) tasks.emplace_back("evaluator", 0);
   if (!o.link_rate.empty() && tasks.size() > 253)
     usage_error("--link_rate: " + std::to_string(tasks.size()) + " tasks; one emulated network holds at most 253");
-  if (o.link_rate.empty())
-    for (Task& t : tasks) t.address = o.host + ":" + std::to_string(free_port(o.host));
+  if (o.link_rate.empty()) {
+    const std::vector<int> ports = free_ports(o.host, tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) tasks[i].address = o.host + ":" + std::to_string(ports[i]);
+  }
   return tasks;
 }
 
