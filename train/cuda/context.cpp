@@ -13,13 +13,15 @@ int gpu_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
+bool env_switch(const char* name, const char* off, const char* on) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::string(v) == off) return false;
+  if (std::string(v) == on) return true;
+  throw std::invalid_argument(std::string(name) + ": expected " + off + " or " + on + ", got '" + v + "'");
+}
+
 bool tf32_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TG_GPU_TF32");
-    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
-    if (std::string(v) == "1") return true;
-    throw std::invalid_argument(std::string("TG_GPU_TF32: expected 0 or 1, got '") + v + "'");
-  }();
+  static const bool on = env_switch("TG_GPU_TF32", "0", "1");
   return on;
 }
 

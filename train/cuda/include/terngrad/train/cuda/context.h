@@ -20,6 +20,11 @@ std::string gpu_unavailable_reason();
 // Number of CUDA devices (0 when none can be used).
 int gpu_count();
 
+// An environment switch read once per call site: unset, empty or `off`
+// gives false, `on` true; any other value throws std::invalid_argument
+// naming the variable, both accepted values and the one given.
+bool env_switch(const char* name, const char* off, const char* on);
+
 // TG_GPU_TF32=1: convolutions (cuDNN) and GEMMs (cuBLAS) may round their fp32
 // inputs to TF32 on tensor cores, as PyTorch's cuDNN convolutions do by
 // default. Off (unset or 0) by default: the GPU layers then match the CPU
