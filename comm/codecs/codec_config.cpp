@@ -24,6 +24,13 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
+// "stream=philox7x16|philox10": which random stream (payload version) a
+// stochastic codec draws from; the newer one by default.
+quantize::RandomStream random_stream(const SpecReader& r) {
+  return r.choice("stream", 0, {"philox7x16", "philox10"}) == 0 ? quantize::RandomStream::kPhilox7Half16
+                                                                : quantize::RandomStream::kPhilox10Word32;
+}
+
 CodecParams parse_terngrad(const CodecSpec& spec) {
   const SpecReader r(spec, {"clip", "share_scale", "bucket", "round", "pack", "stream"});
   TernGradParams p;
@@ -32,8 +39,7 @@ CodecParams parse_terngrad(const CodecSpec& spec) {
   p.round = r.choice("round", 0, {"stochastic", "nearest"}) == 0 ? TernaryRounding::kStochastic
                                                                    : TernaryRounding::kNearest;
   p.pack = static_cast<TernaryPacking>(r.choice("pack", 0, {"2bit", "base3", "entropy"}));
-  p.stream = r.choice("stream", 0, {"philox7x16", "philox10"}) == 0 ? quantize::RandomStream::kPhilox7Half16
-                                                                    : quantize::RandomStream::kPhilox10Word32;
+  p.stream = random_stream(r);
   if (p.bucket != 0 && p.pack != TernaryPacking::k2Bit)
     throw std::invalid_argument("codec \"terngrad\": pack=" + std::string(p.pack == TernaryPacking::kBase3 ? "base3" : "entropy") +
                                 " is implemented for one scale per variable, not with bucket=" + std::to_string(p.bucket));
@@ -52,10 +58,11 @@ CodecParams parse_terngrad(const CodecSpec& spec) {
 }
 
 CodecParams parse_qsgd(const CodecSpec& spec) {
-  const SpecReader r(spec, {"levels", "bucket"});
+  const SpecReader r(spec, {"levels", "bucket", "stream"});
   QsgdParams p;
   p.levels = r.integer("levels", p.levels, 1, 32767);
   p.bucket = r.integer("bucket", p.bucket, 4, 1u << 30, 4);
+  p.stream = random_stream(r);
   return p;
 }
 
@@ -136,7 +143,9 @@ std::string params_spec(const CodecParams& params) {
             return s;
           },
           [](const QsgdParams& p) {
-            return "qsgd:levels=" + std::to_string(p.levels) + ",bucket=" + std::to_string(p.bucket);
+            std::string s = "qsgd:levels=" + std::to_string(p.levels) + ",bucket=" + std::to_string(p.bucket);
+            if (p.stream == quantize::RandomStream::kPhilox10Word32) s += ",stream=philox10";
+            return s;
           },
           [](const SignParams& p) -> std::string {
             if (p.scale == SignScale::kMean) return "sign:scale=mean";

@@ -4,14 +4,16 @@
 //
 // Buckets are B elements at absolute positions of the variable (bucket j is
 // elements [jB, (j+1)B)); each bucket's L2 norm is computed from the whole
-// bucket (16 float64 lanes, fixed order), and element i draws its random word
-// from Philox4x32-10 keyed by the seed with counter (i/4, step, tensor id),
-// word i%4. So a slice's bytes depend only on the whole variable and the
-// slice, never on how the variable is cut.
+// bucket (16 float64 lanes, fixed order), and element i draws its random
+// integer from a counter-based stream keyed by the seed: format version 2 (the
+// default) takes 16-bit half i%8 of the Philox4x32-7 block with counter (i/8,
+// step, tensor id), version 1 the top 24 bits of word i%4 of the
+// Philox4x32-10 block (i/4, step, tensor id). So a slice's bytes depend only
+// on the whole variable and the slice, never on how the variable is cut.
 //
 // Speed: the encoder makes one pass per bucket (the norm, then the levels
 // while the bucket is still in cache). The Philox words come from quantize's
-// vector generator (philox_batch.h, the TernGrad encode's: same stream). On
+// vector generator (philox_batch.h, the TernGrad encode's: same streams). On
 // x86 the levels of the byte-aligned widths (2, 4, 8 bits) are computed and
 // packed in registers by AVX-512 / AVX2 kernels (intrinsics), with the
 // division done as a correctly rounded reciprocal plus one FMA correction
@@ -44,6 +46,7 @@
 #include "terngrad/quantize/format.h"
 #include "terngrad/quantize/philox.h"
 #include "terngrad/quantize/philox_batch.h"
+#include "terngrad/quantize/ternary_math.h"
 
 namespace terngrad::comm::detail {
 
@@ -52,12 +55,14 @@ namespace {
 namespace tq = terngrad::quantize;
 
 constexpr uint32_t kQsgdMagicLe32 = 0x53514754u;  // "TGQS"
-constexpr uint8_t kQsgdVersion = 1;
 constexpr size_t kQsgdHeaderBytes = 32;
 constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffBits = 5, kOffLevels = 6, kOffBucket = 8, kOffFirst = 12,
                  kOffCount = 16, kOffReserved = 24, kOffCrc = 28;
 constexpr int kNormLanes = 16;
 constexpr size_t kChunk = 192;  // elements per Philox batch (48 blocks: 6 vector Philox chains at AVX-512)
+// The header's format version is the stream's number (1 or 2).
+constexpr uint8_t kOldestVersion = static_cast<uint8_t>(tq::RandomStream::kPhilox10Word32),
+                  kNewestVersion = static_cast<uint8_t>(tq::RandomStream::kPhilox7Half16);
 
 uint32_t field_bits(uint32_t levels) { return 1u + static_cast<uint32_t>(std::bit_width(levels)); }
 
@@ -107,6 +112,16 @@ TG_QSGD_INLINE void fields_impl(const float* g, size_t len, float div, float lev
     const uint32_t level = l + (u < frac * 16777216.0f ? 1u : 0u);
     const uint32_t neg = std::bit_cast<uint32_t>(g[i]) >> 31;
     fields[i] = static_cast<uint16_t>((level << 1) | (level != 0 ? neg : 0u));
+  }
+}
+
+// Version 2's words from 16-bit halves: word j = half_word(h[j]) (so
+// u = word >> 8 = 256 h + 128), h[j] the j-th 16-bit half of the Philox words
+// in element order (the low half of a word first).
+TG_QSGD_INLINE void half_words_impl(const uint32_t* raw, size_t first_half, size_t len, uint32_t* words) {
+  for (size_t j = 0; j < len; ++j) {
+    const size_t t = first_half + j;
+    words[j] = tq::half_word((raw[t / 2] >> (16 * (t % 2))) & 0xFFFFu);
   }
 }
 
@@ -340,6 +355,30 @@ __attribute__((target("avx2,fma,bmi2"))) void avx2_quotients(const float* a, siz
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(q + i, quotient8(_mm256_loadu_ps(a + i), bd));
   for (; i < n; ++i) q[i] = a[i] / div;
 }
+// half_words_impl with the halves widened in registers (x86 is little-endian:
+// the 16-bit halves lie in memory in element order).
+__attribute__((target("avx512f,avx512bw"))) void avx512_half_words(const uint32_t* raw, size_t first_half,
+                                                                   size_t len, uint32_t* words) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(raw) + first_half;
+  const __m512i mid = _mm512_set1_epi32(0x8000);
+  size_t j = 0;
+  for (; j + 16 <= len; j += 16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + j)));
+    _mm512_storeu_si512(words + j, _mm512_or_si512(_mm512_slli_epi32(wide, 16), mid));
+  }
+  half_words_impl(raw, first_half + j, len - j, words + j);
+}
+__attribute__((target("avx2"))) void avx2_half_words(const uint32_t* raw, size_t first_half, size_t len,
+                                                     uint32_t* words) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(raw) + first_half;
+  const __m256i mid = _mm256_set1_epi32(0x8000);
+  size_t j = 0;
+  for (; j + 8 <= len; j += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + j)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + j), _mm256_or_si256(_mm256_slli_epi32(wide, 16), mid));
+  }
+  half_words_impl(raw, first_half + j, len - j, words + j);
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -352,9 +391,10 @@ struct Kernels {
   void (*pack4)(const uint16_t*, size_t, uint8_t*);
   void (*pack8)(const uint16_t*, size_t, uint8_t*);
   FieldsPacked packed2, packed4, packed8;  // fused x86 kernels, or nullptr
+  void (*half_words)(const uint32_t*, size_t, size_t, uint32_t*);
 };
 
-#define TG_QSGD_KERNELS(NAME, ATTR, SS, P2, P4, P8)                                                             \
+#define TG_QSGD_KERNELS(NAME, ATTR, SS, P2, P4, P8, HW)                                                           \
   ATTR void NAME##_fields(const float* g, size_t len, float div, float lv, const uint32_t* w, uint16_t* f) { \
     fields_impl(g, len, div, lv, w, f);                                                                       \
   }                                                                                                           \
@@ -362,16 +402,19 @@ struct Kernels {
   ATTR void NAME##_pack4(const uint16_t* f, size_t len, uint8_t* o) { pack4_impl(f, len, o); }                \
   ATTR void NAME##_pack8(const uint16_t* f, size_t len, uint8_t* o) { pack8_impl(f, len, o); }                \
   constexpr Kernels k##NAME = {SS,           NAME##_fields, NAME##_pack2, NAME##_pack4, NAME##_pack8,         \
-                               P2,                 P4,            P8};
+                               P2,                 P4,            P8,            HW};
 
 double portable_sum_squares(const float* x, size_t len) { return sum_squares_impl(x, len); }
-TG_QSGD_KERNELS(portable, , portable_sum_squares, nullptr, nullptr, nullptr)
+void portable_half_words(const uint32_t* raw, size_t first_half, size_t len, uint32_t* words) {
+  half_words_impl(raw, first_half, len, words);
+}
+TG_QSGD_KERNELS(portable, , portable_sum_squares, nullptr, nullptr, nullptr, portable_half_words)
 #if defined(__x86_64__)
 TG_QSGD_KERNELS(avx2, __attribute__((target("avx2,fma,bmi2"))), avx2_sum_squares_fma, avx2_fields_packed<2>, avx2_fields_packed<4>,
-                avx2_fields_packed<8>)
+                avx2_fields_packed<8>, avx2_half_words)
 TG_QSGD_KERNELS(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))), avx512_sum_squares_fma,
                 avx512_fields_packed<2>,
-                avx512_fields_packed<4>, avx512_fields_packed<8>)
+                avx512_fields_packed<4>, avx512_fields_packed<8>, avx512_half_words)
 #endif
 
 const Kernels& kernels() {
@@ -471,7 +514,7 @@ class QsgdCodec final : public GradientCodec {
     const uint64_t first = s.begin % B, used = used_slots(s.count, first, B), slots = norm_slots(s.count, B);
     uint8_t* h = out;
     tq::store_le32(h + kOffMagic, kQsgdMagicLe32);
-    h[kOffVersion] = kQsgdVersion;
+    h[kOffVersion] = static_cast<uint8_t>(params_.stream);
     h[kOffBits] = static_cast<uint8_t>(bits_);
     h[kOffLevels] = static_cast<uint8_t>(params_.levels);
     h[kOffLevels + 1] = static_cast<uint8_t>(params_.levels >> 8);
@@ -513,7 +556,8 @@ class QsgdCodec final : public GradientCodec {
     const float levels = static_cast<float>(params_.levels);
     alignas(64) uint32_t words[kChunk];
     alignas(64) uint16_t fields[kChunk];
-    tq::PhiloxStream philox(ctx.seed, ctx.step, ctx.tensor_id);
+    const bool halves = params_.stream == tq::RandomStream::kPhilox7Half16;
+    tq::PhiloxStream philox(ctx.seed, ctx.step, ctx.tensor_id, halves ? 7 : 10);
     const FieldsPacked packed = bits_ == 2 ? k.packed2 : bits_ == 4 ? k.packed4 : bits_ == 8 ? k.packed8 : nullptr;
     // Prefetches run 2 buckets (at least 4 KiB) ahead and stop at the end of
     // the last bucket this range touches.
@@ -539,7 +583,10 @@ class QsgdCodec final : public GradientCodec {
         // prefetches at once stalls on the line fill buffers.
         for (uint64_t q = e + ahead, q1 = std::min({e + ahead + len, prefetch_end}); q < q1; q += 16)
           __builtin_prefetch(grad.data() + q, 0, 2);
-        philox.words(e / 4, (len + 3) / 4, words);  // e is a multiple of 4 (buckets and cuts are)
+        if (halves)
+          draw_half_words(k, philox, e, len, words);
+        else
+          philox.words(e / 4, (len + 3) / 4, words);  // e is a multiple of 4 (buckets and cuts are)
         size_t done = 0;
         if (packed != nullptr && bw.nbits == 0) {  // whole vectors in registers, straight to bytes
           done = packed(grad.data() + e, len, bd, levels, words, bw.p);
@@ -553,6 +600,17 @@ class QsgdCodec final : public GradientCodec {
     }
     bw.flush();
     return kNoBucket;
+  }
+
+  // Version 2's random integers of elements [e, e + len) (e a multiple of 4,
+  // len <= kChunk) as the words the level kernels take (u = word >> 8):
+  // element i's 16-bit half h of Philox4x32-7 block i / 8 (the low half of
+  // word (i % 8) / 2 for even i) becomes half_word(h), u = 256 h + 128.
+  static void draw_half_words(const Kernels& k, tq::PhiloxStream& philox, uint64_t e, size_t len, uint32_t* words) {
+    alignas(64) uint32_t raw[4 * ((kChunk + 4 + 7) / 8)];
+    const size_t off = static_cast<size_t>(e % 8);  // 0 or 4: a bucket or cut may start mid-block
+    philox.words(e / 8, (off + len + 7) / 8, raw);
+    k.half_words(raw, off, len, words);
   }
 
   // Appends len fields. Whole bytes of 2-, 4- and 8-bit fields go through
@@ -603,8 +661,9 @@ class QsgdCodec final : public GradientCodec {
     const uint8_t* h = payload.data();
     if (const uint32_t m = tq::load_le32(h + kOffMagic); m != kQsgdMagicLe32)
       throw std::runtime_error(pre + "bad magic " + hex32(m) + " (expected " + hex32(kQsgdMagicLe32) + ", \"TGQS\")");
-    if (h[kOffVersion] != kQsgdVersion)
-      throw std::runtime_error(pre + "unsupported version " + std::to_string(h[kOffVersion]));
+    if (h[kOffVersion] < kOldestVersion || h[kOffVersion] > kNewestVersion)
+      throw std::runtime_error(pre + "unsupported format version " + std::to_string(h[kOffVersion]) + " (known: " +
+                               std::to_string(kOldestVersion) + " to " + std::to_string(kNewestVersion) + ")");
     if (const uint32_t crc = tq::crc32_ieee(h, kOffCrc), got = tq::load_le32(h + kOffCrc); crc != got)
       throw std::runtime_error(pre + "header CRC " + hex32(got) + " does not match the header (" + hex32(crc) + ")");
     const uint32_t levels = h[kOffLevels] | (static_cast<uint32_t>(h[kOffLevels + 1]) << 8);

@@ -23,6 +23,7 @@ namespace {
 // ---------------------------------------------------------------- reference
 struct Ref {
   uint32_t S, B;
+  tq::RandomStream stream = tq::RandomStream::kPhilox7Half16;
   uint32_t w() const { return 1 + std::bit_width(S); }
   uint64_t slots(uint64_t n) const { return n == 0 ? 0 : (n + B - 4 + B - 1) / B; }
   size_t bytes(uint64_t n) const { return 32 + 4 * slots(n) + (n * w() + 7) / 8; }
@@ -36,11 +37,17 @@ struct Ref {
     const double r = std::sqrt(lane[0]);
     return r > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max() : static_cast<float>(r);
   }
-  static uint32_t word(uint64_t i, const tc::EncodeContext& c) {
-    const uint64_t k = i / 4;
-    const auto r = tq::philox4x32_10({{uint32_t(k), uint32_t(k >> 32), c.step, c.tensor_id}},
-                                     {{uint32_t(c.seed), uint32_t(c.seed >> 32)}});
-    return r.v[i % 4];
+  // FORMATS.md step 2: the word whose top 24 bits are element i's random integer u.
+  uint32_t word(uint64_t i, const tc::EncodeContext& c) const {
+    const tq::Philox4x32Key key{{uint32_t(c.seed), uint32_t(c.seed >> 32)}};
+    if (stream == tq::RandomStream::kPhilox10Word32) {
+      const uint64_t k = i / 4;
+      return tq::philox4x32_10({{uint32_t(k), uint32_t(k >> 32), c.step, c.tensor_id}}, key).v[i % 4];
+    }
+    const uint64_t k = i / 8;  // version 2: 16-bit half i % 8 of a Philox4x32-7 block, u = 256 h + 128
+    const uint32_t w = tq::philox4x32_7({{uint32_t(k), uint32_t(k >> 32), c.step, c.tensor_id}}, key).v[i % 8 / 2];
+    const uint32_t h = i % 2 == 0 ? (w & 0xFFFFu) : (w >> 16);
+    return (h << 16) | 0x8000u;
   }
   // Level of |g| in a bucket of norm `norm`: float64 arithmetic rounded to
   // float32 after each operation (exactly the float32 operations).
@@ -56,7 +63,7 @@ struct Ref {
     std::vector<uint8_t> out(bytes(n), 0);
     const uint64_t first = begin % B, used = n == 0 ? 0 : (first + n + B - 1) / B;
     tq::store_le32(out.data(), 0x53514754u);
-    out[4] = 1;
+    out[4] = static_cast<uint8_t>(stream);
     out[5] = static_cast<uint8_t>(w());
     out[6] = S & 0xFF;
     out[7] = S >> 8;
@@ -102,8 +109,15 @@ tc::EncodeContext ctx(uint64_t seed, uint32_t step = 5, uint32_t tid = 9) {
   return c;
 }
 
-std::unique_ptr<tc::GradientCodec> qsgd(uint32_t S, uint32_t B) {
-  return tc::make_codec("qsgd:levels=" + std::to_string(S) + ",bucket=" + std::to_string(B));
+std::unique_ptr<tc::GradientCodec> qsgd(uint32_t S, uint32_t B,
+                                        tq::RandomStream stream = tq::RandomStream::kPhilox7Half16) {
+  return tc::make_codec("qsgd:levels=" + std::to_string(S) + ",bucket=" + std::to_string(B) +
+                        (stream == tq::RandomStream::kPhilox10Word32 ? ",stream=philox10" : ""));
+}
+
+constexpr tq::RandomStream kStreams[] = {tq::RandomStream::kPhilox7Half16, tq::RandomStream::kPhilox10Word32};
+const char* stream_name(tq::RandomStream s) {
+  return s == tq::RandomStream::kPhilox10Word32 ? "philox10 (version 1)" : "philox7x16 (version 2)";
 }
 
 struct LevelGuard {
@@ -122,9 +136,11 @@ void refresh_crc(std::vector<uint8_t>& p) { tq::store_le32(p.data() + 28, tq::cr
 
 TEST(QsgdCodec, BytesMatchTheFloat64ReferenceAtEverySimdLevel) {
   LevelGuard guard;
+  for (tq::RandomStream stream : kStreams)
   for (auto [S, B] : {std::pair{127u, 512u}, {1u, 4u}, {15u, 64u}, {5u, 36u}, {32767u, 128u}, {255u, 1000u}}) {
-    const Ref ref{S, B};
-    auto codec = qsgd(S, B);
+    SCOPED_TRACE(stream_name(stream));
+    const Ref ref{S, B, stream};
+    auto codec = qsgd(S, B, stream);
     for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{129}, size_t{1031}, size_t{5000}}) {
       auto g = normal_floats(n, n + S, 0.3f);
       if (n > 100) {
@@ -214,14 +230,16 @@ TEST(QsgdCodec, BytesMatchTheReferenceAcrossTheFloatRange) {
     const int e = static_cast<int>(rng() % 250) - 140;
     for (size_t j = i; j < std::min(g.size(), i + 300); ++j) g[j] = std::ldexp(std::fabs(g[j]) >= 1.0f ? 1.5f : 1.25f, e) * (j % 3 ? 1.0f : -0.7f);
   }
+  for (tq::RandomStream stream : kStreams)
   for (auto [S, B] : {std::pair{127u, 64u}, {1u, 16u}, {7u, 32u}, {15u, 4u}}) {
-    const Ref ref{S, B};
-    auto codec = qsgd(S, B);
+    const Ref ref{S, B, stream};
+    auto codec = qsgd(S, B, stream);
     const auto c = ctx(0xABCDEFull + S, 11, B);
     const auto want = ref.encode(g, 0, g.size(), c);
     for (tq::SimdLevel lv : tq::supported_simd_levels()) {
       tq::set_cpu_simd_level(lv);
-      ASSERT_EQ(encode(*codec, g, c), want) << tq::simd_level_name(lv) << " S=" << S << " B=" << B;
+      ASSERT_EQ(encode(*codec, g, c), want) << tq::simd_level_name(lv) << " S=" << S << " B=" << B << " "
+                                            << stream_name(stream);
     }
   }
 }
@@ -242,9 +260,11 @@ TEST(QsgdCodec, HugeAndTinyValues) {
 TEST(QsgdCodec, SlicesOfAnyAlignedCutDecodeToTheWholeDecoding) {
   LevelGuard guard;
   std::mt19937_64 rng(3);
+  for (tq::RandomStream stream : kStreams)
   for (auto [S, B] : {std::pair{127u, 512u}, {3u, 12u}, {15u, 64u}, {2047u, 100u}}) {
-    auto codec = qsgd(S, B);
-    const Ref ref{S, B};
+    SCOPED_TRACE(stream_name(stream));
+    auto codec = qsgd(S, B, stream);
+    const Ref ref{S, B, stream};
     const size_t n = 3001;
     const auto g = normal_floats(n, S * 7 + B);
     const auto c = ctx(99, 11, 4);
@@ -276,8 +296,10 @@ TEST(QsgdCodec, SlicesOfAnyAlignedCutDecodeToTheWholeDecoding) {
 // with p = 0 (exact levels) must decode exactly every time.
 TEST(QsgdCodec, UnbiasedOverManySeeds) {
   constexpr int kSeeds = 2000;
+  for (tq::RandomStream stream : kStreams)
   for (auto [S, B] : {std::pair{1u, 64u}, {4u, 32u}, {127u, 256u}}) {
-    auto codec = qsgd(S, B);
+    SCOPED_TRACE(stream_name(stream));
+    auto codec = qsgd(S, B, stream);
     const size_t n = 256;
     auto g = normal_floats(n, 1000 + S, 2.0f);
     g[7] = 0.0f;
@@ -357,10 +379,12 @@ TEST(QsgdCodec, MalformedPayloadsAreRejectedNamingTheProblem) {
   auto bad = good;
   bad[0] ^= 1;
   expect_rejected_saying(*codec, bad, n, "bad magic");
-  bad = good;
-  bad[4] = 2;
-  refresh_crc(bad);
-  expect_rejected_saying(*codec, bad, n, "version");
+  for (uint8_t version : {0, 3, 255}) {
+    bad = good;
+    bad[4] = version;
+    refresh_crc(bad);
+    expect_rejected_saying(*codec, bad, n, "unsupported format version " + std::to_string(version));
+  }
   bad = good;
   bad[17] ^= 1;
   expect_rejected_saying(*codec, bad, n, "CRC");
@@ -425,8 +449,57 @@ TEST(QsgdCodec, MalformedPayloadsAreRejectedNamingTheProblem) {
   expect_rejected(*codec, encode(*tc::make_codec("fp32"), std::span<const float>(g).first(n)), n);
 }
 
+// Payloads of both versions decode with either stream's codec: the version
+// names the stream that drew the levels, and the decoder needs only the
+// levels. A version-1 payload is the bytes of qsgd before version 2.
+TEST(QsgdCodec, PayloadsOfEitherVersionDecode) {
+  const size_t n = 777;
+  const auto g = normal_floats(n, 21);
+  const auto c = ctx(0x5EEDull, 4, 6);
+  for (tq::RandomStream made_by : kStreams) {
+    const Ref ref{15, 64, made_by};
+    const auto payload = encode(*qsgd(15, 64, made_by), g, c);
+    ASSERT_EQ(payload[4], static_cast<uint8_t>(made_by));
+    ASSERT_EQ(payload, ref.encode(g, 0, n, c));
+    const auto want = ref.decode(g, 0, n, c);
+    for (tq::RandomStream decoder : kStreams) {
+      std::vector<float> out(n);
+      qsgd(15, 64, decoder)->decode(payload, out);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_bits(out[i], want[i])) << stream_name(made_by) << " decoded by " << stream_name(decoder);
+    }
+  }
+  // The streams do differ (else the version would name nothing).
+  EXPECT_NE(encode(*qsgd(15, 64, kStreams[0]), g, c), encode(*qsgd(15, 64, kStreams[1]), g, c));
+}
+
+// Version 2's bias bound (FORMATS.md step 3): with u = 256 h + 128 over the
+// 2^16 halves h, P(level = l + 1) = #{h : u < frac * 2^24} / 2^16 is frac
+// rounded to a multiple of 2^-16, so it is within 2^-17 of frac (plus the
+// float32 rounding of frac * 2^24, exact here: frac has at most 24 bits).
+// Counted exactly for every frac on a 2^-20 grid and near the cell edges.
+TEST(QsgdCodec, VersionTwoRoundsUpWithinTwoToMinus17OfTheFraction) {
+  std::vector<float> fracs;
+  for (uint32_t k = 0; k < (1u << 20); k += 7) fracs.push_back(static_cast<float>(k) * 0x1p-20f);
+  for (uint32_t h = 0; h < (1u << 16); h += 251)
+    for (int d : {-1, 0, 1}) fracs.push_back(std::clamp((static_cast<float>(h) + 0.5f) * 0x1p-16f + d * 0x1p-24f, 0.0f, 0.99999994f));
+  double worst = 0;
+  for (float frac : fracs) {
+    const float t = frac * 16777216.0f;
+    // #{h : 256 h + 128 < t}: the kernels' comparison, counted in closed form and checked at the edge.
+    const double hs = std::clamp(std::ceil((static_cast<double>(t) - 128.0) / 256.0), 0.0, 65536.0);
+    ASSERT_TRUE(hs == 0 || 256.0 * (hs - 1) + 128.0 < t) << frac;
+    ASSERT_TRUE(hs == 65536 || !(256.0 * hs + 128.0 < t)) << frac;
+    const double bias = std::fabs(hs / 65536.0 - static_cast<double>(frac));
+    worst = std::max(worst, bias);
+    ASSERT_LE(bias, 0x1p-17) << "frac " << frac;
+  }
+  EXPECT_GT(worst, 0x1p-18);  // the bound is reached, not loose by orders of magnitude
+}
+
 TEST(QsgdCodec, SpecsAndPayloadSizes) {
-  for (const char* s : {"qsgd", "qsgd:levels=1,bucket=4", "qsgd:bucket=64,levels=15"}) {
+  for (const char* s : {"qsgd", "qsgd:levels=1,bucket=4", "qsgd:bucket=64,levels=15",
+                        "qsgd:levels=15,bucket=64,stream=philox10", "qsgd:stream=philox7x16"}) {
     auto c = tc::make_codec(s);
     EXPECT_EQ(tc::make_codec(c->spec())->spec(), c->spec());
     EXPECT_EQ(c->config(), tc::parse_codec_config(s));
@@ -434,6 +507,9 @@ TEST(QsgdCodec, SpecsAndPayloadSizes) {
   EXPECT_EQ(tc::make_codec("qsgd")->spec(), "qsgd:levels=127,bucket=512");
   auto c = tc::make_codec(tc::CodecConfig{tc::QsgdParams{.levels = 15, .bucket = 64}, std::nullopt});
   EXPECT_EQ(c->spec(), "qsgd:levels=15,bucket=64");
+  EXPECT_EQ(tc::make_codec("qsgd:stream=philox10")->spec(), "qsgd:levels=127,bucket=512,stream=philox10");
+  EXPECT_EQ(tc::make_codec("qsgd:stream=philox7x16")->spec(), "qsgd:levels=127,bucket=512");
+  EXPECT_THROW(tc::make_codec("qsgd:stream=philox9"), std::invalid_argument);
   EXPECT_THROW(tc::make_codec("qsgd:levels=0"), std::invalid_argument);
   EXPECT_THROW(tc::make_codec("qsgd:bucket=6"), std::invalid_argument);
   // 5 bits per element (S = 15); slots: the most buckets n elements starting

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "terngrad/quantize/cpu_features.h"
@@ -53,9 +54,10 @@ TEST(Philox, SevenRoundKnownAnswerVectors) {
 }
 
 // PhiloxStream (the vector Philox behind the encode kernels, for other
-// codecs) gives philox4x32_10()'s words at every level, for runs of any
-// length and start: vector steps of 32, 8 and 4 blocks, scalar tails, low
-// counter words that wrap inside a run, high words that change between calls.
+// codecs) gives philox4x32_10()'s or philox4x32_7()'s words at every level,
+// for runs of any length and start: vector steps of 32, 8 and 4 blocks,
+// scalar tails, low counter words that wrap inside a run, high words that
+// change between calls.
 TEST(Philox, StreamMatchesScalarAtEveryLevel) {
   namespace tq = terngrad::quantize;
   const tq::SimdLevel saved = tq::cpu_simd_level();
@@ -64,26 +66,35 @@ TEST(Philox, StreamMatchesScalarAtEveryLevel) {
   const size_t lengths[] = {0, 1, 3, 4, 7, 8, 9, 31, 32, 33, 45, 48, 49, 64, 81, 100, 128, 131};
   for (tq::SimdLevel level : tq::supported_simd_levels()) {
     tq::set_cpu_simd_level(level);
-    for (uint64_t seed : {uint64_t{0}, uint64_t{0x0123456789ABCDEFull}}) {
-      tq::PhiloxStream stream(seed, 77, 0xFEEDu);  // one object across calls: cached high words must follow
-      for (uint64_t k0 : starts) {
-        for (size_t blocks : lengths) {
-          std::vector<uint32_t> got(4 * blocks + 1, 0xDEADBEEFu);
-          stream.words(k0, blocks, got.data());
-          for (size_t b = 0; b < blocks; ++b) {
-            const uint64_t k = k0 + b;
-            const auto r = philox4x32_10({{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), 77u, 0xFEEDu}},
-                                         {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
-            for (int j = 0; j < 4; ++j)
-              ASSERT_EQ(got[4 * b + j], r.v[j]) << tq::simd_level_name(level) << " k0=" << k0 << " blocks=" << blocks
-                                                << " block " << b << " word " << j;
+    for (int rounds : {10, 7}) {
+      for (uint64_t seed : {uint64_t{0}, uint64_t{0x0123456789ABCDEFull}}) {
+        tq::PhiloxStream stream(seed, 77, 0xFEEDu, rounds);  // one object across calls: cached high words must follow
+        for (uint64_t k0 : starts) {
+          for (size_t blocks : lengths) {
+            std::vector<uint32_t> got(4 * blocks + 1, 0xDEADBEEFu);
+            stream.words(k0, blocks, got.data());
+            for (size_t b = 0; b < blocks; ++b) {
+              const uint64_t k = k0 + b;
+              const tq::Philox4x32Counter c{{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), 77u, 0xFEEDu}};
+              const tq::Philox4x32Key key{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
+              const auto r = rounds == 7 ? tq::philox4x32_7(c, key) : tq::philox4x32_10(c, key);
+              for (int j = 0; j < 4; ++j)
+                ASSERT_EQ(got[4 * b + j], r.v[j]) << tq::simd_level_name(level) << " rounds=" << rounds
+                                                  << " k0=" << k0 << " blocks=" << blocks << " block " << b
+                                                  << " word " << j;
+            }
+            EXPECT_EQ(got[4 * blocks], 0xDEADBEEFu) << "wrote past the run";
           }
-          EXPECT_EQ(got[4 * blocks], 0xDEADBEEFu) << "wrote past the run";
         }
       }
     }
   }
   tq::set_cpu_simd_level(saved);
+}
+
+TEST(Philox, StreamRefusesOtherRoundCounts) {
+  namespace tq = terngrad::quantize;
+  for (int rounds : {0, 6, 8, 11}) EXPECT_THROW(tq::PhiloxStream(1, 2, 3, rounds), std::invalid_argument) << rounds;
 }
 
 }  // namespace

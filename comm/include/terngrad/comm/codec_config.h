@@ -65,13 +65,19 @@ struct TernGradParams {
   bool operator==(const TernGradParams&) const = default;
 };
 
-// "qsgd:levels=S,bucket=B": QSGD (Alistarh et al. 2017). Each bucket of B
-// elements is sent as its L2 norm and, per element, a sign and a level in
-// 0..S drawn so that E[decode] = g (unbiased), packed in 1 + ceil(log2(S+1))
-// bits.
+// "qsgd:levels=S,bucket=B[,stream=philox7x16|philox10]": QSGD (Alistarh et
+// al. 2017). Each bucket of B elements is sent as its L2 norm and, per
+// element, a sign and a level in 0..S drawn so that E[decode] = g (unbiased
+// up to 2^-17 of a level step with the default stream), packed in
+// 1 + ceil(log2(S+1)) bits.
 struct QsgdParams {
   uint32_t levels = 127;   // S, 1..32767
   uint32_t bucket = 512;   // B, a multiple of 4, >= 4
+  // stream=philox7x16 (format version 2, the default: a 16-bit half of a
+  // Philox4x32-7 block per element) or philox10 (version 1: the top 24 bits
+  // of a Philox4x32-10 word, the bytes of payloads from before version 2);
+  // comm/codecs/FORMATS.md.
+  quantize::RandomStream stream = quantize::RandomStream::kPhilox7Half16;
   bool operator==(const QsgdParams&) const = default;
 };
 

@@ -1,7 +1,8 @@
-// Philox4x32-10 words for runs of consecutive blocks, at the CPU's SIMD level
+// Philox4x32-10 or -7 words for runs of consecutive blocks, at the CPU's SIMD level
 // (cpu_features.h): the generator behind the TernGrad encode kernels, for
 // other codecs that draw from the same kind of stream (comm's qsgd). The words
-// equal philox4x32_10() block by block at every level (philox_test.cpp).
+// equal philox4x32_10() / philox4x32_7() block by block at every level
+// (philox_test.cpp).
 #pragma once
 
 #include <cstddef>
@@ -48,19 +49,22 @@ struct PhiloxSetup {
   }
 };
 
-// One stream (seed, step, tensor id); words() fills words[4b + j] with word j
-// of the block whose counter is (k0 + b, step, tensor id), b in [0, blocks).
-// Any k0 and length (runs whose low counter word wraps are handled). Keeps the
-// constants of the last high counter word: one object per thread.
+// One stream (seed, step, tensor id) of Philox4x32 with `rounds` rounds (10,
+// the default, or 7: philox4x32_10 / philox4x32_7); words() fills
+// words[4b + j] with word j of the block whose counter is (k0 + b, step,
+// tensor id), b in [0, blocks). Any k0 and length (runs whose low counter
+// word wraps are handled). Keeps the constants of the last high counter
+// word: one object per thread. Throws std::invalid_argument for other round
+// counts.
 class PhiloxStream {
  public:
-  PhiloxStream(uint64_t seed, uint32_t step, uint32_t tensor_id)
-      : seed_(seed), step_(step), tensor_id_(tensor_id), setup_(seed, step, tensor_id, 0) {}
+  PhiloxStream(uint64_t seed, uint32_t step, uint32_t tensor_id, int rounds = philox_constants::kRounds);
   void words(uint64_t k0, size_t blocks, uint32_t* words);
 
  private:
   uint64_t seed_;
   uint32_t step_, tensor_id_;
+  int rounds_;
   PhiloxSetup setup_;
 };
 
