@@ -18,6 +18,8 @@
 // (namespaces are created with unshare and a bind mount, joined with setns).
 #pragma once
 
+#include "terngrad/comm/link_rate.h"
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -43,9 +45,8 @@ struct NetworkPrivilegeError : NetworkError {
 // which is never what "100" meant. Accepts 10kbit to 100gbit. Throws
 // std::invalid_argument "--FLAG=VALUE: why".
 uint64_t parse_link_rate(const std::string& flag, const std::string& text);
-// The same check for a config field: what is wrong with text, "" when it is
-// a valid rate (its bits per second in *bps).
-std::string link_rate_problem(const std::string& text, uint64_t* bps = nullptr);
+// The same check for a config field (terngrad/comm/link_rate.h).
+using terngrad::comm::link_rate_problem;
 
 // tbf's bucket (burst) and queue (limit) in bytes for a rate. Measured with
 // bulk TCP between two namespaces through the bridge (README, emulated

@@ -15,6 +15,8 @@ namespace terngrad::comm::detail {
 inline constexpr size_t kChunkBytes = size_t{1} << 20;  // 1 MiB per message
 // Both ends accept messages up to this size (a chunk plus its envelope).
 inline constexpr int kMaxMessageBytes = 16 << 20;
+// A link probe's filler, each way (rpc Probe).
+inline constexpr size_t kMaxProbeBytes = size_t{4} << 20;
 
 // Calls emit(offset, piece) for consecutive pieces of at most kChunkBytes;
 // once with an empty piece for an empty buffer, so every buffer is announced.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint_tensors.h"
+#include "chunks.h"
 #include "ps_in_process.h"
 #include "ps_service.h"
 #include "terngrad/comm/errors.h"
@@ -126,6 +127,7 @@ grpc::Status ParameterServer::Impl::status(rpc::StatusReply* reply) {
   reply->set_bytes_sent(bytes_out);
   reply->set_failure(failure);
   reply->set_shards(static_cast<uint32_t>(shards.size()));
+  for (const rpc::Variable& v : variables) *reply->add_variables() = v;
   for (size_t r = 0; r < replicas.size(); ++r) {
     rpc::ReplicaStatus* s = reply->add_replicas();
     s->set_replica(static_cast<uint32_t>(r));
@@ -190,6 +192,18 @@ grpc::Status ParameterServer::Impl::shutdown(const Caller& caller, const rpc::Sh
     fail_locked(replica_name(0) + " stopped the run: " + reason);
   }
   cv.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServer::Impl::probe(const Caller& caller, const rpc::ProbeRequest* req,
+                                          rpc::ProbeReply* reply) const {
+  if (grpc::Status s = chief_only(caller, req->replica(), "Probe"); !s.ok()) return s;
+  if (req->data().size() > detail::kMaxProbeBytes || req->reply_bytes() > detail::kMaxProbeBytes)
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "Probe: " + std::to_string(req->data().size()) + " bytes sent, " +
+                            std::to_string(req->reply_bytes()) + " asked back (at most " +
+                            std::to_string(detail::kMaxProbeBytes) + " each)");
+  reply->mutable_data()->assign(req->reply_bytes(), '\0');
   return grpc::Status::OK;
 }
 

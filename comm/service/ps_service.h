@@ -332,6 +332,13 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return serve(ctx, "Shutdown", [&](const Caller& c) { return shutdown(c, req, reply); });
   }
 
+  // The chief's link probe: filler back, nothing read or changed. Bounded
+  // both ways, so no caller can make the ps allocate more than 4 MiB.
+  grpc::Status Probe(ServerContext* ctx, const rpc::ProbeRequest* req, rpc::ProbeReply* reply) override {
+    return serve(ctx, "Probe", [&](const Caller& c) { return probe(c, req, reply); });
+  }
+  grpc::Status probe(const Caller& caller, const rpc::ProbeRequest* req, rpc::ProbeReply* reply) const;
+
   // The chief's process only: once it registered, its session too (a chief
   // that failed before registering may still stop the run).
   grpc::Status shutdown(const Caller& caller, const rpc::ShutdownRequest* req, rpc::ShutdownReply*);

@@ -28,6 +28,7 @@ std::optional<PsStatus> query_ps_status(const std::string& address, double timeo
   s.bytes_sent = reply.bytes_sent();
   s.total_replicas = static_cast<int>(reply.total_replicas());
   for (const auto& r : reply.replicas()) s.registered += r.registered();
+  for (const auto& v : reply.variables()) s.variables.emplace_back(v.name(), v.codec());
   return s;
 }
 

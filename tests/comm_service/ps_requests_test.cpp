@@ -15,17 +15,17 @@ namespace tt = terngrad::testing;
 TEST(PsRequests, TheSeedScriptsRunAWholeStep) {
   for (bool secret : {true, false}) {
     const tt::ScriptOutcome sync = tt::run_ps_request_script(tt::make_seed_script(secret, false));
-    EXPECT_EQ(sync.calls, 12u);
+    EXPECT_EQ(sync.calls, 13u);
     EXPECT_EQ(sync.refused, 1u) << "only the Checkpoint of a sync ps (it holds no values) is refused";
     EXPECT_TRUE(sync.ps_alive) << sync.detail;
     const tt::ScriptOutcome async = tt::run_ps_request_script(tt::make_seed_script(secret, true));
-    EXPECT_EQ(async.calls, 12u);
+    EXPECT_EQ(async.calls, 13u);
     EXPECT_EQ(async.refused, 0u);
     EXPECT_TRUE(async.ps_alive) << async.detail;
     // server_ef(): the Init's server state is taken and the Checkpoint of
     // step 0 returns the states after its sum, so nothing is refused.
     const tt::ScriptOutcome ef = tt::run_ps_request_script(tt::make_seed_script(secret, false, true));
-    EXPECT_EQ(ef.calls, 12u);
+    EXPECT_EQ(ef.calls, 13u);
     EXPECT_EQ(ef.refused, 0u);
     EXPECT_TRUE(ef.ps_alive) << ef.detail;
   }

@@ -25,6 +25,7 @@
 #include "terngrad/comm/credentials.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/gradient_codec.h"
+#include "terngrad/comm/link_probe.h"
 #include "terngrad/comm/placement.h"
 #include "terngrad/comm/ps_server.h"
 #include "terngrad/comm/ps_status.h"
@@ -219,6 +220,18 @@ struct RawCaller {
     rpc::ShutdownReply reply;
     return stub->Shutdown(&ctx, req, &reply);
   }
+  grpc::Status probe(uint32_t replica, size_t send = 16, uint32_t back = 16, std::string* got = nullptr) {
+    grpc::ClientContext ctx;
+    prepare(ctx);
+    rpc::ProbeRequest req;
+    req.set_replica(replica);
+    req.mutable_data()->assign(send, 'x');
+    req.set_reply_bytes(back);
+    rpc::ProbeReply reply;
+    const grpc::Status s = stub->Probe(&ctx, req, &reply);
+    if (got) *got = reply.data();
+    return s;
+  }
 };
 
 std::string token_of(const tc::ClusterSecret& s, const tc::Role& role) {
@@ -245,6 +258,7 @@ std::vector<std::pair<std::string, grpc::Status>> every_call(RawCaller& who, uin
   out.emplace_back("Pull", who.pull(replica, 0));
   out.emplace_back("Heartbeat", who.heartbeat(replica, nullptr, true));
   out.emplace_back("Checkpoint", who.checkpoint(replica));
+  out.emplace_back("Probe", who.probe(replica));
   out.emplace_back("Shutdown", who.shutdown(replica, true));
   return out;
 }
@@ -318,6 +332,61 @@ TEST(PsSecurity, AReplicaCannotActAsAnotherAndOnlyTheChiefControlsTheRun) {
   ASSERT_TRUE(worker.heartbeat(1, &hb).ok());
   EXPECT_FALSE(hb.finished());
   EXPECT_TRUE(hb.failure().empty());
+}
+
+// The chief's link probe (--codec=auto): it measures, before and during the
+// run, asks for at most 4 MiB each way, and changes nothing; Status then
+// tells every replica the codecs the chief's Init set.
+TEST(PsSecurity, TheChiefsLinkProbeIsBoundedAndChangesNothing) {
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  PsTask ps(2, secret);
+  RawCaller chief(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(0)));
+  RawCaller worker(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(1)));
+  std::string got;
+  ASSERT_TRUE(chief.probe(0, 1000, 3000, &got).ok());  // before Init
+  EXPECT_EQ(got, std::string(3000, '\0'));
+  rpc::StatusReply st;
+  ASSERT_TRUE(worker.status(&st).ok());
+  EXPECT_EQ(st.phase(), "waiting_init");
+  EXPECT_EQ(st.variables_size(), 0);
+  for (auto [send, back] : {std::pair<size_t, uint32_t>{(4u << 20) + 1, 0}, {0, (4u << 20) + 1}}) {
+    const grpc::Status s = chief.probe(0, send, back);
+    EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << send << " " << back;
+    EXPECT_NE(s.error_message().find("at most 4194304"), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(worker.probe(1).error_code(), StatusCode::PERMISSION_DENIED);
+  const tc::Credential chief_key{tc::Role::replica_role(0), secret.key_for(tc::Role::replica_role(0))};
+  tc::ProbeOptions o;
+  o.credential = chief_key;
+  o.min_seconds = 0.01;
+  o.max_bytes = 4u << 20;
+  o.message_bytes = 1u << 20;
+  const tc::LinkMeasurement m = tc::probe_link(ps.address(), o);
+  EXPECT_GT(m.up_bytes_per_s, 1e6);  // loopback
+  EXPECT_GT(m.down_bytes_per_s, 1e6);
+  EXPECT_GE(m.up_bytes, 2u << 20);
+  EXPECT_LE(m.up_bytes, 4u << 20);
+  EXPECT_GE(m.down_bytes, 2u << 20);
+  EXPECT_GT(m.rtt_s, 0.0);
+  tc::ProbeOptions as_worker = o;
+  as_worker.credential = tc::Credential{tc::Role::replica_role(1), secret.key_for(tc::Role::replica_role(1))};
+  EXPECT_THROW(tc::probe_link(ps.address(), as_worker), tc::PeerError);
+  tc::ProbeOptions bad = o;
+  bad.message_bytes = (4u << 20) + 1;
+  EXPECT_THROW(tc::probe_link(ps.address(), bad), std::invalid_argument);
+  // During the run: a probe leaves the step alone, and Status names the codecs.
+  ASSERT_NO_FATAL_FAILURE(start_run(chief, worker));
+  ASSERT_TRUE(chief.probe(0, 1u << 20, 1u << 20).ok());
+  ASSERT_TRUE(worker.status(&st).ok());
+  EXPECT_EQ(st.phase(), "running");
+  EXPECT_EQ(st.global_step(), 0);
+  ASSERT_EQ(st.variables_size(), 1);
+  EXPECT_EQ(st.variables(0).name(), "w");
+  EXPECT_EQ(st.variables(0).codec(), "fp32");
+  const auto seen = tc::query_ps_status(ps.address(), 5, chief_key);
+  ASSERT_TRUE(seen.has_value());
+  ASSERT_EQ(seen->variables.size(), 1u);
+  EXPECT_EQ(seen->variables[0], (std::pair<std::string, std::string>{"w", "fp32"}));
 }
 
 TEST(PsSecurity, WithoutASecretCallsAreStillBoundToTheRegisteredSession) {

@@ -20,7 +20,8 @@ namespace {
 namespace rpc = terngrad::comm::rpc;
 namespace tc = terngrad::comm;
 
-enum Call : uint8_t { kInit, kRegister, kScales, kPush, kPull, kHeartbeat, kStatus, kCheckpoint, kShutdown, kCalls };
+// Append only: seeds name calls by number.
+enum Call : uint8_t { kInit, kRegister, kScales, kPush, kPull, kHeartbeat, kStatus, kCheckpoint, kShutdown, kProbe, kCalls };
 
 // The run's secret (fixed: scripts name tokens by role, not by bytes).
 tc::ClusterSecret script_secret() {
@@ -172,6 +173,9 @@ class Caller {
       case kCheckpoint:
         return server_stream<rpc::CheckpointRequest, rpc::TensorChunk>(
             m, [&](auto& ctx, auto& req) { return s.Checkpoint(&ctx, req); });
+      case kProbe:
+        return unary<rpc::ProbeRequest, rpc::ProbeReply>(
+            m, [&](auto& ctx, auto& req, auto& reply) { return s.Probe(&ctx, req, &reply); });
       default:
         return unary<rpc::ShutdownRequest, rpc::ShutdownReply>(
             m, [&](auto& ctx, auto& req, auto& reply) { return s.Shutdown(&ctx, req, &reply); });
@@ -341,6 +345,11 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef) {
     w.call(kCheckpoint, chief, A);
     rpc::CheckpointRequest ck;  // step 0: the step just summed
     w.piece(ck);
+    w.call(kProbe, chief, A);
+    rpc::ProbeRequest probe;
+    probe.set_data("filler");
+    probe.set_reply_bytes(64);
+    w.piece(probe);
     w.call(kShutdown, chief, A);
     rpc::ShutdownRequest down;
     down.set_ok(true);

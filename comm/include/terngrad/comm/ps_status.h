@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "terngrad/comm/credentials.h"
 #include "terngrad/comm/tls.h"
@@ -17,6 +19,8 @@ struct PsStatus {
   uint64_t stale_pushes = 0, duplicate_pushes = 0;
   uint64_t bytes_received = 0, bytes_sent = 0;  // payload bytes
   int registered = 0, total_replicas = 0;
+  // The run's variables as (name, codec spec), from the chief's Init; empty before it.
+  std::vector<std::pair<std::string, std::string>> variables;
 };
 
 // nullopt when the ps does not answer within timeout_s (or refuses the
