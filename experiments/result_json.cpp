@@ -60,7 +60,9 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
       {"wall_seconds", r.wall_seconds},
       {"codecs", r.codec_summary},
   };
-  train::write_file_atomically(path, json::dump_pretty(result) + "\n");
+  json::Json out = result;
+  if (!r.codec_choice.empty()) out["codec_choice"] = json::parse_strict(r.codec_choice);  // --codec=auto
+  train::write_file_atomically(path, json::dump_pretty(out) + "\n");
 }
 
 }  // namespace terngrad::experiments

@@ -252,6 +252,10 @@ PlanEstimate estimate_plan(const ChoiceInput& in, const std::vector<std::string>
   return estimate(in, plan, codecs);
 }
 
+// A plan other than the first candidate everywhere must be this much faster
+// (a share of its estimate), and a change of one variable this much.
+constexpr double kMinGain = 0.05, kMinStep = 1e-3;
+
 CodecChoice choose_codecs(const ChoiceInput& in) {
   if (in.candidates.empty()) throw std::invalid_argument("codec choice: no candidates");
   if (in.replicas < 1 || in.num_ps < 1)
@@ -264,13 +268,21 @@ CodecChoice choose_codecs(const ChoiceInput& in) {
     return plan;
   };
   CodecChoice best;
-  for (const std::string& spec : in.candidates) {
-    std::vector<std::string> plan = uniform_plan(spec);
-    best.uniform.push_back(estimate(in, plan, codecs));
-    if (best.plan.empty() || best.uniform.back().total_s < best.estimate.total_s) {
-      best.plan = std::move(plan);
-      best.estimate = best.uniform.back();
-    }
+  size_t pick = 0;
+  for (size_t c = 0; c < in.candidates.size(); ++c) {
+    best.uniform.push_back(estimate(in, uniform_plan(in.candidates[c]), codecs));
+    if (best.uniform[c].total_s < best.uniform[pick].total_s) pick = c;
+  }
+  // The first candidate is the default (fp32 in "auto"): another must beat
+  // it by kMinGain, not by the noise of a calibration.
+  if (best.uniform[pick].total_s >= best.uniform[0].total_s * (1 - kMinGain)) pick = 0;
+  best.plan = uniform_plan(in.candidates[pick]);
+  best.estimate = best.uniform[pick];
+  // No link: no bytes to save, so nothing to pay for with compute or precision.
+  if (in.link.up_bytes_per_s <= 0 && in.link.down_bytes_per_s <= 0) {
+    best.plan = uniform_plan(in.candidates[0]);
+    best.estimate = best.uniform[0];
+    return best;
   }
   // One variable at a time, largest first: the model is not additive (the
   // link's time is its busier direction), so each change is judged whole.
@@ -287,7 +299,7 @@ CodecChoice choose_codecs(const ChoiceInput& in) {
         std::vector<std::string> trial = best.plan;
         trial[v] = spec;
         const PlanEstimate e = estimate(in, trial, codecs);
-        if (e.total_s < best.estimate.total_s * (1 - 1e-9)) {
+        if (e.total_s < best.estimate.total_s * (1 - kMinStep)) {
           best.plan = std::move(trial);
           best.estimate = e;
           changed = true;

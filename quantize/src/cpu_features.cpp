@@ -152,4 +152,22 @@ namespace detail {
 const KernelTable& kernels() { return kernels_for(cpu_simd_level()); }
 }  // namespace detail
 
+std::string cpu_model_name() {
+  std::string name = "unknown";
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+      const std::string l(line);
+      if (l.rfind("model name", 0) != 0 && l.rfind("CPU part", 0) != 0) continue;
+      const size_t colon = l.find(':');
+      if (colon == std::string::npos) continue;
+      name = l.substr(l.find_first_not_of(' ', colon + 1));
+      name.erase(name.find_last_not_of(" \n") + 1);
+      if (l.rfind("model name", 0) == 0) break;  // "CPU part" only where there is no model name
+    }
+    std::fclose(f);
+  }
+  return name.empty() ? "unknown" : name;
+}
+
 }  // namespace terngrad::quantize

@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 
+#include "terngrad/base/json.h"
 #include "terngrad/train/safetensors.h"
 
 #include "run_command.h"
@@ -321,6 +322,58 @@ void expect_close_weights(const std::map<std::string, terngrad::train::Tensor>& 
 // in-process GPU trainer computes: same batch, gradient kernels, CUDA codec
 // bytes (encoded per shard with the whole variable's statistics), the ps's
 // exact integer sum decoded on the device, the same optimizer kernels.
+// --codec=auto (issue 37): the chief decides, its Init carries the plan to
+// the ps, and the other replicas adopt it from ps 0. At a link slow enough
+// that the error-feedback codec wins on every variable (forced with
+// --auto_link_rate), a cluster trains the bits of that codec named by hand;
+// resumed with a fast link, it keeps its checkpoint's codecs (their residuals
+// are its state). On loopback the chief probes the ps. Bad flags are named.
+TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
+  // Whole variables per shard: server_ef() re-encodes each shard's sum with its own scale.
+  const std::string costs = " --max_shard_bytes=0 --codec_costs=" + (dir_ / "codec_costs.json").string();
+  const std::string chosen = "ef(server_ef(terngrad:clip=2.5,share_scale=1,round=nearest))";
+  const Proc byhand = in_process("byhand", 2, model_flags(10, "--codec='" + chosen + "'" + costs));
+  ASSERT_EQ(byhand.exit_code, 0) << byhand.output;
+  const std::string launcher = "--num_ps=1 --num_workers=1";
+  const Proc first = cluster("auto", launcher, model_flags(4, "--codec=auto --auto_link_rate=1mbit" + costs));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto choice_of = [&](const std::string& run) {
+    std::ifstream f(dir_ / run / "result.json");
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const terngrad::json::Json r = terngrad::json::parse_strict(text);
+    EXPECT_TRUE(r.contains("codec_choice")) << text;
+    return r.value("codec_choice", terngrad::json::Json::object());
+  };
+  const terngrad::json::Json c = choice_of("auto");
+  EXPECT_EQ(c.at("link").at("source"), "--auto_link_rate=1mbit");
+  ASSERT_EQ(c.at("variables").size(), 8u);
+  for (const auto& v : c.at("variables")) EXPECT_EQ(v.at("codec"), chosen) << v.dump();
+  EXPECT_LT(c.at("estimate").at("total_ms").get<double>(),
+            c.at("every_variable_one_candidate").at("fp32").at("total_ms").get<double>() / 10);
+  const Proc second = cluster("auto", launcher, model_flags(10, "--codec=auto --auto_link_rate=100gbit" + costs));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(second.output.find("residual starts at zero"), std::string::npos) << second.output;
+  EXPECT_TRUE(choice_of("auto").value("resumed_from_checkpoint", false));
+  expect_same_weights("byhand", "auto");
+  // Loopback: the chief measures its link to the ps.
+  const Proc probed = cluster("probed", launcher, model_flags(3, "--codec='auto(fp32,terngrad)'" + costs));
+  ASSERT_EQ(probed.exit_code, 0) << probed.output;
+  const terngrad::json::Json p = choice_of("probed");
+  EXPECT_EQ(p.at("link").at("source").get<std::string>().rfind("probe of 1 ps", 0), 0u) << p.dump();
+  EXPECT_GT(p.at("link").at("up_bytes_per_s").get<double>(), 1e6);
+  EXPECT_EQ(p.at("candidates").size(), 2u);
+  // Refused at start, by name.
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--codec='auto(fp32,zstd)'", "candidate \"zstd\""},
+           {"--codec=fp32 --auto_link_rate=1gbit", "is for --codec=auto"},
+           {"--codec=auto --auto_link_rate=fast", "--auto_link_rate=fast"},
+           {"--codec='auto(fp32,ef(server_ef(terngrad)))' --sync_replicas=false", "only a sync run forms"}}) {
+    const Proc bad = in_process("bad", 1, model_flags(1, flags));
+    EXPECT_NE(bad.exit_code, 0) << flags;
+    EXPECT_NE(bad.output.find(says), std::string::npos) << flags << ": " << bad.output;
+  }
+}
+
 TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
   const std::string why = why_no_gpu();
   if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "auto_codec.h"
 #include "optimizer_handler.h"
 #include "replica_loop.h"
 #include "session.h"
@@ -127,6 +128,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   TrainConfig session_cfg = cfg;
   if (!chief) session_cfg.moving_average_decay = 0;  // only the chief evaluates and checkpoints
   TrainingSession s(session_cfg, n, {replica});
+  const std::string codec_choice =  // --codec=auto: the chief decides, the others adopt its plan
+      detail::apply_auto_codec_in_cluster(cfg, s, chief, n, c.ps_addresses(),
+                                          credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica))),
+                                          tls_of(cfg));
   if (!cfg.sync_replicas && s.max_presum_rounds() > 0)
     throw std::invalid_argument("--codec=" + cfg.codec + " sums pre-rounds over the replicas of each step (a "
                                 "multi-round codec), which only a sync run has: use --sync_replicas=true");
@@ -155,6 +160,7 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
     detail::ReplicaRun run(s, client, wire, chief, first);
     const int64_t last = loop->train(first, run);
     TrainResult result = run.finish(last, c.ps_addresses(), co);
+    result.codec_choice = codec_choice;
     client.finish(true);
     result.wall_seconds = since(t_start);
     if (!cfg.quiet)

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "auto_codec.h"
 #include "in_process_run.h"
 #include "session.h"
 #include "terngrad/train/cuda/context.h"
@@ -32,6 +33,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   std::vector<int> all(N);
   std::iota(all.begin(), all.end(), 0);
   TrainingSession s(cfg, N, all);
+  const std::string codec_choice = apply_auto_codec_in_process(cfg, s, N);  // --codec=auto
   const int64_t start_step = s.restore();  // into the session's host objects
 
   cuda::VirtualWorkersConfig wc;
@@ -60,6 +62,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   InProcessRun run(s, N, t_start);
   run.result().bytes_sent_per_worker_step = workers.bytes_per_worker_step();
   for (const Param& p : s.params().params) run.result().fp32_bytes_per_worker_step += 4.0 * p.value.size();
+  run.result().codec_choice = codec_choice;
   const InProcessRun::Hooks hooks{[&](TrainResult& r) { s.evaluate_into(r, &on_device); },
                                   [&] { workers.download_state(host); }};
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {

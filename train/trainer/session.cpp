@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "terngrad/comm/codec_choice.h"
+
 #include "optimizer_handler.h"
 
 #include <omp.h>
@@ -183,7 +185,15 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train) {
   return d;
 }
 
+bool travels_fp32(const TrainConfig& cfg, const Param& p) {
+  return static_cast<int64_t>(p.value.size()) < cfg.size_to_binarize || (p.is_logits && !cfg.quantize_logits);
+}
+
 std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& params) {
+  if (comm::is_auto_codec(cfg.codec)) {
+    comm::parse_auto_codec(cfg.codec, cfg.sync_replicas);  // a bad candidate is refused here, at start
+    return std::vector<std::string>(params.params.size(), "fp32");  // until the run decides (auto_codec.h)
+  }
   comm::CodecConfig config;
   if (!cfg.codec.empty()) {
     config = comm::parse_codec_config(cfg.codec);
@@ -203,9 +213,7 @@ std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& para
                                 std::to_string(powersgd->rank) + ")");
   std::vector<std::string> plan;
   for (const Param& p : params.params) {
-    const bool small = p.value.size() < cfg.size_to_binarize;
-    const bool logits_kept = p.is_logits && !cfg.quantize_logits;
-    if (small || logits_kept) {
+    if (travels_fp32(cfg, p)) {
       plan.push_back("fp32");
     } else if (powersgd) {
       // The matrix: every dimension but the last by the last. A conv kernel
@@ -379,10 +387,18 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
                    false,
                    {},
                    {}};
-    for (size_t v = 0; v < num_variables(); ++v) st.codecs.push_back(comm::make_codec(plan_[v]));
     worker_.push_back(std::move(st));
   }
-  presum_sums_.resize(num_variables());
+  make_codecs();
+}
+
+void TrainingSession::make_codecs() {
+  for (WorkerState& w : worker_) {
+    w.codecs.clear();
+    for (size_t v = 0; v < num_variables(); ++v) w.codecs.push_back(comm::make_codec(plan_[v]));
+  }
+  presum_rounds_.clear();
+  presum_sums_.assign(num_variables(), {});
   for (size_t v = 0; v < num_variables(); ++v) {
     const auto c = comm::make_codec(plan_[v]);
     presum_rounds_.push_back(c->presum_rounds());
@@ -390,6 +406,20 @@ TrainingSession::TrainingSession(const TrainConfig& cfg, int num_workers, std::v
     for (uint32_t round = 0; round < c->presum_rounds(); ++round)
       presum_sums_[v][round].resize(c->presum_floats(round, static_cast<uint64_t>(params().params[v].value.size())));
   }
+}
+
+void TrainingSession::set_plan(std::vector<std::string> plan) {
+  if (plan.size() != num_variables())
+    throw std::invalid_argument("codec plan of " + std::to_string(plan.size()) + " codecs for " +
+                                std::to_string(num_variables()) + " variables");
+  for (size_t v = 0; v < plan.size(); ++v) {
+    plan[v] = comm::make_codec(plan[v])->spec();  // canonical, and refused by name if unknown
+    if (travels_fp32(cfg_, params().params[v]) && plan[v] != "fp32")
+      throw std::invalid_argument("codec plan: " + params().params[v].name + " travels fp32 in this run (" +
+                                  "--size_to_binarize / --quantize_logits), not " + plan[v]);
+  }
+  plan_ = std::move(plan);
+  make_codecs();
 }
 
 uint32_t TrainingSession::max_presum_rounds() const {
@@ -562,7 +592,35 @@ void TrainingSession::save(int64_t step) {
   for (const auto& [name, blob] : server_states_)
     if (!blob.empty()) blobs[name] = blob;
   blobs["optimizer_state"] = optimizer_->save_state();
+  if (comm::is_auto_codec(cfg_.codec)) {  // a resumed run keeps the codecs its states were made with
+    std::string plan;
+    for (const std::string& spec : plan_) plan += spec + "\n";
+    blobs[kCodecPlanBlob].assign(plan.begin(), plan.end());
+  }
   save_checkpoint(cfg_.train_dir, step, state_tensors(), blobs, 3);
+}
+
+std::optional<std::vector<std::string>> TrainingSession::checkpointed_plan() const {
+  if (cfg_.train_dir.empty() || !std::filesystem::exists(cfg_.train_dir)) return std::nullopt;
+  const auto ck = load_newest_intact_checkpoint(cfg_.train_dir, [](const std::string&) {});
+  if (!ck) return std::nullopt;
+  const auto it = ck->blobs.find(kCodecPlanBlob);
+  if (it == ck->blobs.end()) return std::nullopt;
+  std::vector<std::string> plan;
+  std::string line;
+  for (uint8_t b : it->second) {
+    if (b != '\n') {
+      line += static_cast<char>(b);
+      continue;
+    }
+    plan.push_back(line);
+    line.clear();
+  }
+  if (!line.empty() || plan.size() != num_variables())
+    throw std::runtime_error(ck->path + ": blob " + kCodecPlanBlob + " holds " + std::to_string(plan.size()) +
+                             " codecs" + (line.empty() ? "" : " and an unterminated line") + " for " +
+                             std::to_string(num_variables()) + " variables");
+  return plan;
 }
 
 void TrainingSession::save_codec_states(int64_t step) {

@@ -69,7 +69,12 @@ DataSetup load_data(const TrainConfig& cfg, bool need_train = true);
 // enough variables (and the logits only with quantize_logits), fp32 otherwise.
 // PowerSGD gets each variable's matrix shape (rows=) from its parameter's
 // shape; vectors and matrices it would not shrink travel fp32.
+// --codec=auto: every variable "fp32" until the run decides (auto_codec.h,
+// TrainingSession::set_plan); a bad candidate is refused here.
 std::vector<std::string> codec_plan(const TrainConfig& cfg, const ParamSet& params);
+// Whether a variable travels fp32 whatever the codec (--size_to_binarize,
+// --quantize_logits=false).
+bool travels_fp32(const TrainConfig& cfg, const Param& p);
 // "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2 of 8 variables".
 std::string codec_summary(const std::vector<std::string>& plan);
 
@@ -121,6 +126,18 @@ class TrainingSession {
   size_t num_variables() const { return model_->params().size(); }
   const DataSetup& data() const { return data_; }
   const std::vector<std::string>& plan() const { return plan_; }
+  // Replaces the codec of every variable (--codec=auto decides after the
+  // session exists): canonical specs, one per variable; the workers' codecs
+  // and pre-round sums are made anew. Before any step and before restore().
+  // Throws std::invalid_argument naming a bad spec, a count that is not the
+  // variables', or a codec for a variable that travels fp32.
+  void set_plan(std::vector<std::string> plan);
+  // --codec=auto: the plan train_dir's newest checkpoint was written with
+  // (blob "codec_plan"), so a resumed run keeps the codecs its error-feedback
+  // states belong to; nullopt without one. Throws naming the checkpoint when
+  // the blob does not hold one codec per variable.
+  std::optional<std::vector<std::string>> checkpointed_plan() const;
+  static constexpr const char* kCodecPlanBlob = "codec_plan";
   Optimizer& optimizer() { return *optimizer_; }
   ExponentialMovingAverage* ema() { return ema_.get(); }
   double lr(int64_t step) const { return schedule_->lr(step); }
@@ -251,6 +268,7 @@ class TrainingSession {
     std::vector<int32_t> labels;
   };
   void check_server_states(const std::string& path) const;
+  void make_codecs();  // the workers' codecs and pre-round sums, from plan_
   comm::DecodeContext decode_context(int64_t step, size_t v) const;
   BlobMap server_states_;
   std::vector<uint32_t> presum_rounds_;                      // [variable]

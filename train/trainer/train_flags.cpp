@@ -8,6 +8,9 @@
 
 #include "terngrad/train/train_config.h"
 
+#include "terngrad/comm/codec_choice.h"
+#include "terngrad/comm/link_rate.h"
+
 namespace terngrad::train {
 
 namespace {
@@ -139,8 +142,16 @@ std::vector<Flag> codec_flags() {
       {"quantize_logits", "ternarize the logits layer too", TG_BOOL(quantize_logits)},
       {"codec", "explicit codec spec, overrides grad_bits: fp32, fp16, terngrad[:clip=C,share_scale=S,bucket=B], "
                "qsgd[:levels=S,bucket=B], sign[:scale=none|mean,vote=counts|sign], topk[:ratio=R,values=fp32|fp16], "
-               "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M], server_ef(<codec>) (comm/codec_config.h)",
+               "randomk[:ratio=R,values=..,rescale=0|1], ef(<codec>)[:momentum=M], server_ef(<codec>) (comm/codec_config.h); "
+               "auto or auto(<codec>,...): chosen per variable from the measured link and codec costs (comm/codec_choice.h)",
        TG_STR(codec)},
+      {"auto_link_rate", "--codec=auto: the link rate to choose for (tc syntax: 100mbit, 1gbit, 10gbit); default: the "
+                         "chief probes each ps (in-process runs: no link)",
+       TG_STR(auto_link_rate)},
+      {"codec_costs", "--codec=auto: the file caching the codecs' measured costs per CPU and SIMD level (default "
+                      "$TG_CACHE_DIR, $XDG_CACHE_HOME/terngrad or ~/.cache/terngrad /codec_costs.json; none: measure "
+                      "every run)",
+       TG_STR(codec_costs)},
   };
 }
 
@@ -289,6 +300,13 @@ void validate(const TrainConfig& c) {
   require(c.max_shard_bytes == 0 || c.max_shard_bytes >= 1024,
           "--max_shard_bytes must be 0 (no cap) or >= 1024, got " + std::to_string(c.max_shard_bytes));
   require(c.compute_ms >= 0 && c.compute_ms <= 600000, "--compute_ms must be in [0, 600000], got " + std::to_string(c.compute_ms));
+  const bool auto_codec = comm::is_auto_codec(c.codec);
+  if (auto_codec) comm::parse_auto_codec(c.codec, c.sync_replicas);  // names a bad candidate
+  if (!c.auto_link_rate.empty()) {
+    require(auto_codec, "--auto_link_rate=" + c.auto_link_rate + " is for --codec=auto (the codec is \"" + c.codec + "\")");
+    const std::string why = comm::link_rate_problem(c.auto_link_rate);
+    require(why.empty(), "--auto_link_rate=" + c.auto_link_rate + ": " + why);
+  }
 }
 
 std::string train_flags_help() {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "in_process_run.h"
+#include "auto_codec.h"
 #include "session.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/safetensors.h"
@@ -264,6 +265,7 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   std::vector<int> all(N);
   std::iota(all.begin(), all.end(), 0);
   detail::TrainingSession s(cfg, N, all);
+  const std::string codec_choice = detail::apply_auto_codec_in_process(cfg, s, N);  // --codec=auto
   InProcessStep in(s, N);
   const int64_t start_step = s.restore();
   in.attach_server_states(start_step);
@@ -272,6 +274,7 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   int64_t steps_sent = 0;
   detail::InProcessRun run(s, N, t_start);
   run.result().fp32_bytes_per_worker_step = in.fp32_bytes_per_worker_step();
+  run.result().codec_choice = codec_choice;
   const detail::InProcessRun::Hooks hooks{[&s](TrainResult& r) { s.evaluate_into(r); }, nullptr};
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {

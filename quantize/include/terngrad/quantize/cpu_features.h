@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -56,5 +57,10 @@ bool cpu_simd_active();
 
 // false: the portable kernels; true: the best supported level.
 void set_cpu_simd(bool enabled);
+
+// The CPU's name as the kernel reports it (/proc/cpuinfo "model name", or
+// "CPU part" on ARM), for figures and caches keyed by machine; "unknown"
+// where there is none.
+std::string cpu_model_name();
 
 }  // namespace terngrad::quantize

@@ -55,6 +55,13 @@ struct TrainConfig {
   int64_t size_to_binarize = 1;   // variables with fewer elements stay fp32
   bool quantize_logits = true;    // false: the logits layer stays fp32
   std::string codec = "";         // explicit codec spec overrides grad_bits (e.g. "fp16")
+  // --codec=auto[(<codec>,...)] (comm/codec_choice.h): the link rate the
+  // choice assumes ("" = the chief probes each ps; in-process runs have no
+  // link), and where the candidates' measured costs are cached per CPU and
+  // SIMD level ("" = $TG_CACHE_DIR, else $XDG_CACHE_HOME/terngrad, else
+  // ~/.cache/terngrad, codec_costs.json; "none" = measure every run).
+  std::string auto_link_rate = "";
+  std::string codec_costs = "";
 
   // Distributed runs (ps/worker over gRPC). The cluster comes from the
   // flags when job_name is set, else from the TF_CONFIG environment variable

@@ -42,6 +42,7 @@ struct TrainResult {
   int64_t skipped_examples = 0;
   double wall_seconds = 0;
   std::string codec_summary;              // e.g. "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2"
+  std::string codec_choice;               // --codec=auto: the decision, one line of JSON; "" otherwise
 };
 
 // Examples one global step processes over the whole run: every worker's
