@@ -374,6 +374,15 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
   }
 }
 
+// --comm_only with error feedback: the scale shared each step is that of
+// the fixed gradient plus this step's residual (it was kept from the first
+// step, fell below the encoder's own, and the run failed at step 2).
+TEST_F(Distributed, CommOnlyRunsErrorFeedbackCodecs) {
+  const Proc r = cluster("comm-only-ef", "--num_ps=1 --num_workers=1",
+                         model_flags(4, "--comm_only=true --codec='ef(server_ef(terngrad:round=nearest))'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
   const std::string why = why_no_gpu();
   if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";

@@ -697,12 +697,15 @@ float TrainingSession::fixed_gradient(size_t local, const VariableReady& ready) 
   if (!w.fixed) {
     std::mt19937_64 rng(stream_seed(cfg_.seed, 0, w.global, Purpose::kCodec) ^ 0x5eedf15edull);
     std::normal_distribution<float> normal(0.0f, 0.01f);
-    for (size_t v = 0; v < w.grads.size(); ++v) {
+    for (size_t v = 0; v < w.grads.size(); ++v)
       for (float& g : w.grads[v].data) g = normal(rng);
-      w.scales[v] = w.codecs[v]->wants_shared_scale() ? w.codecs[v]->local_scale(w.grads[v].data) : 0.0f;
-    }
     w.fixed = true;
   }
+  // Every step, as compute_gradient does: under error feedback the scale is
+  // that of gradient + residual, which changes (a scale kept from the first
+  // step fell below the encoder's own, and the run failed at step 2).
+  for (size_t v = 0; v < w.grads.size(); ++v)
+    w.scales[v] = w.codecs[v]->wants_shared_scale() ? w.codecs[v]->local_scale(w.grads[v].data) : 0.0f;
   for (size_t v = w.grads.size(); ready && v-- > 0;) ready(0.0f, v);
   return 0.0f;
 }
