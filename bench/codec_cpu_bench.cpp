@@ -437,21 +437,7 @@ std::map<size_t, double> torch_encode_rates(const std::vector<size_t>& sizes, in
   return out;
 }
 
-std::string cpu_model() {
-  FILE* f = std::fopen("/proc/cpuinfo", "r");
-  if (!f) return "unknown CPU";
-  char line[512];
-  std::string model = "unknown CPU";
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::strncmp(line, "model name", 10) == 0 || std::strncmp(line, "CPU part", 8) == 0) {
-      const char* colon = std::strchr(line, ':');
-      if (colon) model = std::string(colon + 2, std::strcspn(colon + 2, "\n"));
-      break;
-    }
-  }
-  std::fclose(f);
-  return model;
-}
+std::string cpu_model() { return terngrad::quantize::cpu_model_name(); }
 
 // --- reporting ---------------------------------------------------------------
 

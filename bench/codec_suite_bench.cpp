@@ -168,19 +168,7 @@ int main(int argc, char** argv) {
   const int rounds = quick ? 2 : 5;
   const double min_round_s = quick ? 0.05 : 0.2;
 
-  char cpu[512] = "unknown";
-  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f))
-      if (std::strncmp(line, "model name", 10) == 0) {
-        const char* c = std::strchr(line, ':');
-        std::snprintf(cpu, sizeof cpu, "%s", c ? c + 2 : line);
-        cpu[std::strcspn(cpu, "\n")] = '\0';
-        break;
-      }
-    std::fclose(f);
-  }
-  std::printf("codec_suite_bench: %s, SIMD level %s, %d threads\n", cpu,
+  std::printf("codec_suite_bench: %s, SIMD level %s, %d threads\n", terngrad::quantize::cpu_model_name().c_str(),
               terngrad::quantize::simd_level_name(terngrad::quantize::cpu_simd_level()), omp_get_max_threads());
 
   int failures = 0;

@@ -154,13 +154,7 @@ std::function<bool(const std::string&)> text(std::string& out) {
   };
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "?";
-}
+std::string cpu_model() { return terngrad::quantize::cpu_model_name(); }
 bool cpu_flag(const std::string& flag) {
   std::ifstream f("/proc/cpuinfo");
   std::string line;

@@ -38,7 +38,10 @@ CODECS = {"fp32": ["--grad_bits=32"], "fp16": ["--codec=fp16"], "terngrad": ["--
           "terngrad-base3": ["--codec=terngrad:pack=base3"], "terngrad-entropy": ["--codec=terngrad:pack=entropy"],
           # experiments/results/codecs' recommendation: error feedback on the workers and the ps,
           # nearest rounding (fused into the codec's passes since issue 32).
-          "ef-server-ef-nearest": ["--codec=ef(server_ef(terngrad:round=nearest))"]}
+          "ef-server-ef-nearest": ["--codec=ef(server_ef(terngrad:round=nearest))"],
+          # Chosen per variable by the chief from its probe of the ps and the codecs' measured costs
+          # (fp32, fp16 and the error-feedback configuration above; comm/codec_choice.h).
+          "auto": ["--codec=auto"]}
 NET_FLAGS = {
     # The paper's LeNet hyperparameters (momentum 0.9, lr 0.01, poly decay 0.5, wd 5e-4).
     "lenet": ["--net=lenet", "--batch_size=32", "--optimizer=momentum", "--momentum=0.9",
@@ -202,6 +205,12 @@ def run_one(args, net, codec, replicas, num_ps, rate, steps, extra=()):
             row["error"] = f.read()[-2000:]
         print(f"  FAILED: {name}\n{row['error']}", file=sys.stderr)
         return row
+    result_path = os.path.join(run_dir, "result.json")
+    if os.path.exists(result_path):
+        result = json.load(open(result_path))
+        row["codecs_used"] = result.get("codecs", "")
+        if "codec_choice" in result:  # --codec=auto: what the chief chose, and its estimate
+            row["codec_choice"] = result["codec_choice"]
     train = [e for e in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if e.get("event") == "train"]
     # Skip the first interval (connections, first-touch allocations, the fixed gradient).
     measured = train[1:] if len(train) > 1 else train
