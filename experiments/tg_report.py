@@ -111,6 +111,10 @@ class Run:
         self.examples_per_sec = field(result, result_path, "examples_per_sec", required=False)
         steps = field(result, result_path, "steps", required=False)
         self.steps = int(steps) if steps is not None else None
+        # --codec=auto: what the run chose (its codecs' summary) and the estimate it chose by.
+        choice = result.get("codec_choice")
+        self.codec_choice = choice if isinstance(choice, dict) else None
+        self.codecs_used = str(result.get("codecs", ""))
 
         paper = meta.get("paper_top1")  # what the paper reports for this config, if it says
         self.paper_top1 = number(paper, f"{run_path}: \"paper_top1\"") if paper is not None else None
@@ -459,7 +463,27 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
-def markdown_text(title, rows, run_dirs, curve_pngs, summary_png, bytes_png):
+def auto_lines(runs):
+    """A table of what --codec=auto chose in each run that used it ([] when none did)."""
+    chosen = [r for r in runs if r.codec_choice]
+    if not chosen:
+        return []
+    lines = ["## Codecs chosen by --codec=auto", "",
+             "| run | link the choice assumed | codecs chosen | estimated communication + codecs per step |",
+             "|---|---|---|---:|"]
+    for r in sorted(chosen, key=lambda r: r.dir):
+        c = r.codec_choice
+        if c.get("resumed_from_checkpoint"):
+            link, estimate = "(the checkpoint's plan)", "n/a"
+        else:
+            link = str(c.get("link", {}).get("source", "?"))
+            total = c.get("estimate", {}).get("total_ms")
+            estimate = "n/a" if not isinstance(total, (int, float)) else f"{total:.1f} ms"
+        lines.append(f"| `{r.dir}` | {link} | {r.codecs_used or '?'} | {estimate} |")
+    return lines + [""]
+
+
+def markdown_text(title, rows, run_dirs, curve_pngs, summary_png, bytes_png, runs=()):
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines = [f"# {title}", "",
              f"Generated {now} on host `{platform.node()}` ({cpu_model()}) by experiments/tg_report.py "
@@ -490,7 +514,8 @@ def markdown_text(title, rows, run_dirs, curve_pngs, summary_png, bytes_png):
             "n/a" if r["compression_ratio"] is None else f"{r['compression_ratio']:.2f}x",
             fmt(r["wall_seconds_mean"], 1), fmt(r["examples_per_sec_mean"], 0),
         ]) + " |")
-    lines += ["", "## Final top-1 vs workers", "", f"![final top-1 vs workers]({summary_png})", ""]
+    lines += [""] + auto_lines(runs)
+    lines += ["## Final top-1 vs workers", "", f"![final top-1 vs workers]({summary_png})", ""]
     if bytes_png:
         lines += ["## Final top-1 vs bytes per worker per step (sent + received)", "",
                   f"![final top-1 vs bytes]({bytes_png})", ""]
@@ -555,7 +580,7 @@ def main(argv=None):
     if bytes_png is not None:
         pngs["summary_top1_vs_bytes.png"] = bytes_png
     markdown = markdown_text(args.title, rows, run_dirs, curve_pngs, "summary_top1_vs_workers.png",
-                             "summary_top1_vs_bytes.png" if bytes_png is not None else None)
+                             "summary_top1_vs_bytes.png" if bytes_png is not None else None, runs)
 
     os.makedirs(args.out, exist_ok=True)
     for name, data in pngs.items():

@@ -1,6 +1,8 @@
 #include "experiment_config.h"
 
+#include "terngrad/comm/codec_choice.h"
 #include "terngrad/comm/codec_config.h"
+#include "terngrad/comm/link_rate.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -230,12 +232,21 @@ void check_codec(const ExperimentConfig& cfg, const std::string& source) {
   if (k.name().empty()) bad(source, "codec.name", "is required: fp32, terngrad or a registry codec", "\"\"");
   if (k.has_name() && (k.name() == "fp32" || is_terngrad(k)) && !k.spec().empty())
     bad(source, "codec.spec", "is for registry codecs; " + k.name() + " takes its own fields", "\"" + k.spec() + "\"");
+  const bool automatic = terngrad::comm::is_auto_codec(k.spec());
   if (!k.spec().empty()) {
     try {
-      (void)terngrad::comm::parse_codec_config(k.spec());
+      if (automatic)
+        (void)terngrad::comm::parse_auto_codec(k.spec(), cfg.cluster().sync());
+      else
+        (void)terngrad::comm::parse_codec_config(k.spec());
     } catch (const std::invalid_argument& e) {
       bad(source, "codec.spec", e.what(), "\"" + k.spec() + "\"");
     }
+  }
+  if (k.has_auto_link_rate()) {
+    if (!automatic) bad(source, "codec.auto_link_rate", "is for spec \"auto\" or \"auto(...)\"", "\"" + k.auto_link_rate() + "\"");
+    if (const std::string why = terngrad::comm::link_rate_problem(k.auto_link_rate()); !why.empty())
+      bad(source, "codec.auto_link_rate", why, "\"" + k.auto_link_rate() + "\"");
   }
   check_positive(source, "codec.clip", k.clip());
   if (k.size_to_binarize() < 1) bad(source, "codec.size_to_binarize", "must be >= 1", num(k.size_to_binarize()));
@@ -343,6 +354,12 @@ int64_t training_steps(const ExperimentConfig& p, int64_t train_examples) {
 
 std::string codec_label(const ExperimentConfig& cfg) {
   const Codec& k = cfg.codec();
+  if (terngrad::comm::is_auto_codec(k.spec())) {  // the candidates, canonical: "auto(fp32,fp16,...)"
+    std::string label;
+    for (const std::string& c : terngrad::comm::parse_auto_codec(k.spec(), cfg.cluster().sync()).candidates)
+      label += (label.empty() ? "auto(" : ",") + c;
+    return label + ")";
+  }
   if (!k.spec().empty()) return terngrad::comm::to_spec(terngrad::comm::parse_codec_config(k.spec()));
   return k.name();
 }
@@ -363,6 +380,7 @@ static void add_codec_flags(const Codec& k, std::vector<std::string>& f) {
   } else {
     flag("codec", k.name());
   }
+  if (k.has_auto_link_rate()) flag("auto_link_rate", k.auto_link_rate());
   flag("size_to_binarize", std::to_string(k.size_to_binarize()));
   flag("quantize_logits", b(k.quantize_logits()));
 }

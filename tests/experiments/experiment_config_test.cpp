@@ -106,6 +106,18 @@ TEST(ExperimentConfig, RegistryCodecsPassTheirSpec) {
   EXPECT_TRUE(has_flag(tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 0), "--codec=fp16"));
 }
 
+// spec "auto": the run chooses (tg-train --codec=auto); the label names the
+// candidates, and auto_link_rate reaches the trainer.
+TEST(ExperimentConfig, AutoCodecPassesItsSpecAndLinkRate) {
+  std::string text = kValid;
+  text.replace(text.find("codec { name: \"terngrad\" }"), 26, "codec { spec: \"auto\" auto_link_rate: \"1gbit\" }");
+  const auto cfg = tx::parse_experiment_config(text, "t");
+  EXPECT_EQ(tx::codec_label(cfg), "auto(fp32,fp16,ef(server_ef(terngrad:clip=2.5,share_scale=1,round=nearest)))");
+  const auto flags = tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 0);
+  EXPECT_TRUE(has_flag(flags, "--codec=auto"));
+  EXPECT_TRUE(has_flag(flags, "--auto_link_rate=1gbit"));
+}
+
 TEST(ExperimentConfig, SyntaxErrorsAndUnknownFieldsNameFileLineAndField) {
   std::string e = error_of(std::string(kValid) + "modle { net: LENET }\n");
   EXPECT_NE(e.find("cfg.pbtxt:8:"), std::string::npos) << e;
@@ -141,6 +153,11 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
       {{"model { net: LENET keep_prob: 0 }"}, "model.keep_prob"},
       {{"codec { name: \"terngrad\" clip: 0 }"}, "codec.clip"},
       {{"codec { name: \"terngrad\" spec: \"fp16\" }"}, "codec.spec"},
+      {{"codec { spec: \"auto(fp32,zstd)\" }"}, "codec.spec"},
+      {{"cluster { sync: false mode: LOCAL_CLUSTER }", "codec { spec: \"auto(fp32,ef(server_ef(terngrad)))\" }"},
+       "codec.spec"},
+      {{"codec { spec: \"fp16\" auto_link_rate: \"1gbit\" }"}, "codec.auto_link_rate"},
+      {{"codec { spec: \"auto\" auto_link_rate: \"fast\" }"}, "codec.auto_link_rate"},
       {{"evaluation { batch_size: 0 }"}, "evaluation.batch_size"},
       {{"dataset { format: IDX }"}, "dataset.path"},
       {{"model { net: CIFARNET }", "dataset { format: IDX path: \"/x\" }"}, "dataset.format"},

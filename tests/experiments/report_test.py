@@ -157,6 +157,25 @@ def main():
         check("Generated " in md and runs_root in md, "results.md header lacks date or run dirs")
         check("n/a" not in md.split("## Final")[0].split("|---|")[1], "two-seed groups show n/a")
         check(not [n for n in os.listdir(out) if n.endswith(".tmp")], "temporary files left in OUT_DIR")
+        check("--codec=auto" not in md, "an auto section without auto runs")
+
+        # --codec=auto: a run's choice (result.json "codec_choice") gets its own table.
+        auto_root = os.path.join(tmp, "auto")
+        write_run(auto_root, "fp32", 2, 1, RUNS[("fp32", 2)][1], distributed=False)
+        auto_result = os.path.join(auto_root, "synthetic-fp32-w2", "seed1", "result.json")
+        with open(auto_result) as f:
+            result = json.load(f)
+        result["codecs"] = "ef(server_ef(terngrad:round=nearest)) on 8 of 8 variables"
+        result["codec_choice"] = {"link": {"source": "--auto_link_rate=1gbit"}, "estimate": {"total_ms": 8.03}}
+        with open(auto_result, "w") as f:
+            json.dump(result, f)
+        p = run_report([auto_root, "--out", os.path.join(tmp, "auto_report")])
+        check(p.returncode == 0, f"auto run: {p.returncode} {p.stderr!r}")
+        if p.returncode == 0:
+            with open(os.path.join(tmp, "auto_report", "results.md")) as f:
+                auto_md = f.read()
+            check("## Codecs chosen by --codec=auto" in auto_md and "--auto_link_rate=1gbit" in auto_md and
+                  "on 8 of 8 variables" in auto_md and "8.0 ms" in auto_md, f"auto table: {auto_md}")
 
         # Emulated links: the same grid at two link rates gives a group per
         # rate (not 4 "seeds"), each terngrad group against fp32 at its rate.
