@@ -13,6 +13,7 @@ copies, and (in terngrad.torch) DistributedDataParallel communication hooks.
 See comm/capi/README.md for every route (C, CMake, pkg-config, Python, DDP).
 """
 from ._native import TernGradError, cuda_available, library_path, version
+from .choice import auto_candidates, choose_codecs
 from .codec import Codec
 
-__all__ = ["Codec", "TernGradError", "cuda_available", "library_path", "version"]
+__all__ = ["Codec", "TernGradError", "auto_candidates", "choose_codecs", "cuda_available", "library_path", "version"]

@@ -94,6 +94,10 @@ def _declare(lib):
        _u8_p, size, ctypes.POINTER(size))
     fn("tg_codec_aggregate_bytes", _c_tg_status, _codec_p, u64, size, ctypes.POINTER(size))
     fn("tg_codec_decode_aggregate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
+    fn("tg_auto_candidates", _c_tg_status, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, size, ctypes.POINTER(size))
+    dbl = ctypes.c_double
+    fn("tg_auto_choose", _c_tg_status, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(u64), ctypes.POINTER(ctypes.c_int),
+       size, dbl, dbl, dbl, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(dbl))
     # Device pointers (CUDA builds; elsewhere they return TG_ERR_UNSUPPORTED).
     stream = ctypes.c_void_p
     fn("tg_codec_local_scale_device", _c_tg_status, _codec_p, _f32_p, u64, stream, ctypes.POINTER(ctypes.c_float))

@@ -374,6 +374,40 @@ static void test_reduce_scatter(void) {
   tg_codec_destroy(c);
 }
 
+/* "auto": the candidates, and the plan for a trainer's own variables. */
+static void test_auto_choice(void) {
+  char buf[512];
+  size_t len = 0;
+  CHECK(tg_auto_candidates("auto", 1, buf, sizeof buf, &len) == TG_OK);
+  CHECK(len == strlen(buf));
+  CHECK(strncmp(buf, "fp32\nfp16\nef(server_ef(terngrad:", 32) == 0);
+  CHECK(tg_auto_candidates("auto", 0, buf, sizeof buf, NULL) == TG_OK);
+  CHECK(strstr(buf, "server_ef") == NULL); /* async: the worker-side half only */
+  CHECK(tg_auto_candidates("auto", 1, buf, 8, &len) == TG_ERR_BUFFER_TOO_SMALL);
+  CHECK(tg_auto_candidates("auto(fp32,zstd)", 1, buf, sizeof buf, NULL) == TG_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tg_last_error_message(), "zstd") != NULL);
+
+  /* 1 Gbit/s, 2 replicas: the large variable compressed, the fixed one fp32. */
+  const uint64_t sizes[3] = {4000000, 300000, 10};
+  const int fixed[3] = {0, 0, 1};
+  int choice[3] = {-7, -7, -7};
+  double estimate = 0;
+  CHECK(tg_auto_choose("auto", 1, sizes, fixed, 3, 125e6, 125e6, 1e-4, 2, 1, choice, &estimate) == TG_OK);
+  CHECK(choice[0] == 2 && choice[1] == 2 && choice[2] == 0);
+  CHECK(estimate > 0 && estimate < 0.1); /* fp32 would move 2 x 17 MB: about 0.27 s */
+  /* No link: nothing to save, the first candidate everywhere; -1 = fp32 outside the candidates. */
+  CHECK(tg_auto_choose("auto", 1, sizes, NULL, 3, 0, 0, 0, 2, 1, choice, NULL) == TG_OK);
+  CHECK(choice[0] == 0 && choice[1] == 0 && choice[2] == 0);
+  CHECK(tg_auto_choose("auto(terngrad)", 1, sizes, fixed, 3, 125e6, 125e6, 0, 2, 1, choice, NULL) == TG_OK);
+  CHECK(choice[0] == 0 && choice[2] == -1);
+  /* Refused, and nothing written. */
+  choice[0] = 42;
+  CHECK(tg_auto_choose("auto", 1, sizes, NULL, 3, -1, 0, 0, 2, 1, choice, NULL) == TG_ERR_INVALID_ARGUMENT);
+  CHECK(tg_auto_choose("auto", 1, NULL, NULL, 3, 1, 1, 0, 2, 1, choice, NULL) == TG_ERR_INVALID_ARGUMENT);
+  CHECK(tg_auto_choose("auto", 1, sizes, NULL, 3, 1, 1, 0, 0, 1, choice, NULL) == TG_ERR_INVALID_ARGUMENT);
+  CHECK(choice[0] == 42);
+}
+
 int main(void) {
   test_library();
   test_create();
@@ -385,6 +419,7 @@ int main(void) {
   test_device_refusal();
   test_error_feedback_state();
   test_reduce_scatter();
+  test_auto_choice();
   printf("capi_test: %d checks, %d failed (libterngrad %s, CUDA built %d)\n", g_checks, g_failed,
          tg_version(), tg_cuda_built());
   return g_failed == 0 ? 0 : 1;

@@ -225,6 +225,31 @@ TG_API tg_status tg_codec_aggregate_bytes(const tg_codec_t* codec, uint64_t n, s
 TG_API tg_status tg_codec_decode_aggregate(const tg_codec_t* codec, const uint8_t* aggregate,
                                            size_t aggregate_bytes, float* out, uint64_t n);
 
+/* ---- choosing the codec: "auto" (comm/codec_choice.h) ------------------ */
+
+/* The candidates of an "auto" or "auto(<spec>,...)" spec as canonical specs,
+ * one per line (each ended by '\n'), NUL-terminated in buf. sync = 0 for an
+ * asynchronous run (its defaults differ, and codecs that need a step's sum
+ * are refused). *out_length (optional) = the text's length without the NUL.
+ * A bad candidate is TG_ERR_INVALID_ARGUMENT naming it. */
+TG_API tg_status tg_auto_candidates(const char* auto_spec, int sync, char* buf, size_t capacity,
+                                    size_t* out_length);
+
+/* Which candidate each of `count` variables (sizes[i] elements) should travel
+ * with, for a parameter server reached at up / down bytes per second with
+ * the given round trip, `replicas` replicas and `num_ps` servers:
+ * out_choice[i] = the candidate's index in tg_auto_candidates' list, or -1
+ * for fp32 where fp32 is not a candidate and fixed[i] != 0 keeps variable i
+ * fp32 (fixed may be NULL). *out_estimate_s (optional) = the model's
+ * communication and codec time per step for the plan. Rates of 0 mean no
+ * link: the first candidate everywhere. Each candidate's cost is measured
+ * on this machine during the call (a fraction of a second each; the
+ * trainer caches them, this call does not). Nothing is written on failure. */
+TG_API tg_status tg_auto_choose(const char* auto_spec, int sync, const uint64_t* sizes, const int* fixed,
+                                size_t count, double up_bytes_per_s, double down_bytes_per_s,
+                                double round_trip_s, int replicas, int num_ps, int* out_choice,
+                                double* out_estimate_s);
+
 /* ---- device pointers (CUDA builds) ------------------------------------ */
 
 /* As tg_codec_local_scale on device memory; waits for the stream. */
