@@ -75,6 +75,7 @@ struct Options {
   double timeout_secs = 0;      // 0: none
   std::string kill_task;        // fault injection: "worker:1"
   double kill_after_secs = 0;
+  int restart_failed = 0;       // a failed task is started again up to this many times
   int replica_threads = 0;      // 0: cores / replicas
   std::string link_rate, ps_link_rate;  // as given (tc syntax); "" = loopback, no namespaces
   uint64_t link_rate_bps = 0, ps_link_rate_bps = 0;
@@ -99,6 +100,8 @@ const char* kHelp =
     "  --replica_threads=N   OpenMP threads per replica (default cores / replicas, at least 1)\n"
     "  --timeout_secs=S      stop everything and fail after S seconds (default: none)\n"
     "  --kill_task=TYPE:I --kill_after_secs=S   fault injection: SIGKILL that task after S seconds\n"
+    "  --restart_failed=N    start a task that failed (or was killed) again, up to N times, after\n"
+    "                        0.5 s, 1 s, 2 s, ... (a pod's restart policy); its log goes on\n"
     "  --link_rate=RATE      emulated links: every task in its own network namespace on a bridge, its\n"
     "                        link shaped to RATE each way (tc syntax: 500kbit, 100mbit, 1gbit, 10gbit);\n"
     "                        byte counts in <log_dir>/link_stats.json; needs root\n"
@@ -161,6 +164,7 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "timeout_secs")) != "\x01") o.timeout_secs = to_double("timeout_secs", v);
     else if ((v = value_of(a, "kill_task")) != "\x01") o.kill_task = v;
     else if ((v = value_of(a, "kill_after_secs")) != "\x01") o.kill_after_secs = to_double("kill_after_secs", v);
+    else if ((v = value_of(a, "restart_failed")) != "\x01") o.restart_failed = to_int("restart_failed", v, 0);
     else if ((v = value_of(a, "replica_threads")) != "\x01") o.replica_threads = to_int("replica_threads", v, 1);
     else if ((v = value_of(a, "link_rate")) != "\x01") o.link_rate = v, o.link_rate_bps = to_rate("link_rate", v);
     else if ((v = value_of(a, "ps_link_rate")) != "\x01")
@@ -226,6 +230,8 @@ struct Task {
   bool running = false;
   Clock::time_point started;
   double seconds = 0;
+  int restarts = 0;                             // times started again (--restart_failed)
+  std::optional<Clock::time_point> restart_at;  // when it is to be started again
 };
 
 // The addresses of the tasks of one type, as TF_CONFIG lists them.
@@ -413,56 +419,84 @@ int set_up_network(const Options& o, std::vector<Task>& tasks, std::optional<tx:
   return 0;
 }
 
-// Starts every task (in its namespace on emulated links): "" or why one
-// could not start.
-std::string start_tasks(const Options& o, std::vector<Task>& tasks, const terngrad::json::Json& cluster,
-                        std::optional<tx::EmulatedNetwork>& net, int threads, bool user_threads) {
-  for (size_t k = 0; k < tasks.size(); ++k) {
-    Task& t = tasks[k];
-    const std::string tf_config =
-        terngrad::json::dump_line({{"cluster", cluster}, {"task", {{"type", t.type}, {"index", t.index}}}});
-    std::vector<std::string> args = {o.tg_train};
-    args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
-    if (!user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : threads));
-    if (!t.secret_file.empty()) args.push_back("--secret_file=" + t.secret_file);
-    const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
-    if (!shows_progress) args.push_back("--quiet=true");
-    const fs::path log = fs::path(o.log_dir) / t.file();
-    // In the child, before exec: output to the task's log, its TF_CONFIG.
-    auto prepare_child = [&log, &tf_config] {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        ::close(fd);
-      }
-      setenv("TF_CONFIG", tf_config.c_str(), 1);
-    };
-    pid_t pid = -1;
-    if (net) {
-      try {
-        pid = net->spawn(net->hosts().at(k), args, prepare_child);
-      } catch (const std::exception& e) {
-        return std::string("cannot start ") + t.name() + ": " + e.what();
-      }
-    } else {
-      pid = fork();
-      if (pid < 0) usage_error("fork failed");
-      if (pid == 0) {
-        prepare_child();
-        std::vector<char*> cargs;
-        for (auto& a : args) cargs.push_back(a.data());
-        cargs.push_back(nullptr);
-        execv(cargs[0], cargs.data());
-        std::fprintf(stderr, "exec %s failed: %s\n", cargs[0], std::strerror(errno));
-        _exit(127);
-      }
+// What starting a task needs besides the task.
+struct Launch {
+  const Options& o;
+  const terngrad::json::Json& cluster;
+  std::optional<tx::EmulatedNetwork>& net;
+  int threads;
+  bool user_threads;
+};
+
+// Starts task k (in its namespace on emulated links): "" or why it could
+// not start. A restart appends to the task's log.
+std::string start_task(const Launch& l, std::vector<Task>& tasks, size_t k) {
+  const Options& o = l.o;
+  Task& t = tasks[k];
+  const std::string tf_config =
+      terngrad::json::dump_line({{"cluster", l.cluster}, {"task", {{"type", t.type}, {"index", t.index}}}});
+  std::vector<std::string> args = {o.tg_train};
+  args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
+  if (!l.user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : l.threads));
+  if (!t.secret_file.empty()) args.push_back("--secret_file=" + t.secret_file);
+  const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
+  if (!shows_progress) args.push_back("--quiet=true");
+  const fs::path log = fs::path(o.log_dir) / t.file();
+  const int mode = O_WRONLY | O_CREAT | (t.restarts > 0 ? O_APPEND : O_TRUNC);
+  // In the child, before exec: output to the task's log, its TF_CONFIG.
+  auto prepare_child = [&log, &tf_config, mode] {
+    const int fd = ::open(log.c_str(), mode, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      ::close(fd);
     }
-    t.pid = pid;
-    t.running = true;
-    t.started = Clock::now();
+    setenv("TF_CONFIG", tf_config.c_str(), 1);
+  };
+  pid_t pid = -1;
+  if (l.net) {
+    try {
+      pid = l.net->spawn(l.net->hosts().at(k), args, prepare_child);
+    } catch (const std::exception& e) {
+      return std::string("cannot start ") + t.name() + ": " + e.what();
+    }
+  } else {
+    pid = fork();
+    if (pid < 0) usage_error("fork failed");
+    if (pid == 0) {
+      prepare_child();
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      execv(cargs[0], cargs.data());
+      std::fprintf(stderr, "exec %s failed: %s\n", cargs[0], std::strerror(errno));
+      _exit(127);
+    }
   }
+  t.pid = pid;
+  t.running = true;
+  t.started = Clock::now();
+  t.restart_at.reset();
   return "";
+}
+
+// Starts every task: "" or why one could not start.
+std::string start_tasks(const Launch& l, std::vector<Task>& tasks) {
+  for (size_t k = 0; k < tasks.size(); ++k)
+    if (std::string why = start_task(l, tasks, k); !why.empty()) return why;
+  return "";
+}
+
+// --restart_failed: whether the task that just ended badly is to be
+// started again, and when (0.5 s, 1 s, 2 s, ... up to 8 s after its end).
+bool schedule_restart(const Options& o, Task& t) {
+  if (t.restarts >= o.restart_failed) return false;
+  const double backoff = std::min(8.0, 0.5 * static_cast<double>(1 << std::min(t.restarts, 4)));
+  t.restart_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff));
+  ++t.restarts;
+  std::fprintf(stderr, "tg-cluster: %s %s; starting it again in %.1f s (restart %d of %d)\n", t.name().c_str(),
+               describe_status(t.status).c_str(), backoff, t.restarts, o.restart_failed);
+  return true;
 }
 
 // Prints what the log at `path` gained since the last call.
@@ -489,7 +523,12 @@ std::string reap_tasks(const Options& o, std::vector<Task>& tasks, bool& any_run
       t.running = false;
       t.status = st;
       t.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && failure.empty())
+      const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      if (failed && schedule_restart(o, t)) {
+        any_running = true;  // it will be back
+        continue;
+      }
+      if (failed && failure.empty())
         failure = t.name() + " (" + t.address + ") " + describe_status(st) + "; the end of " + t.file() + ":\n" +
                   tail_of(fs::path(o.log_dir) / t.file(), 6);
     } else {
@@ -513,12 +552,14 @@ void kill_named_task(const Options& o, std::vector<Task>& tasks) {
       ::waitpid(t.pid, &st, 0);
       t.running = false;
       t.status = st;
+      schedule_restart(o, t);
     }
 }
 
 // Waits for the run to end, showing the progress task's log as it grows:
 // "" when every task ended well, else why the run failed.
-std::string watch_tasks(const Options& o, std::vector<Task>& tasks, const std::string& shown) {
+std::string watch_tasks(const Launch& l, std::vector<Task>& tasks, const std::string& shown) {
+  const Options& o = l.o;
   std::ifstream progress_log;
   const auto start = Clock::now();
   bool killed_one = false;
@@ -526,6 +567,12 @@ std::string watch_tasks(const Options& o, std::vector<Task>& tasks, const std::s
     show_new_output(progress_log, fs::path(o.log_dir) / shown);
     bool any_running = false;
     if (std::string failure = reap_tasks(o, tasks, any_running); !failure.empty()) return failure;
+    for (size_t k = 0; k < tasks.size(); ++k) {
+      if (!tasks[k].restart_at) continue;
+      any_running = true;
+      if (Clock::now() < *tasks[k].restart_at) continue;
+      if (std::string why = start_task(l, tasks, k); !why.empty()) return why;
+    }
     if (!any_running) return "";
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (!o.kill_task.empty() && !killed_one && elapsed >= o.kill_after_secs) {
@@ -611,8 +658,9 @@ int run(Options& o) {
 
   const auto run_start = Clock::now();
   const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
-  std::string failure = start_tasks(o, tasks, cluster, net, threads, has_flag(o, "--threads="));
-  if (failure.empty()) failure = watch_tasks(o, tasks, shown);
+  const Launch launch{o, cluster, net, threads, has_flag(o, "--threads=")};
+  std::string failure = start_tasks(launch, tasks);
+  if (failure.empty()) failure = watch_tasks(launch, tasks, shown);
   if (!failure.empty() && failure != "interrupted") let_the_others_notice(tasks);
   // Tasks first: a namespace deleted under a live task would outlive the run.
   stop_all(tasks);

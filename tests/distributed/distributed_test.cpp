@@ -383,6 +383,27 @@ TEST_F(Distributed, CommOnlyRunsErrorFeedbackCodecs) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
+// tg-cluster --restart_failed (issue 36): a killed task is started again
+// after a back-off, as a pod's restart policy would. An async replica holds
+// no weights of its own (it pulls them every step), so a restarted worker
+// rejoins the running run and it ends with exactly --max_steps; a sync
+// replica cannot yet (it would need the weights of the current step), and
+// the run ends saying so once the restarts are spent.
+TEST_F(Distributed, RestartedAsyncWorkerRejoinsTheRun) {
+  const std::string kill = "--num_ps=1 --num_workers=1 --kill_task=worker:0 --kill_after_secs=2 --restart_failed=2 ";
+  const Proc async = cluster("restart-async", kill, model_flags(900, "--sync_replicas=false --save_interval_steps=50"));
+  ASSERT_EQ(async.exit_code, 0) << async.output;
+  EXPECT_NE(async.output.find("worker 0 was killed by signal 9 (Killed); starting it again in 0.5 s (restart 1 of 2)"),
+            std::string::npos) << async.output;
+  std::ifstream f(dir_ / "restart-async" / "result.json");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(terngrad::json::parse_strict(text).at("steps"), 900) << text;
+  const Proc sync = cluster("restart-sync", kill, model_flags(900, "--save_interval_steps=50"));
+  EXPECT_NE(sync.exit_code, 0) << sync.output;
+  EXPECT_NE(sync.output.find("cannot rejoin a sync run in progress"), std::string::npos) << sync.output;
+  EXPECT_NE(sync.output.find("(restart 2 of 2)"), std::string::npos) << sync.output;
+}
+
 TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
   const std::string why = why_no_gpu();
   if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";
