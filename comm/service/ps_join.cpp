@@ -66,6 +66,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   const size_t keep = static_cast<size_t>(opt.keep_steps);
   if (sync) {
     steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
+    steps->keep_pulled(opt.keep_pulled_steps);
   } else {
     updates = std::move(fresh_updates);
   }

@@ -240,7 +240,7 @@ void SyncSteps::pulled(const std::shared_ptr<StepSums>& held, uint32_t replica) 
   if (sums.pulled_by.size() != static_cast<size_t>(replicas_)) sums.pulled_by.assign(replicas_, false);
   if (sums.pulled_by[replica]) return;
   sums.pulled_by[replica] = true;
-  if (++sums.pulls >= replicas_) {
+  if (++sums.pulls >= replicas_ && !keep_pulled_) {
     if (held.use_count() == 2) spare_sums_ = std::move((*at)->shards);  // the ring's copy and the caller's
     recent_.erase(at);
   }

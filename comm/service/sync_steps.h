@@ -127,6 +127,10 @@ class SyncSteps {
   // once, so no replica's reads can drop a step another still needs.
   // std::invalid_argument for a replica out of range.
   void pulled(const std::shared_ptr<StepSums>& held, uint32_t replica);
+  // Keep every step of the window even once each replica has pulled it: a
+  // replica that restarts catches up through them (ServerOptions::
+  // keep_pulled_steps). Costs keep_steps steps' sums in memory.
+  void keep_pulled(bool keep) { keep_pulled_ = keep; }
 
   // [shard] the codecs' server states (server_ef() residuals; empty for
   // codecs that keep none) as the sum of `step` left them, for the chief's
@@ -166,6 +170,7 @@ class SyncSteps {
   int replicas_;
   int needed_;
   size_t keep_steps_;
+  bool keep_pulled_ = false;
   int64_t global_step_;
   StepBuffer current_;
   std::deque<std::shared_ptr<StepSums>> recent_;  // completed steps, for late pullers

@@ -386,10 +386,13 @@ TEST_F(Distributed, CommOnlyRunsErrorFeedbackCodecs) {
 // tg-cluster --restart_failed (issue 36): a killed task is started again
 // after a back-off, as a pod's restart policy would. An async replica holds
 // no weights of its own (it pulls them every step), so a restarted worker
-// rejoins the running run and it ends with exactly --max_steps; a sync
-// replica cannot yet (it would need the weights of the current step), and
-// the run ends saying so once the restarts are spent.
-TEST_F(Distributed, RestartedAsyncWorkerRejoinsTheRun) {
+// rejoins the running run, which ends with exactly --max_steps. A sync
+// replica holds its own: with --rejoin_window_steps the ps keeps that many
+// steps' sums, and the restarted worker catches up from the chief's latest
+// checkpoint (its own codec state beside it) by running those steps again,
+// so the run trains the uninterrupted run's weights bit for bit; without the
+// window it says it cannot rejoin, and the run ends once the restarts are spent.
+TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   const std::string kill = "--num_ps=1 --num_workers=1 --kill_task=worker:0 --kill_after_secs=2 --restart_failed=2 ";
   const Proc async = cluster("restart-async", kill, model_flags(900, "--sync_replicas=false --save_interval_steps=50"));
   ASSERT_EQ(async.exit_code, 0) << async.output;
@@ -398,10 +401,25 @@ TEST_F(Distributed, RestartedAsyncWorkerRejoinsTheRun) {
   std::ifstream f(dir_ / "restart-async" / "result.json");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(terngrad::json::parse_strict(text).at("steps"), 900) << text;
-  const Proc sync = cluster("restart-sync", kill, model_flags(900, "--save_interval_steps=50"));
-  EXPECT_NE(sync.exit_code, 0) << sync.output;
-  EXPECT_NE(sync.output.find("cannot rejoin a sync run in progress"), std::string::npos) << sync.output;
-  EXPECT_NE(sync.output.find("(restart 2 of 2)"), std::string::npos) << sync.output;
+
+  const std::string sync_flags = "--codec='ef(terngrad)' --save_interval_steps=13";
+  const Proc straight = in_process("straight", 2, model_flags(1000, sync_flags));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  // Killed well inside the training (not while the tasks start), so that it catches up.
+  const std::string kill_later = "--num_ps=1 --num_workers=1 --kill_task=worker:0 --kill_after_secs=5 --restart_failed=2 ";
+  const Proc rejoined = cluster("rejoined", kill_later, model_flags(1000, sync_flags + " --rejoin_window_steps=40"));
+  ASSERT_EQ(rejoined.exit_code, 0) << rejoined.output;
+  EXPECT_NE(rejoined.output.find("(restart 1 of 2)"), std::string::npos) << rejoined.output;
+  std::ifstream wlog(dir_ / "rejoined" / "logs" / "worker-0.log");
+  const std::string worker_log((std::istreambuf_iterator<char>(wlog)), std::istreambuf_iterator<char>());
+  EXPECT_NE(worker_log.find("caught up"), std::string::npos) << worker_log;
+  expect_same_weights("straight", "rejoined");
+
+  const Proc refused = cluster("refused", kill, model_flags(700, sync_flags));
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("cannot rejoin a sync run in progress"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--rejoin_window_steps=0"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("(restart 2 of 2)"), std::string::npos) << refused.output;
 }
 
 TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {

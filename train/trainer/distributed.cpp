@@ -112,6 +112,9 @@ TrainResult run_ps(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   for (int r = 0; r < c.num_replicas(); ++r) o.replica_names.push_back(replica_name(c, r));
   o.peer_timeout_s = cfg.peer_timeout_secs;
   o.startup_timeout_s = cfg.startup_timeout_secs;
+  // A restarted replica catches up through the kept steps (sync_loop.cpp).
+  o.keep_steps = static_cast<int>(std::max<int64_t>(o.keep_steps, cfg.rejoin_window_steps + 2));
+  o.keep_pulled_steps = cfg.rejoin_window_steps > 0;
   std::unique_ptr<detail::OptimizerHandler> handler;
   if (!cfg.sync_replicas) handler = std::make_unique<detail::OptimizerHandler>(cfg);
   comm::ParameterServer server(c.own_address().str(), o, handler.get());

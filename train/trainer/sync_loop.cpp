@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -41,14 +42,47 @@ class SyncLoop final : public ReplicaLoop {
     comm::WorkerClient::InitTensors init;
     if (r_.chief && keeps_server_states(r_.s)) init.server_states = server_states_for_init(r_.s, r_.layout, restored);
     const int64_t global = r_.client.join(restored, r_.chief ? &init : nullptr);
-    if (global != restored)
-      throw comm::PeerError(r_.name + " restored step " + std::to_string(restored) + " from " +
-                            (cfg_.train_dir.empty() ? std::string("(no --train_dir)") : cfg_.train_dir) +
-                            " but the run is at step " + std::to_string(global) +
-                            ": every replica must see the chief's train_dir (same path, shared storage), and a "
-                            "replica that restarts cannot rejoin a sync run in progress (each keeps its own weights): "
-                            "restart every task, and they resume from the chief's latest checkpoint");
-    return global;
+    if (global == restored) return global;
+    if (!r_.chief && global > restored && global - restored <= cfg_.rejoin_window_steps &&
+        r_.s.max_presum_rounds() == 0) {
+      catch_up(restored, global);
+      return global;
+    }
+    throw comm::PeerError(
+        r_.name + " restored step " + std::to_string(restored) + " from " +
+        (cfg_.train_dir.empty() ? std::string("(no --train_dir)") : cfg_.train_dir) + " but the run is at step " +
+        std::to_string(global) +
+        ": every replica must see the chief's train_dir (same path, shared storage), and a replica that restarts "
+        "cannot rejoin a sync run in progress (each keeps its own weights) unless the ps keeps the steps since that "
+        "checkpoint (--rejoin_window_steps=" + std::to_string(cfg_.rejoin_window_steps) + ", " +
+        std::to_string(global - restored) + " needed" +
+        (r_.s.max_presum_rounds() > 0 ? "; not with a multi-round codec" : "") + (r_.chief ? "; not the chief" : "") +
+        "): restart every task, and they resume from the chief's latest checkpoint");
+  }
+
+  // A replica that restarted: it holds the chief's checkpoint of step
+  // `from`, the run is at `to`. It runs those steps again: its gradient (the
+  // same batch and randomness: both are functions of the step), the step's
+  // shared scales and its encode (so its codecs' state, an error-feedback
+  // residual, moves as it did; the payloads are not sent, the ps summed those
+  // steps), then the step's kept sums pulled and applied. It then holds the
+  // weights and state the live replicas hold at `to`, bit for bit.
+  void catch_up(int64_t from, int64_t to) {
+    const auto t0 = Clock::now();
+    if (!cfg_.quiet)
+      std::fprintf(stderr, "%s: catching up from step %lld to the run's step %lld\n", r_.name.c_str(),
+                   static_cast<long long>(from), static_cast<long long>(to));
+    for (int64_t step = from; step < to; ++step) {
+      (void)r_.step.compute_gradient(step);
+      const std::vector<float> shared =
+          wants_scales_ ? r_.client.exchange_scales(step, r_.step.local_scales()) : no_scales_;
+      r_.step.encode(step, shared, r_.wire);
+      const comm::WorkerClient::Sums got = r_.client.pull_sums(step, r_.wire.sums);
+      for (size_t sh = 0; sh < r_.layout.shards.size(); ++sh) r_.step.decode_sum(r_.layout.shards[sh], r_.wire.sums[sh]);
+      r_.step.apply(step, static_cast<int>(got.contributions));
+    }
+    std::fprintf(stderr, "%s: caught up %lld steps in %.1f s; rejoining the run at step %lld\n", r_.name.c_str(),
+                 static_cast<long long>(to - from), since(t0), static_cast<long long>(to));
   }
 
   int64_t train(int64_t first, ReplicaRun& run) override {

@@ -80,6 +80,9 @@ struct ServerOptions {
   double startup_timeout_s = 120;  // the chief's Init and every Register within this
   double poll_s = 2;               // a long poll answers "not ready" after this
   int keep_steps = 8;              // sync: aggregated steps kept for late pullers
+  // Sync: keep those steps even once every replica pulled them, so that a
+  // restarted replica catches up through them (--rejoin_window_steps).
+  bool keep_pulled_steps = false;
   bool verbose = true;             // one line per event on stderr
   // The run's cluster secret: every call must then prove a role (above).
   std::optional<ClusterSecret> secret;

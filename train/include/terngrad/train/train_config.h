@@ -75,6 +75,10 @@ struct TrainConfig {
   bool sync_replicas = true;        // false: async, each push applied on arrival
   int replicas_to_aggregate = -1;   // sync: pushes per step (-1 = every replica; fewer = backups)
   double peer_timeout_secs = 60;    // a silent or unreachable peer is reported after this
+  // Sync: the ps keeps the sums and shared scales of this many steps, so a
+  // restarted replica catches up from the chief's latest checkpoint to the
+  // run's step (0: it cannot rejoin; make it >= --save_interval_steps).
+  int64_t rejoin_window_steps = 0;
   double startup_timeout_secs = 120;  // every task must have joined within this
   double rpc_timeout_secs = 30;     // deadline of one request
   // Who may talk to the ps tasks (comm/credentials.h, comm/tls.h): a file
