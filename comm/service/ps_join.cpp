@@ -10,7 +10,8 @@
 
 namespace terngrad::comm {
 
-grpc::Status ParameterServer::Impl::init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader) {
+grpc::Status ParameterServer::Impl::init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader,
+                                         rpc::InitReply* reply) {
   rpc::InitChunk chunk;
   if (!reader->Read(&chunk) || !chunk.has_header())
     return grpc::Status(StatusCode::INVALID_ARGUMENT, "Init: the first message must be the header");
@@ -27,15 +28,26 @@ grpc::Status ParameterServer::Impl::init(const Caller& caller, grpc::ServerReade
                             : StatusCode::INVALID_ARGUMENT,
                         refusal->message);
   std::lock_guard<std::mutex> lock(mu);
-  if (phase != Phase::kWaitingInit) return init_again_locked(caller, plan.header);
+  if (phase != Phase::kWaitingInit) return init_again_locked(caller, plan.header, reply);
   return start_run_locked(caller, plan);
 }
 
-grpc::Status ParameterServer::Impl::init_again_locked(const Caller& caller, const rpc::InitHeader& h) {
+grpc::Status ParameterServer::Impl::init_again_locked(const Caller& caller, const rpc::InitHeader& h,
+                                                      rpc::InitReply* reply) {
   if (phase != Phase::kRunning) return ended_status();
   if (h.fingerprint() != fingerprint)
     return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
   if (detail::same_session(caller.session, chief_session)) return grpc::Status::OK;  // a retried Init
+  if (sync && opt.keep_pulled_steps) {
+    // A restarted chief: its Register replaces the old process's session,
+    // and it catches up through the kept steps as any replica does.
+    chief_session = caller.session;
+    reply->set_already_running(true);
+    reply->set_global_step(global_step_locked());
+    log("a new chief process sent Init while the run is at global step " + std::to_string(global_step_locked()) +
+        ": the run goes on; it catches up from its checkpoint");
+    return grpc::Status::OK;
+  }
   fail_locked("the chief restarted (a new process initialized this ps while the run was at global step " +
               std::to_string(global_step_locked()) +
               "); the running replicas cannot be rewound to its checkpoint: stop every task and start the whole "

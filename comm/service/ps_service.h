@@ -216,8 +216,8 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   }
 
   // --- the service ---
-  grpc::Status Init(ServerContext* ctx, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply*) override {
-    return serve(ctx, "Init", [&](const Caller& c) { return init(c, reader); });
+  grpc::Status Init(ServerContext* ctx, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply* reply) override {
+    return serve(ctx, "Init", [&](const Caller& c) { return init(c, reader, reply); });
   }
 
   // The whole request (header, layout, codecs, async tensors) is read and
@@ -225,12 +225,15 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // Init: the chief's layout (and an async run's values, a resumed sync
   // run's server states), checked whole by the Init intake before the ps
   // changes anything.
-  grpc::Status init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader);
+  grpc::Status init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply* reply);
 
   // An Init while the run goes on: a retry of the chief's own, or a new
-  // chief process, which ends the run (the other replicas hold weights of a
-  // later step than its checkpoint, and no ps can rewind them).
-  grpc::Status init_again_locked(const Caller& caller, const rpc::InitHeader& h);
+  // chief process. In a sync run that keeps a rejoin window
+  // (keep_pulled_steps) the new chief changes nothing and is told to register
+  // and catch up (reply->already_running); otherwise it ends the run (the
+  // other replicas hold weights of a later step than its checkpoint, and no
+  // ps can rewind them).
+  grpc::Status init_again_locked(const Caller& caller, const rpc::InitHeader& h, rpc::InitReply* reply);
 
   // The run begins with an accepted Init's layout.
   grpc::Status start_run_locked(const Caller& caller, detail::InitPlan& plan);

@@ -95,10 +95,11 @@ struct RawCaller {
   }
 
   grpc::Status init(uint32_t replica, uint32_t total, bool sync = true, uint64_t fingerprint = kFingerprint,
-                    const std::string& codec = "fp32") {
+                    const std::string& codec = "fp32", rpc::InitReply* out = nullptr) {
     grpc::ClientContext ctx;
     prepare(ctx);
-    rpc::InitReply reply;
+    rpc::InitReply own;
+    rpc::InitReply& reply = out ? *out : own;
     auto w = stub->Init(&ctx, &reply);
     rpc::InitChunk c;
     rpc::InitHeader* h = c.mutable_header();
@@ -387,6 +388,40 @@ TEST(PsSecurity, TheChiefsLinkProbeIsBoundedAndChangesNothing) {
   ASSERT_TRUE(seen.has_value());
   ASSERT_EQ(seen->variables.size(), 1u);
   EXPECT_EQ(seen->variables[0], (std::pair<std::string, std::string>{"w", "fp32"}));
+}
+
+// With a rejoin window (--rejoin_window_steps: keep_pulled_steps) a new
+// chief process's Init of a running sync run changes nothing: it is told to
+// register and catch up, its Register replaces the old session, and the
+// old process's calls are refused from then on.
+TEST(PsSecurity, WithARejoinWindowARestartedSyncChiefIsToldToCatchUp) {
+  const tc::ClusterSecret secret = tc::ClusterSecret::generate();
+  tc::ServerOptions o = PsTask::options(2, secret, {});
+  o.keep_pulled_steps = true;
+  terngrad::testing::ServingPs ps(o, nullptr);
+  RawCaller chief(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(0)));
+  RawCaller worker(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(1)));
+  ASSERT_NO_FATAL_FAILURE(start_run(chief, worker));
+  const std::string p0 = fp32_payload(1.0f), p1 = fp32_payload(2.0f);
+  ASSERT_TRUE(chief.push(0, 0, p0).ok());
+  ASSERT_TRUE(worker.push(1, 0, p1).ok());
+  std::vector<uint8_t> sum;
+  ASSERT_TRUE(worker.pull(1, 0, &sum).ok());
+  ASSERT_TRUE(chief.pull(0, 0, &sum).ok());  // every replica pulled step 0: it stays (the window)
+  RawCaller restarted(ps.address(), tc::new_session_id(), token_of(secret, tc::Role::replica_role(0)));
+  rpc::InitReply reply;
+  ASSERT_TRUE(restarted.init(0, 2, true, kFingerprint, "fp32", &reply).ok());
+  EXPECT_TRUE(reply.already_running());
+  EXPECT_EQ(reply.global_step(), 1);
+  EXPECT_EQ(restarted.init(0, 2, true, kFingerprint + 1).error_code(), StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(restarted.register_as(0).ok());
+  std::vector<uint8_t> again;
+  ASSERT_TRUE(restarted.pull(0, 0, &again).ok());  // the kept step it catches up through
+  EXPECT_EQ(again, fp32_sum({p0, p1}));
+  EXPECT_EQ(chief.push(0, 1, p0).error_code(), StatusCode::PERMISSION_DENIED);  // the old process
+  rpc::StatusReply st;
+  ASSERT_TRUE(worker.status(&st).ok());
+  EXPECT_EQ(st.phase(), "running");
 }
 
 TEST(PsSecurity, WithoutASecretCallsAreStillBoundToTheRegisteredSession) {

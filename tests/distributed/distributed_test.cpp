@@ -391,16 +391,17 @@ TEST_F(Distributed, CommOnlyRunsErrorFeedbackCodecs) {
 // steps' sums, and the restarted worker catches up from the chief's latest
 // checkpoint (its own codec state beside it) by running those steps again,
 // so the run trains the uninterrupted run's weights bit for bit; without the
-// window it says it cannot rejoin, and the run ends once the restarts are spent.
+// window it says it cannot rejoin, and the run ends once the restarts are
+// spent. A restarted chief rejoins the same way.
 TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   const std::string kill = "--num_ps=1 --num_workers=1 --kill_task=worker:0 --kill_after_secs=2 --restart_failed=2 ";
-  const Proc async = cluster("restart-async", kill, model_flags(900, "--sync_replicas=false --save_interval_steps=50"));
+  const Proc async = cluster("restart-async", kill, model_flags(600, "--sync_replicas=false --save_interval_steps=50"));
   ASSERT_EQ(async.exit_code, 0) << async.output;
   EXPECT_NE(async.output.find("worker 0 was killed by signal 9 (Killed); starting it again in 0.5 s (restart 1 of 2)"),
             std::string::npos) << async.output;
   std::ifstream f(dir_ / "restart-async" / "result.json");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(terngrad::json::parse_strict(text).at("steps"), 900) << text;
+  EXPECT_EQ(terngrad::json::parse_strict(text).at("steps"), 600) << text;
 
   const std::string sync_flags = "--codec='ef(terngrad)' --save_interval_steps=13";
   const Proc straight = in_process("straight", 2, model_flags(1000, sync_flags));
@@ -414,6 +415,14 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   const std::string worker_log((std::istreambuf_iterator<char>(wlog)), std::istreambuf_iterator<char>());
   EXPECT_NE(worker_log.find("caught up"), std::string::npos) << worker_log;
   expect_same_weights("straight", "rejoined");
+  // The chief, too: its new process's Init changes nothing on the running ps
+  // (it is told to register and catch up), and it finishes the run.
+  const Proc chief = cluster("chief-rejoined", "--num_ps=1 --num_workers=1 --kill_task=chief:0 --kill_after_secs=5 "
+                             "--restart_failed=1 ", model_flags(1000, sync_flags + " --rejoin_window_steps=40"));
+  ASSERT_EQ(chief.exit_code, 0) << chief.output;
+  EXPECT_NE(chief.output.find("chief 0 was killed by signal 9"), std::string::npos) << chief.output;
+  EXPECT_NE(chief.output.find("caught up"), std::string::npos) << chief.output;
+  expect_same_weights("straight", "chief-rejoined");
 
   const Proc refused = cluster("refused", kill, model_flags(700, sync_flags));
   EXPECT_NE(refused.exit_code, 0) << refused.output;

@@ -43,8 +43,7 @@ class SyncLoop final : public ReplicaLoop {
     if (r_.chief && keeps_server_states(r_.s)) init.server_states = server_states_for_init(r_.s, r_.layout, restored);
     const int64_t global = r_.client.join(restored, r_.chief ? &init : nullptr);
     if (global == restored) return global;
-    if (!r_.chief && global > restored && global - restored <= cfg_.rejoin_window_steps &&
-        r_.s.max_presum_rounds() == 0) {
+    if (global > restored && global - restored <= cfg_.rejoin_window_steps && r_.s.max_presum_rounds() == 0) {
       catch_up(restored, global);
       return global;
     }
@@ -56,7 +55,7 @@ class SyncLoop final : public ReplicaLoop {
         "cannot rejoin a sync run in progress (each keeps its own weights) unless the ps keeps the steps since that "
         "checkpoint (--rejoin_window_steps=" + std::to_string(cfg_.rejoin_window_steps) + ", " +
         std::to_string(global - restored) + " needed" +
-        (r_.s.max_presum_rounds() > 0 ? "; not with a multi-round codec" : "") + (r_.chief ? "; not the chief" : "") +
+        (r_.s.max_presum_rounds() > 0 ? "; not with a multi-round codec" : "") +
         "): restart every task, and they resume from the chief's latest checkpoint");
   }
 
