@@ -38,14 +38,15 @@ grpc::Status ParameterServer::Impl::init_again_locked(const Caller& caller, cons
   if (h.fingerprint() != fingerprint)
     return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
   if (detail::same_session(caller.session, chief_session)) return grpc::Status::OK;  // a retried Init
-  if (sync && opt.keep_pulled_steps) {
-    // A restarted chief: its Register replaces the old process's session,
-    // and it catches up through the kept steps as any replica does.
+  if (!sync || opt.keep_pulled_steps) {
+    // A restarted chief: its Register replaces the old process's session. In
+    // an async run it pulls the values this ps holds, as every replica does;
+    // in a sync run it catches up through the kept steps.
     chief_session = caller.session;
     reply->set_already_running(true);
     reply->set_global_step(global_step_locked());
     log("a new chief process sent Init while the run is at global step " + std::to_string(global_step_locked()) +
-        ": the run goes on; it catches up from its checkpoint");
+        ": the run goes on" + (sync ? "; it catches up from its checkpoint" : ""));
     return grpc::Status::OK;
   }
   fail_locked("the chief restarted (a new process initialized this ps while the run was at global step " +

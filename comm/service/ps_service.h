@@ -228,11 +228,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   grpc::Status init(const Caller& caller, grpc::ServerReader<rpc::InitChunk>* reader, rpc::InitReply* reply);
 
   // An Init while the run goes on: a retry of the chief's own, or a new
-  // chief process. In a sync run that keeps a rejoin window
-  // (keep_pulled_steps) the new chief changes nothing and is told to register
-  // and catch up (reply->already_running); otherwise it ends the run (the
-  // other replicas hold weights of a later step than its checkpoint, and no
-  // ps can rewind them).
+  // chief process. In an async run (the ps holds the values) or a sync run
+  // that keeps a rejoin window (keep_pulled_steps) the new chief changes
+  // nothing and is told to register (and in sync, catch up:
+  // reply->already_running); otherwise it ends the run (the other replicas
+  // hold weights of a later step than its checkpoint, and no ps can rewind
+  // them).
   grpc::Status init_again_locked(const Caller& caller, const rpc::InitHeader& h, rpc::InitReply* reply);
 
   // The run begins with an accepted Init's layout.

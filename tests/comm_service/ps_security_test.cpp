@@ -511,16 +511,32 @@ TEST(PsSecurity, ARefusedInitLeavesARunningPsAloneAndARestartedChiefEndsTheRunSa
   rpc::StatusReply st;
   ASSERT_TRUE(chief.status(&st).ok());
   EXPECT_EQ(st.phase(), "running");
-  // A new chief process: the run ends, and everyone hears why and what to do.
+  // A new chief process of an async run: the ps holds the values, so the
+  // run goes on; nothing is initialized again.
+  RawCaller async_again(ps.address(), tc::new_session_id());
+  rpc::InitReply reply;
+  ASSERT_TRUE(async_again.init(0, 1, false, kFingerprint, "fp32", &reply).ok());
+  EXPECT_TRUE(reply.already_running());
+  EXPECT_EQ(handler.inits.load(), 1);
+  ASSERT_TRUE(chief.status(&st).ok());
+  EXPECT_EQ(st.phase(), "running");
+}
+
+// A new chief process of a sync run without a rejoin window: the run ends,
+// and everyone hears why and what to do.
+TEST(PsSecurity, ARestartedSyncChiefWithoutARejoinWindowEndsTheRunSayingWhatToDo) {
+  PsTask ps(1, std::nullopt);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  ASSERT_TRUE(chief.init(0, 1).ok());
+  ASSERT_TRUE(chief.register_as(0).ok());
   RawCaller restarted(ps.address(), tc::new_session_id());
-  const grpc::Status s = restarted.init(0, 1, false);
+  const grpc::Status s = restarted.init(0, 1);
   EXPECT_EQ(s.error_code(), StatusCode::ABORTED);
   EXPECT_NE(s.error_message().find("the chief restarted"), std::string::npos) << s.error_message();
   EXPECT_NE(s.error_message().find("start the whole cluster again"), std::string::npos) << s.error_message();
   rpc::HeartbeatReply hb;
   ASSERT_TRUE(chief.heartbeat(0, &hb).ok());
   EXPECT_NE(hb.failure().find("the chief restarted"), std::string::npos) << hb.failure();
-  EXPECT_EQ(handler.inits.load(), 1);
 }
 
 TEST(PsSecurity, RequestsAskingForTooMuchAreRefusedNotObeyed) {

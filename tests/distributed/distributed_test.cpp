@@ -402,13 +402,21 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   std::ifstream f(dir_ / "restart-async" / "result.json");
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(terngrad::json::parse_strict(text).at("steps"), 600) << text;
+  // An async chief, too: the ps holds the values; its new process pulls them.
+  const Proc async_chief = cluster("restart-async-chief", "--num_ps=1 --num_workers=1 --kill_task=chief:0 "
+                                   "--kill_after_secs=3 --restart_failed=1 ",
+                                   model_flags(600, "--sync_replicas=false --save_interval_steps=50"));
+  ASSERT_EQ(async_chief.exit_code, 0) << async_chief.output;
+  EXPECT_NE(async_chief.output.find("chief 0 was killed by signal 9"), std::string::npos) << async_chief.output;
 
-  const std::string sync_flags = "--codec='ef(terngrad)' --save_interval_steps=13";
+  // Checkpoints 200 steps apart: the kill lands between two (it could land
+  // on one, where there is nothing to catch up, about 1 time in 100).
+  const std::string sync_flags = "--codec='ef(terngrad)' --save_interval_steps=200";
   const Proc straight = in_process("straight", 2, model_flags(1000, sync_flags));
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   // Killed well inside the training (not while the tasks start), so that it catches up.
   const std::string kill_later = "--num_ps=1 --num_workers=1 --kill_task=worker:0 --kill_after_secs=5 --restart_failed=2 ";
-  const Proc rejoined = cluster("rejoined", kill_later, model_flags(1000, sync_flags + " --rejoin_window_steps=40"));
+  const Proc rejoined = cluster("rejoined", kill_later, model_flags(1000, sync_flags + " --rejoin_window_steps=250"));
   ASSERT_EQ(rejoined.exit_code, 0) << rejoined.output;
   EXPECT_NE(rejoined.output.find("(restart 1 of 2)"), std::string::npos) << rejoined.output;
   std::ifstream wlog(dir_ / "rejoined" / "logs" / "worker-0.log");
@@ -418,13 +426,13 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   // The chief, too: its new process's Init changes nothing on the running ps
   // (it is told to register and catch up), and it finishes the run.
   const Proc chief = cluster("chief-rejoined", "--num_ps=1 --num_workers=1 --kill_task=chief:0 --kill_after_secs=5 "
-                             "--restart_failed=1 ", model_flags(1000, sync_flags + " --rejoin_window_steps=40"));
+                             "--restart_failed=1 ", model_flags(1000, sync_flags + " --rejoin_window_steps=250"));
   ASSERT_EQ(chief.exit_code, 0) << chief.output;
   EXPECT_NE(chief.output.find("chief 0 was killed by signal 9"), std::string::npos) << chief.output;
   EXPECT_NE(chief.output.find("caught up"), std::string::npos) << chief.output;
   expect_same_weights("straight", "chief-rejoined");
 
-  const Proc refused = cluster("refused", kill, model_flags(700, sync_flags));
+  const Proc refused = cluster("refused", kill_later, model_flags(1000, sync_flags));
   EXPECT_NE(refused.exit_code, 0) << refused.output;
   EXPECT_NE(refused.output.find("cannot rejoin a sync run in progress"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("--rejoin_window_steps=0"), std::string::npos) << refused.output;
