@@ -7,7 +7,7 @@ packages=(
   libeigen3-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libbenchmark-dev libhwy-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc nlohmann-json3-dev libssl-dev openssl
   dataset-fashion-mnist
-  python3-numpy python3-torch python3-matplotlib python3-pil
+  python3-numpy python3-torch python3-matplotlib python3-pil python3-yaml
   python3-venv python3-pip python3-setuptools python3-wheel
   g++-aarch64-linux-gnu qemu-user
   clang libclang-rt-14-dev libomp-14-dev  # the fuzz targets (fuzz/, ctest Fuzz.Brief): libFuzzer, OpenMP for clang
