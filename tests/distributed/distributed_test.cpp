@@ -345,6 +345,14 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
     return r.value("codec_choice", terngrad::json::Json::object());
   };
   const terngrad::json::Json c = choice_of("auto");
+  {  // also the first line of the chief's metrics.jsonl
+    std::ifstream m(dir_ / "auto" / "metrics.jsonl");
+    std::string first;
+    std::getline(m, first);
+    const terngrad::json::Json event = terngrad::json::parse_strict(first);
+    EXPECT_EQ(event.at("event"), "codec_choice") << first;
+    EXPECT_EQ(event.at("choice"), c) << first;
+  }
   EXPECT_EQ(c.at("link").at("source"), "--auto_link_rate=1mbit");
   ASSERT_EQ(c.at("variables").size(), 8u);
   for (const auto& v : c.at("variables")) EXPECT_EQ(v.at("codec"), chosen) << v.dump();

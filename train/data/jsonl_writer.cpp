@@ -42,6 +42,11 @@ JsonObject& JsonObject::add_null(std::string_view k) {
   return *this;
 }
 
+JsonObject& JsonObject::add_json(std::string_view k, std::string_view json_text) {
+  (*fields_)[std::string(k)] = json::parse_strict(json_text);
+  return *this;
+}
+
 std::string JsonObject::str() const { return json::dump_line(*fields_); }
 
 JsonlWriter::JsonlWriter(std::string path, bool append) : path_(std::move(path)) {

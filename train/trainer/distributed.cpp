@@ -161,9 +161,9 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
         cfg.sync_replicas ? detail::make_sync_loop(r) : detail::make_async_loop(r);
     const int64_t first = loop->join(restored);
     detail::ReplicaRun run(s, client, wire, chief, first);
+    run.record_codec_choice(codec_choice);
     const int64_t last = loop->train(first, run);
     TrainResult result = run.finish(last, c.ps_addresses(), co);
-    result.codec_choice = codec_choice;
     client.finish(true);
     result.wall_seconds = since(t_start);
     if (!cfg.quiet)

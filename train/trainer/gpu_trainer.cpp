@@ -62,7 +62,7 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   InProcessRun run(s, N, t_start);
   run.result().bytes_sent_per_worker_step = workers.bytes_per_worker_step();
   for (const Param& p : s.params().params) run.result().fp32_bytes_per_worker_step += 4.0 * p.value.size();
-  run.result().codec_choice = codec_choice;
+  run.record_codec_choice(codec_choice);
   const InProcessRun::Hooks hooks{[&](TrainResult& r) { s.evaluate_into(r, &on_device); },
                                   [&] { workers.download_state(host); }};
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {

@@ -21,6 +21,11 @@ InProcessRun::InProcessRun(TrainingSession& s, int workers, Clock::time_point t_
   if (!s.cfg().train_dir.empty()) log_ = std::make_unique<JsonlWriter>(s.cfg().train_dir + "/metrics.jsonl", true);
 }
 
+void InProcessRun::record_codec_choice(const std::string& json_line) {
+  result_.codec_choice = json_line;
+  if (log_ && !json_line.empty()) log_->write(JsonObject().add("event", "codec_choice").add_json("choice", json_line));
+}
+
 void InProcessRun::after_step(int64_t step, double loss, const std::function<void(JsonObject&)>& extra,
                               const Hooks& hooks) {
   const TrainConfig& cfg = s_.cfg();

@@ -29,6 +29,9 @@ class InProcessRun {
   InProcessRun(TrainingSession& s, int workers, Clock::time_point t_start);
 
   TrainResult& result() { return result_; }
+  // --codec=auto: the decision (one line of JSON, "" for none) into the
+  // result and, as {"event": "codec_choice", ...}, into metrics.jsonl.
+  void record_codec_choice(const std::string& json_line);
 
   // After step `step` (0-based) with the workers' mean loss: divergence
   // check, console progress, the metrics.jsonl train line (common fields,

@@ -25,6 +25,11 @@ ReplicaRun::ReplicaRun(TrainingSession& s, comm::WorkerClient& client, const Wir
       t_train_(Clock::now()),
       t0_(client.traffic()) {}
 
+void ReplicaRun::record_codec_choice(const std::string& json_line) {
+  result_.codec_choice = json_line;
+  if (log_ && !json_line.empty()) log_->write(JsonObject().add("event", "codec_choice").add_json("choice", json_line));
+}
+
 void ReplicaRun::after_step(int64_t done, double loss, double lr) {
   const TrainConfig& cfg = s_.cfg();
   loss_ = loss;

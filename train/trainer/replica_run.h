@@ -37,6 +37,10 @@ class ReplicaRun {
   // least `done`), the last with this loss: progress and, when due, the
   // chief's train line.
   void after_step(int64_t done, double loss, double lr);
+  // --codec=auto: the decision (one line of JSON, "" for none) into the
+  // result and, on the chief, as {"event": "codec_choice", ...} into
+  // metrics.jsonl.
+  void record_codec_choice(const std::string& json_line);
   // Whether the chief evaluates after `done` steps (before the last).
   bool evaluation_due(int64_t done) const;
   // The session's weights evaluated: into the result, the log and the console.

@@ -274,7 +274,7 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   int64_t steps_sent = 0;
   detail::InProcessRun run(s, N, t_start);
   run.result().fp32_bytes_per_worker_step = in.fp32_bytes_per_worker_step();
-  run.result().codec_choice = codec_choice;
+  run.record_codec_choice(codec_choice);
   const detail::InProcessRun::Hooks hooks{[&s](TrainResult& r) { s.evaluate_into(r); }, nullptr};
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {

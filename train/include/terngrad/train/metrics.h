@@ -39,6 +39,9 @@ class JsonObject {
     else return add_uint(key, static_cast<uint64_t>(value));
   }
   JsonObject& add_null(std::string_view key);
+  // A nested value given as JSON text (an object the trainer built, e.g.
+  // --codec=auto's decision); std::runtime_error if it is not JSON.
+  JsonObject& add_json(std::string_view key, std::string_view json_text);
 
   // One line of compact JSON.
   std::string str() const;
