@@ -42,6 +42,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -75,6 +77,10 @@ struct Options {
   double timeout_secs = 0;      // 0: none
   std::string kill_task;        // fault injection: "worker:1"
   double kill_after_secs = 0;
+  // Soak runs: a task of kill_types (seeded) killed every kill_every_min..max seconds.
+  double kill_every_min = 0, kill_every_max = 0;
+  uint64_t kill_seed = 1;
+  std::vector<std::string> kill_types;
   int restart_failed = 0;       // a failed task is started again up to this many times
   int replica_threads = 0;      // 0: cores / replicas
   std::string link_rate, ps_link_rate;  // as given (tc syntax); "" = loopback, no namespaces
@@ -100,6 +106,8 @@ const char* kHelp =
     "  --replica_threads=N   OpenMP threads per replica (default cores / replicas, at least 1)\n"
     "  --timeout_secs=S      stop everything and fail after S seconds (default: none)\n"
     "  --kill_task=TYPE:I --kill_after_secs=S   fault injection: SIGKILL that task after S seconds\n"
+    "  --kill_every_secs=A:B --kill_seed=S --kill_types=chief,worker   soak runs: SIGKILL a random running\n"
+    "                        task of those types every A to B seconds (seeded); with --restart_failed\n"
     "  --restart_failed=N    start a task that failed (or was killed) again, up to N times, after\n"
     "                        0.5 s, 1 s, 2 s, ... (a pod's restart policy); its log goes on\n"
     "  --link_rate=RATE      emulated links: every task in its own network namespace on a bridge, its\n"
@@ -165,6 +173,24 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "kill_task")) != "\x01") o.kill_task = v;
     else if ((v = value_of(a, "kill_after_secs")) != "\x01") o.kill_after_secs = to_double("kill_after_secs", v);
     else if ((v = value_of(a, "restart_failed")) != "\x01") o.restart_failed = to_int("restart_failed", v, 0);
+    else if ((v = value_of(a, "kill_every_secs")) != "\x01") {
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos) usage_error("--kill_every_secs=" + v + ": expected MIN:MAX seconds");
+      o.kill_every_min = to_double("kill_every_secs", v.substr(0, colon));
+      o.kill_every_max = to_double("kill_every_secs", v.substr(colon + 1));
+      if (!(o.kill_every_min > 0) || o.kill_every_max < o.kill_every_min)
+        usage_error("--kill_every_secs=" + v + ": expected 0 < MIN <= MAX");
+    } else if ((v = value_of(a, "kill_seed")) != "\x01") o.kill_seed = static_cast<uint64_t>(to_int("kill_seed", v, 0));
+    else if ((v = value_of(a, "kill_types")) != "\x01") {
+      for (size_t at = 0; at <= v.size();) {
+        const size_t end = std::min(v.find(',', at), v.size());
+        const std::string type = v.substr(at, end - at);
+        if (type != "ps" && type != "chief" && type != "worker" && type != "evaluator")
+          usage_error("--kill_types=" + v + ": \"" + type + "\" is not ps, chief, worker or evaluator");
+        o.kill_types.push_back(type);
+        at = end + 1;
+      }
+    }
     else if ((v = value_of(a, "replica_threads")) != "\x01") o.replica_threads = to_int("replica_threads", v, 1);
     else if ((v = value_of(a, "link_rate")) != "\x01") o.link_rate = v, o.link_rate_bps = to_rate("link_rate", v);
     else if ((v = value_of(a, "ps_link_rate")) != "\x01")
@@ -172,6 +198,7 @@ Options parse(int argc, char** argv) {
     else usage_error("unknown launcher flag " + a + " (tg-train flags go after \"--\")");
   }
   for (; i < argc; ++i) o.train_flags.emplace_back(argv[i]);
+  if (o.kill_every_min > 0 && o.kill_types.empty()) o.kill_types = {"chief", "worker"};
   if (!o.chief && o.num_workers == 0) usage_error("no chief and no workers: nothing would train");
   if (!o.ps_link_rate.empty() && o.link_rate.empty())
     usage_error("--ps_link_rate=" + o.ps_link_rate + " needs --link_rate (the rate of the other tasks' links)");
@@ -556,6 +583,34 @@ void kill_named_task(const Options& o, std::vector<Task>& tasks) {
     }
 }
 
+// --kill_every_secs: SIGKILLs one running task of --kill_types, chosen by
+// the seeded generator; returns the seconds until the next kill.
+double kill_random_task(const Options& o, std::vector<Task>& tasks, std::mt19937_64& rng) {
+  std::vector<size_t> eligible;
+  for (size_t k = 0; k < tasks.size(); ++k)
+    if (tasks[k].running && std::find(o.kill_types.begin(), o.kill_types.end(), tasks[k].type) != o.kill_types.end())
+      eligible.push_back(k);
+  if (!eligible.empty()) {
+    Task& t = tasks[eligible[rng() % eligible.size()]];
+    std::fprintf(stderr, "tg-cluster: fault injection: killing %s (pid %d)\n", t.name().c_str(), t.pid);
+    ::kill(t.pid, SIGKILL);  // reaped (and restarted) by reap_tasks
+  }
+  return o.kill_every_min + (o.kill_every_max - o.kill_every_min) * std::uniform_real_distribution<double>(0, 1)(rng);
+}
+
+// Appends every running task's resident memory (VmRSS, kB) to
+// <log_dir>/rss.jsonl: a soak run's ps must stay flat.
+void log_rss(const Options& o, const std::vector<Task>& tasks, double elapsed) {
+  terngrad::json::Json line = {{"seconds", elapsed}};
+  for (const Task& t : tasks) {
+    if (!t.running) continue;
+    std::ifstream status("/proc/" + std::to_string(t.pid) + "/status");
+    for (std::string l; std::getline(status, l);)
+      if (l.rfind("VmRSS:", 0) == 0) line[t.name()] = std::strtoll(l.c_str() + 6, nullptr, 10);
+  }
+  std::ofstream(fs::path(o.log_dir) / "rss.jsonl", std::ios::app) << terngrad::json::dump_line(line) << "\n";
+}
+
 // Waits for the run to end, showing the progress task's log as it grows:
 // "" when every task ended well, else why the run failed.
 std::string watch_tasks(const Launch& l, std::vector<Task>& tasks, const std::string& shown) {
@@ -563,6 +618,8 @@ std::string watch_tasks(const Launch& l, std::vector<Task>& tasks, const std::st
   std::ifstream progress_log;
   const auto start = Clock::now();
   bool killed_one = false;
+  std::mt19937_64 rng(o.kill_seed);
+  double next_kill = o.kill_every_min > 0 ? o.kill_every_min : -1, next_rss = 0;
   for (;;) {
     show_new_output(progress_log, fs::path(o.log_dir) / shown);
     bool any_running = false;
@@ -578,6 +635,11 @@ std::string watch_tasks(const Launch& l, std::vector<Task>& tasks, const std::st
     if (!o.kill_task.empty() && !killed_one && elapsed >= o.kill_after_secs) {
       kill_named_task(o, tasks);
       killed_one = true;
+    }
+    if (next_kill >= 0 && elapsed >= next_kill) next_kill = elapsed + kill_random_task(o, tasks, rng);
+    if (next_kill >= 0 && elapsed >= next_rss) {  // soak runs: memory every 10 s
+      log_rss(o, tasks, elapsed);
+      next_rss = elapsed + 10;
     }
     if (g_interrupted) return "interrupted";
     if (o.timeout_secs > 0 && elapsed > o.timeout_secs)
