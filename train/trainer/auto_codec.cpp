@@ -236,27 +236,19 @@ AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int
   return d;
 }
 
-void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::string& ps0,
-                       const std::optional<comm::Credential>& credential, const comm::TlsOptions& tls) {
+namespace {
+
+// The plan a running ps's Status names, checked against this session's
+// variables and this replica's candidates, set.
+void set_plan_of(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatus& st) {
   const std::vector<std::string> candidates = comm::parse_auto_codec(cfg.codec, cfg.sync_replicas).candidates;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::optional<comm::PsStatus> st;
-  for (;;) {
-    st = comm::query_ps_status(ps0, 2, credential, tls);
-    if (st && st->phase == "failed") throw comm::PeerError("--codec=auto: the run failed before it began: " + st->failure);
-    if (st && !st->variables.empty()) break;
-    if (seconds_since(t0) > cfg.startup_timeout_secs)
-      throw comm::PeerError("--codec=auto: ps 0 at " + ps0 + " has not had the chief's choice of codecs (its Init) " +
-                            "within --startup_timeout_secs=" + std::to_string(cfg.startup_timeout_secs));
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
   const std::vector<Param>& params = s.params().params;
-  if (st->variables.size() != params.size())
-    throw std::invalid_argument("--codec=auto: the chief's plan has " + std::to_string(st->variables.size()) +
+  if (st.variables.size() != params.size())
+    throw std::invalid_argument("--codec=auto: the chief's plan has " + std::to_string(st.variables.size()) +
                                 " variables, this replica's model " + std::to_string(params.size()));
   std::vector<std::string> plan;
   for (size_t v = 0; v < params.size(); ++v) {
-    const auto& [name, spec] = st->variables[v];
+    const auto& [name, spec] = st.variables[v];
     if (name != params[v].name)
       throw std::invalid_argument("--codec=auto: the chief's variable " + std::to_string(v) + " is " + name +
                                   ", this replica's " + params[v].name);
@@ -266,6 +258,22 @@ void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::st
     plan.push_back(spec);
   }
   s.set_plan(std::move(plan));
+}
+
+}  // namespace
+
+void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::string& ps0,
+                       const std::optional<comm::Credential>& credential, const comm::TlsOptions& tls) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const std::optional<comm::PsStatus> st = comm::query_ps_status(ps0, 2, credential, tls);
+    if (st && st->phase == "failed") throw comm::PeerError("--codec=auto: the run failed before it began: " + st->failure);
+    if (st && !st->variables.empty()) return set_plan_of(cfg, s, *st);
+    if (seconds_since(t0) > cfg.startup_timeout_secs)
+      throw comm::PeerError("--codec=auto: ps 0 at " + ps0 + " has not had the chief's choice of codecs (its Init) " +
+                            "within --startup_timeout_secs=" + std::to_string(cfg.startup_timeout_secs));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 std::string describe(const AutoDecision& d, TrainingSession& s) {
@@ -363,6 +371,14 @@ std::string apply_auto_codec_in_cluster(const TrainConfig& cfg, TrainingSession&
     return json::dump_line({{"adopted_from_chief", true}});
   }
   if (std::optional<std::string> kept = keep_checkpointed_plan(cfg, s)) return *kept;
+  // A restarted chief of a run that has no checkpoint yet: the plan the
+  // running ps holds (a new decision could differ, and the ps would refuse
+  // its layout). A ps not up yet, or waiting for Init, is a fresh start.
+  if (const std::optional<comm::PsStatus> st = comm::query_ps_status(ps.at(0), 0.5, credential, tls);
+      st && st->phase == "running" && !st->variables.empty()) {
+    set_plan_of(cfg, s, *st);
+    return json::dump_line({{"adopted_from_running_ps", true}});
+  }
   std::string source;
   comm::LinkModel link;
   if (const std::optional<comm::LinkModel> flag = link_from_flag(cfg)) {
