@@ -363,6 +363,13 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
   EXPECT_EQ(second.output.find("residual starts at zero"), std::string::npos) << second.output;
   EXPECT_TRUE(choice_of("auto").value("resumed_from_checkpoint", false));
   expect_same_weights("byhand", "auto");
+  // A chief restarted before any checkpoint takes the plan the running ps
+  // holds (deciding again could give another, which the ps would refuse).
+  const Proc restarted = cluster("auto-restarted", launcher + " --kill_task=chief:0 --kill_after_secs=5 --restart_failed=1",
+                                 model_flags(700, "--codec=auto --auto_link_rate=1mbit --save_interval_steps=5000 "
+                                                  "--rejoin_window_steps=700" + costs));
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_TRUE(choice_of("auto-restarted").value("adopted_from_running_ps", false)) << restarted.output;
   // Loopback: the chief measures its link to the ps.
   const Proc probed = cluster("probed", launcher, model_flags(3, "--codec='auto(fp32,terngrad)'" + costs));
   ASSERT_EQ(probed.exit_code, 0) << probed.output;
