@@ -291,6 +291,11 @@ TEST_F(Distributed, BadTfConfigIsRefusedWithAClearMessage) {
                     model_flags(1));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--ps_hosts entry 0"), std::string::npos) << r.output;
+  // Flags and TF_CONFIG both: the flags win, and the task says so.
+  const Proc both = run("TF_CONFIG='{\"cluster\": {}}' " + train_bin() +
+                        " --job_name=worker --ps_hosts=127.0.0.1:x --worker_hosts=127.0.0.1:1 " + model_flags(1));
+  EXPECT_NE(both.output.find("--job_name=worker is given, so TF_CONFIG in the environment is ignored"),
+            std::string::npos) << both.output;
 }
 
 }  // namespace

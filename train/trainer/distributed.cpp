@@ -239,10 +239,16 @@ TrainResult run_evaluator(const TrainConfig& cfg, const comm::ClusterSpec& c) {
 }  // namespace
 
 std::optional<comm::ClusterSpec> cluster_of(const TrainConfig& cfg) {
-  if (!cfg.job_name.empty())
+  const char* tf = std::getenv("TF_CONFIG");
+  if (!cfg.job_name.empty()) {
+    // Both given (a pod with TF_CONFIG and flags of its own): the flags win,
+    // which a user of TF_CONFIG would not guess; say so.
+    if (tf != nullptr && *tf != '\0')
+      std::fprintf(stderr, "warning: --job_name=%s is given, so TF_CONFIG in the environment is ignored\n",
+                   cfg.job_name.c_str());
     return comm::cluster_from_flags(cfg.job_name, cfg.task_id, cfg.ps_hosts, cfg.worker_hosts, cfg.chief_host,
                                     cfg.evaluator_host);
-  const char* tf = std::getenv("TF_CONFIG");
+  }
   if (tf != nullptr && *tf != '\0') return comm::parse_tf_config(tf);
   return std::nullopt;
 }
