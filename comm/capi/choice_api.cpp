@@ -44,9 +44,7 @@ tg_status tg_auto_choose(const char* auto_spec, int sync, const uint64_t* sizes,
     in.candidates = tc::parse_auto_codec(auto_spec, sync != 0).candidates;
     for (size_t i = 0; i < count; ++i)
       in.variables.push_back({"variable " + std::to_string(i), sizes[i], fixed != nullptr && fixed[i] != 0});
-    std::vector<std::string> specs = in.candidates;
-    if (std::find(specs.begin(), specs.end(), "fp32") == specs.end()) specs.push_back("fp32");
-    for (const std::string& s : specs) in.costs.push_back(tc::measure_codec_cost(s));
+    for (const std::string& s : tc::specs_to_cost(in.candidates)) in.costs.push_back(tc::measure_codec_cost(s));
     in.link = {up_bytes_per_s, down_bytes_per_s, round_trip_s};
     in.replicas = replicas;
     in.num_ps = num_ps;

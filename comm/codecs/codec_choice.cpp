@@ -247,6 +247,12 @@ CodecCost measure_codec_cost(const std::string& spec, uint64_t n_small, uint64_t
   return c;
 }
 
+std::vector<std::string> specs_to_cost(const std::vector<std::string>& candidates) {
+  std::vector<std::string> specs = candidates;
+  if (std::find(specs.begin(), specs.end(), "fp32") == specs.end()) specs.push_back("fp32");
+  return specs;
+}
+
 PlanEstimate estimate_plan(const ChoiceInput& in, const std::vector<std::string>& plan) {
   CodecTable codecs;
   return estimate(in, plan, codecs);

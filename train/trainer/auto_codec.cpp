@@ -220,9 +220,7 @@ AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int
   d.link_source = link_source;
   d.replicas = replicas;
   d.num_ps = num_ps;
-  std::vector<std::string> specs = d.candidates;
-  if (std::find(specs.begin(), specs.end(), "fp32") == specs.end()) specs.push_back("fp32");  // fixed variables
-  d.costs = codec_costs(cfg, specs, &d.cost_source);
+  d.costs = codec_costs(cfg, comm::specs_to_cost(d.candidates), &d.cost_source);
   comm::ChoiceInput in;
   for (const Param& p : s.params().params)
     in.variables.push_back({p.name, static_cast<uint64_t>(p.value.size()), travels_fp32(cfg, p)});

@@ -70,6 +70,10 @@ struct CodecCost {
 CodecCost measure_codec_cost(const std::string& spec, uint64_t n_small = 1 << 14, uint64_t n_large = 1 << 21,
                              int repeats = 3);
 
+// The specs whose costs a choice needs: the candidates, and fp32 (fixed
+// variables travel fp32 whatever is chosen) when it is not one of them.
+std::vector<std::string> specs_to_cost(const std::vector<std::string>& candidates);
+
 // The link between a replica and a ps, from the replica's side.
 struct LinkModel {
   double up_bytes_per_s = 0;    // replica -> ps; 0 = no link (memory: in-process runs)
