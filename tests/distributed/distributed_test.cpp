@@ -459,6 +459,23 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   EXPECT_NE(refused.output.find("(restart 2 of 2)"), std::string::npos) << refused.output;
 }
 
+// The supervisor's and the rejoin window's flags: a bad value is refused
+// by name before anything starts.
+TEST_F(Distributed, RestartAndRejoinFlagsAreCheckedByName) {
+  for (const auto& [launcher, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--kill_every_secs=5", "--kill_every_secs=5: expected MIN:MAX seconds"},
+           {"--kill_every_secs=3:1", "--kill_every_secs=3:1: expected 0 < MIN <= MAX"},
+           {"--kill_every_secs=1:2 --kill_types=chief,boss", "\"boss\" is not ps, chief, worker or evaluator"},
+           {"--restart_failed=-1", "restart_failed"}}) {
+    const Proc r = run(cluster_bin() + " " + launcher + " -- " + model_flags(1));
+    EXPECT_NE(r.exit_code, 0) << launcher;
+    EXPECT_NE(r.output.find(says), std::string::npos) << launcher << ": " << r.output;
+  }
+  const Proc bad = in_process("bad-window", 1, model_flags(1, "--rejoin_window_steps=-1"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--rejoin_window_steps must be in [0, 100000], got -1"), std::string::npos) << bad.output;
+}
+
 TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
   const std::string why = why_no_gpu();
   if (!why.empty()) GTEST_SKIP() << why << "; this GPU check needs a device (scripts/gpu_checks.sh)";
