@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "emulated_network.h"
+#include "link_sampler.h"
 #include "terngrad/base/json.h"
 #include "terngrad/comm/credentials.h"
 #include "terngrad/train/atomic_file.h"
@@ -320,11 +321,64 @@ std::string megabytes(uint64_t bytes) {
   return buf;
 }
 
+// The step count of the chief's summary line ("..., 150 steps, grad_bits
+// ..."), 0 if it has none (a failed run).
+int64_t summary_steps(const Options& o, const std::string& shown) {
+  std::ifstream in(fs::path(o.log_dir) / shown);
+  std::string line;
+  int64_t steps = 0;
+  while (std::getline(in, line)) {
+    const size_t at = line.find(" steps, grad_bits ");
+    if (at == std::string::npos) continue;
+    const size_t begin = line.find_last_of(' ', at - 1);
+    steps = std::atoll(line.substr(begin + 1, at - begin - 1).c_str());
+  }
+  return steps;
+}
+
+// The ps links' idle time (link_sampler.h) into link_stats.json's "ps_link_idle"
+// and one line: per step when the chief's summary says how many ran.
+void add_link_idle(terngrad::json::Json& j, const tx::LinkIdleReport& r, int64_t steps) {
+  double in_idle = 0, out_idle = 0, in_unused = 0, out_unused = 0;
+  terngrad::json::Json links = terngrad::json::Json::array();
+  for (const tx::LinkIdle& l : r.links) {
+    links.push_back({{"interface", l.interface},
+                     {"in_idle_seconds", l.in_idle_s},
+                     {"out_idle_seconds", l.out_idle_s},
+                     {"in_unused_fraction", l.in_unused},
+                     {"out_unused_fraction", l.out_unused},
+                     {"in_bytes", l.in_bytes},
+                     {"out_bytes", l.out_bytes}});
+    in_idle += l.in_idle_s / r.links.size(), out_idle += l.out_idle_s / r.links.size();
+    in_unused += l.in_unused / r.links.size(), out_unused += l.out_unused / r.links.size();
+  }
+  j["ps_link_idle"] = {{"window_seconds", r.window_s}, {"period_seconds", r.period_s}, {"samples", r.samples},
+                       {"steps", steps},        {"links", links}};
+  if (r.window_s <= 0) return;
+  std::string per_step;
+  if (steps > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; per step of %.1f ms: in %.1f ms, out %.1f ms idle", 1e3 * r.window_s / steps,
+                  1e3 * in_idle / steps, 1e3 * out_idle / steps);
+    per_step = buf;
+    j["ps_link_idle"]["step_ms"] = 1e3 * r.window_s / steps;
+    j["ps_link_idle"]["in_idle_ms_per_step"] = 1e3 * in_idle / steps;
+    j["ps_link_idle"]["out_idle_ms_per_step"] = 1e3 * out_idle / steps;
+  }
+  std::fprintf(stderr,
+               "tg-cluster: ps links over the %.1f s they were busy: idle (under 5%% of the rate) in %.1f%%, out "
+               "%.1f%%; capacity unused in %.1f%%, out %.1f%%%s\n",
+               r.window_s, 100 * in_idle / r.window_s, 100 * out_idle / r.window_s, 100 * in_unused,
+               100 * out_unused, per_step.c_str());
+}
+
 // <log_dir>/link_stats.json: the rates, the run's wall time and each task's
 // interface counters (frames with their headers, so a little above the
-// payload the trainer counts), and the one-line summary of the ps links.
+// payload the trainer counts), the ps links' idle time, and the one-line
+// summary of the ps links.
 void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx::EmulatedNetwork& net,
-                      double wall_seconds, const std::string& outcome) {
+                      double wall_seconds, const std::string& outcome, const tx::LinkIdleReport* idle,
+                      int64_t steps) {
   terngrad::json::Json j;
   j["link_rate"] = o.link_rate;
   j["link_rate_bps"] = o.link_rate_bps;
@@ -345,6 +399,7 @@ void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx
                           {"tx_bytes", c.tx_bytes},
                           {"rx_bytes", c.rx_bytes}});
   }
+  if (idle) add_link_idle(j, *idle, steps);
   const fs::path path = fs::path(o.log_dir) / "link_stats.json";
   terngrad::train::write_file_atomically(path.string(), terngrad::json::dump_pretty(j) + "\n");
   const double secs = std::max(wall_seconds, 1e-9);
@@ -718,6 +773,18 @@ int run(Options& o) {
     std::fprintf(stderr, "tg-cluster: emulated links: %s each way (ps: %s), namespaces %s-*\n", o.link_rate.c_str(),
                  o.ps_link_rate.c_str(), net->hub().substr(0, net->hub().size() - 4).c_str());
 
+  // The ps links' counters every millisecond: where they idle.
+  std::optional<tx::LinkSampler> sampler;
+  if (net) {
+    std::vector<std::string> ps_links;
+    for (size_t i = 0; i < tasks.size(); ++i)
+      if (tasks[i].type == "ps") ps_links.push_back(net->hosts().at(i).hub_if);
+    try {
+      sampler.emplace(net->hub(), ps_links, o.ps_link_rate_bps);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tg-cluster: the ps links' idle time is not measured: %s\n", e.what());
+    }
+  }
   const auto run_start = Clock::now();
   const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
   const Launch launch{o, cluster, net, threads, has_flag(o, "--threads=")};
@@ -729,7 +796,13 @@ int run(Options& o) {
   if (net) {
     const double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
     try {
-      write_link_stats(o, tasks, *net, wall, failure.empty() ? "ok" : failure.substr(0, failure.find('\n')));
+      std::optional<tx::LinkIdleReport> idle;
+      if (sampler) {
+        idle = sampler->stop();
+        sampler->write_timeline_csv((fs::path(o.log_dir) / "ps_link_timeline.csv").string());
+      }
+      write_link_stats(o, tasks, *net, wall, failure.empty() ? "ok" : failure.substr(0, failure.find('\n')),
+                       idle ? &*idle : nullptr, summary_steps(o, shown));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "tg-cluster: cannot write the link statistics: %s\n", e.what());
       if (failure.empty()) failure = std::string("link statistics: ") + e.what();

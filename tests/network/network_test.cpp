@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "emulated_network.h"
+#include "link_sampler.h"
 #include "run_command.h"
 #include "terngrad/base/json.h"
 
@@ -319,6 +320,69 @@ TEST(EmulatedNetworkLinks, BulkTransfersRunAtTheShapedRateBothWays) {
   EXPECT_TRUE(tx::EmulatedNetwork::namespaces_of("tgnet", getpid()).empty());
 }
 
+// The link sampler on a link that carries bursts: 3 bursts of 1 MB at
+// 40 Mbit/s (0.2 s each) 0.5 s apart. The sending direction idles between
+// them, the other (ACKs only, about 2% of the rate) all the time, and the
+// bytes counted are the bursts' (plus headers).
+TEST(EmulatedNetworkLinks, LinkSamplerSeesTheGapsBetweenBursts) {
+  SKIP_WITHOUT_NAMESPACES();
+  const Proc py = run_command("python3 -c 'import socket'");
+  if (py.exit_code != 0) GTEST_SKIP() << "python3 (the transfer's two ends) is not available: " << py.output;
+  const uint64_t rate = 40'000'000;
+  const int64_t burst = 1'000'000;
+  tx::EmulatedNetwork net;
+  const auto a = net.add_host("a", rate);
+  const auto b = net.add_host("b", rate);
+  const std::string sink =
+      "import socket,sys\n"
+      "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+      "s.bind((sys.argv[1], 5002)); s.listen(1); c,_=s.accept()\n"
+      "while c.recv(1<<20): pass\n";
+  // Each burst waits until the last one has left the socket (SIOCOUTQ), so
+  // the gaps are on the link, not in the sender's buffer.
+  const std::string source =
+      "import socket,sys,time,fcntl,struct\n"
+      "for i in range(100):\n"
+      "  try:\n"
+      "    c=socket.create_connection((sys.argv[1], 5002)); break\n"
+      "  except OSError: time.sleep(0.05)\n"
+      "for k in range(3):\n"
+      "  c.sendall(b'x'*int(sys.argv[2]))\n"
+      "  while struct.unpack('i', fcntl.ioctl(c, 0x5411, b'\\0'*4))[0] > 0: time.sleep(0.005)\n"
+      "  if k < 2: time.sleep(0.5)\n"
+      "c.close()\n";
+  tx::LinkSampler sampler(net.hub(), {a.hub_if, b.hub_if}, rate);
+  const pid_t rx = net.spawn(b, {"/usr/bin/env", "python3", "-c", sink, b.address}, [] {});
+  const pid_t tx_pid =
+      net.spawn(a, {"/usr/bin/env", "python3", "-c", source, b.address, std::to_string(burst)}, [] {});
+  int st = 0;
+  ASSERT_EQ(wait_for(tx_pid, 30, &st), tx_pid) << "the sender did not finish";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ASSERT_EQ(wait_for(rx, 10, &st), rx) << "the receiver did not finish";
+  const tx::LinkIdleReport r = sampler.stop();
+  ASSERT_EQ(r.links.size(), 2u);
+  const tx::LinkIdle& sender = r.links[0];  // seen from a: it sends ("out")
+  std::printf("[ measured ] window %.2f s over %llu samples; a's link idle: out %.2f s, in %.2f s; out unused %.2f\n",
+              r.window_s, static_cast<unsigned long long>(r.samples), sender.out_idle_s, sender.in_idle_s,
+              sender.out_unused);
+  // Three bursts of 0.2 s and two gaps of 0.5 s: about 1.6 s.
+  EXPECT_GT(r.window_s, 1.3);
+  EXPECT_LT(r.window_s, 2.5);
+  EXPECT_GE(sender.out_idle_s, 0.8) << "the two gaps";
+  EXPECT_LE(sender.out_idle_s, r.window_s - 0.4) << "the bursts are not idle";
+  // ACKs only: a few percent of the rate, mostly under the idle threshold
+  // (at 1 ms samples two or three ACKs can cross it).
+  EXPECT_GE(sender.in_unused, 0.94) << "ACKs only";
+  EXPECT_GE(sender.in_idle_s, 0.6 * r.window_s) << "ACKs only";
+  EXPECT_GE(sender.out_bytes, static_cast<uint64_t>(3 * burst));
+  EXPECT_LE(sender.out_bytes, static_cast<uint64_t>(3 * burst * 1.1));
+  EXPECT_NEAR(sender.out_unused, 1 - 3 * burst * 8.0 / rate / r.window_s, 0.1);
+  // b's link mirrors a's: what a sent, b received.
+  EXPECT_GE(r.links[1].in_bytes, static_cast<uint64_t>(3 * burst));
+  EXPECT_THROW(tx::LinkSampler(net.hub(), {"h-nosuch"}, rate), std::runtime_error);
+  net.teardown();
+}
+
 // A 1-ps 1-replica run with fp32 gradients over a 50 Mbit/s ps link: each
 // step pushes 5 MB to the ps and pulls 5 MB back, so a step cannot take less
 // than payload / rate (0.8 s) one way; unshaped it takes a tenth of that.
@@ -387,6 +451,27 @@ TEST_F(Network, ShapedRunTakesAtLeastPayloadOverRateAndLeavesNothing) {
   const double bucket = static_cast<double>(tx::tbf_params(ps_rate).burst_bytes);
   EXPECT_LE(ps_rx * 8, ps_rate * wall + 8 * bucket);
   EXPECT_LE(ps_tx * 8, ps_rate * wall + 8 * bucket);
+
+  // The ps link's idle time: each direction is busy at least the steps'
+  // payload over the rate, and idles in the gaps between (the compute; the
+  // sums stream back while the pushes go out, so the directions overlap).
+  const json::Json& idle = member(stats, "ps_link_idle");
+  EXPECT_EQ(number(idle, "steps"), steps);
+  const double window = number(idle, "window_seconds");
+  EXPECT_GE(window, steps * slowest_rate_time);
+  EXPECT_LE(window, wall);
+  const json::Json& link = member(idle, "links")[0];
+  EXPECT_EQ(text(link, "interface"), "h-ps0");
+  std::printf("[ measured ] ps link busy for %.2f s: idle in %.2f s, out %.2f s\n", window,
+              number(link, "in_idle_seconds"), number(link, "out_idle_seconds"));
+  EXPECT_GE(number(link, "in_bytes"), 0.9 * steps * payload);
+  EXPECT_GE(number(link, "out_bytes"), 0.9 * steps * payload);
+  for (const char* dir : {"in_idle_seconds", "out_idle_seconds"}) {
+    EXPECT_GT(number(link, dir), 0) << dir;
+    EXPECT_LE(number(link, dir), window - 0.9 * steps * slowest_rate_time) << dir;
+  }
+  EXPECT_NEAR(number(idle, "in_idle_ms_per_step"), 1e3 * number(link, "in_idle_seconds") / steps, 1e-6);
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "logs" / "ps_link_timeline.csv"));
 
   // Nothing left: the launcher's namespaces and its tasks are gone.
   EXPECT_TRUE(tx::EmulatedNetwork::namespaces_of("tgnet", launcher).empty());
