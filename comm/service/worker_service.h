@@ -115,11 +115,17 @@ struct WorkerClient::Impl {
     std::vector<uint32_t> local;  // ps-local shard indices
     std::vector<std::span<const uint8_t>> payloads;
     std::vector<float> step_ms;
+    size_t priority = 0;  // its first layout shard: earlier layers' shards leave first
   };
   std::vector<uint32_t> local_index;  // layout shard -> index on its ps
   std::mutex pm;
   std::condition_variable pcv;
-  std::vector<std::deque<Bucket>> queues;  // per ps: pushes leave in order, one at a time
+  // Per ps: the buckets waiting to leave, the lowest priority first (equal
+  // ones in order). The layout numbers shards in variable order, so the
+  // first layers' gradients, finished last by the backward pass, overtake
+  // the rest of a large later layer (P3, Jayarajan et al. 2019): their sums
+  // come back first, and the next forward pass starts on them.
+  std::vector<std::deque<Bucket>> queues;
   std::vector<std::thread> senders;        // started at the first pipelined step
   bool stop_senders = false;
   size_t pushes_pending = 0;
@@ -132,6 +138,13 @@ struct WorkerClient::Impl {
   std::vector<rpc::PullHeader> pipe_heads;
   std::vector<grpc::ClientContext*> live_pulls;  // cancelled when the step fails
   Clock::time_point pipe_start, pushed_at, first_sum_at;
+  // The push rate: bytes over the time at least one push was in flight,
+  // per step (push_rate() reads the last step's).
+  int in_flight = 0;
+  Clock::time_point busy_since;
+  double busy_s = 0;
+  uint64_t busy_bytes = 0;
+  double push_rate = 0;
   std::vector<float> step_report;  // attached to the step's first bucket, then cleared
 
   struct Cancelled {};  // a pull stopped because the step already failed

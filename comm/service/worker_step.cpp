@@ -3,6 +3,7 @@
 // buckets leave as they are encoded, sums are handed out as they arrive) (worker_service.h).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -29,8 +30,11 @@ void WorkerClient::Impl::sender_loop(int p) {
   for (;;) {
     pcv.wait(lk, [&] { return stop_senders || !queues[p].empty(); });
     if (stop_senders) return;
-    Bucket b = std::move(queues[p].front());
-    queues[p].pop_front();
+    auto next = std::min_element(queues[p].begin(), queues[p].end(),
+                                 [](const Bucket& a, const Bucket& b) { return a.priority < b.priority; });
+    Bucket b = std::move(*next);
+    queues[p].erase(next);
+    if (in_flight++ == 0) busy_since = Clock::now();
     lk.unlock();
     std::exception_ptr error;
     try {
@@ -40,6 +44,8 @@ void WorkerClient::Impl::sender_loop(int p) {
     }
     lk.lock();
     if (error) fail_step_locked(error);
+    for (const auto& payload : b.payloads) busy_bytes += payload.size();
+    if (--in_flight == 0) busy_s += std::chrono::duration<double>(Clock::now() - busy_since).count();
     if (--pushes_pending == 0) pushed_at = Clock::now();
     pcv.notify_all();
   }
@@ -332,6 +338,7 @@ void WorkerClient::push_bucket(float loss, std::span<const size_t> shards,
       throw std::invalid_argument("push_bucket: shard " + std::to_string(shards[i]) + " of " +
                                   std::to_string(m.layout.shards.size()));
     Impl::Bucket& b = per_ps[m.layout.shards[shards[i]].ps];
+    if (b.local.empty() || shards[i] < b.priority) b.priority = shards[i];
     b.local.push_back(m.local_index[shards[i]]);
     b.payloads.push_back(shard_payloads[i]);
   }
@@ -378,6 +385,9 @@ WorkerClient::Sums WorkerClient::end_step(StepTimes* times) {
     times->pushed_s = std::chrono::duration<double>(m.pushed_at - m.pipe_start).count();
     times->first_sum_s = std::chrono::duration<double>(m.first_sum_at - m.pipe_start).count();
   }
+  if (m.busy_s > 0) m.push_rate = static_cast<double>(m.busy_bytes) / m.busy_s;
+  m.busy_s = 0;
+  m.busy_bytes = 0;
   m.pipe_sums = nullptr;
   const rpc::PullHeader& h = m.pipe_heads[0];
   return {h.contributions(),
@@ -385,6 +395,11 @@ WorkerClient::Sums WorkerClient::end_step(StepTimes* times) {
           0.0,
           {h.replicas_step_ms().begin(), h.replicas_step_ms().end()},
           h.replicas_reporting()};
+}
+
+double WorkerClient::push_rate() const {
+  std::lock_guard<std::mutex> lk(impl_->pm);
+  return impl_->push_rate;
 }
 
 void WorkerClient::report_step_times(std::vector<float> ms) {

@@ -73,7 +73,8 @@ const Tensor& Model::predict(Workspace& ws, const Tensor& x) const {
 }
 
 float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels, GradSet& grads,
-                              const ForwardContext& ctx, const GradsReady& grads_ready) const {
+                              const ForwardContext& ctx, const GradsReady& grads_ready,
+                              const ParamsNeeded& params_needed) const {
   if (static_cast<int64_t>(labels.size()) != x.dim(0)) {
     throw std::invalid_argument(name_ + ": " + std::to_string(labels.size()) + " labels for a batch of " +
                                 std::to_string(x.dim(0)));
@@ -83,6 +84,8 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
   if (!fwd.state) fwd.state = &state_;  // read only by an evaluation-mode batch norm
   const Tensor* in = &x;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (params_needed && i < layer_params_.size() && layer_params_[i].first < layer_params_[i].second)
+      params_needed(layer_params_[i].first, layer_params_[i].second);
     layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
     in = &ws.acts[i + 1];
   }

@@ -42,18 +42,28 @@ void ExponentialMovingAverage::check(const ParamSet& params, const char* what) c
 }
 
 void ExponentialMovingAverage::update(const ParamSet& params, int64_t step) {
+  check(params, "update");
+  for (size_t i = 0; i < shadow_.size(); ++i) update_one(params, i, step);
+}
+
+void ExponentialMovingAverage::update_variable(const ParamSet& params, size_t i, int64_t step) {
+  check(params, "update_variable");
+  if (i >= shadow_.size())
+    throw std::invalid_argument("ExponentialMovingAverage::update_variable(" + std::to_string(i) + ") of " +
+                                std::to_string(shadow_.size()) + " parameters");
+  update_one(params, i, step);
+}
+
+void ExponentialMovingAverage::update_one(const ParamSet& params, size_t i, int64_t step) {
   if (swapped_)
     throw std::logic_error("ExponentialMovingAverage::update: the shadows are swapped into the parameters; "
                            "call swap() again first");
-  check(params, "update");
   const auto one_minus = static_cast<float>(1.0 - decay_at(step));
-  for (size_t i = 0; i < shadow_.size(); ++i) {
-    float* s = shadow_[i].ptr();
-    const float* v = params.params[i].value.ptr();
-    const int64_t n = shadow_[i].size();
+  float* s = shadow_[i].ptr();
+  const float* v = params.params[i].value.ptr();
+  const int64_t n = shadow_[i].size();
 #pragma omp parallel for if (n > (int64_t{1} << 15))
-    for (int64_t j = 0; j < n; ++j) s[j] -= one_minus * (s[j] - v[j]);
-  }
+  for (int64_t j = 0; j < n; ++j) s[j] -= one_minus * (s[j] - v[j]);
 }
 
 void ExponentialMovingAverage::swap(ParamSet& params) {

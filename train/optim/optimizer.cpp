@@ -39,31 +39,63 @@ void Optimizer::init(const ParamSet& params) {
   initialized_ = true;
 }
 
-void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
-  init(params);
+void Optimizer::check_variable(const ParamSet& params, const GradSet& grads, size_t i) const {
+  const Param& p = params.params[i];
+  if (grads[i].size() != p.value.size())
+    throw std::invalid_argument(name() + " optimizer: gradient of '" + p.name + "' has " +
+                                std::to_string(grads[i].size()) + " elements, the parameter " +
+                                std::to_string(p.value.size()));
+  for (size_t k = 0; k < specs_.size(); ++k)
+    if (slots_[i][k].size() != p.value.size())
+      throw std::invalid_argument(name() + " optimizer: slot '" + p.name + "/" + specs_[k].suffix + "' has " +
+                                  std::to_string(slots_[i][k].size()) + " elements, the parameter " +
+                                  std::to_string(p.value.size()));
+}
+
+void Optimizer::check_count(const ParamSet& params, const GradSet& grads) const {
   if (grads.size() != params.size())
     throw std::invalid_argument(name() + " optimizer: " + std::to_string(grads.size()) + " gradients for " +
                                 std::to_string(params.size()) + " parameters");
-  const std::vector<SlotSpec>& specs = specs_;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Param& p = params.params[i];
-    if (grads[i].size() != p.value.size())
-      throw std::invalid_argument(name() + " optimizer: gradient of '" + p.name + "' has " +
-                                  std::to_string(grads[i].size()) + " elements, the parameter " +
-                                  std::to_string(p.value.size()));
-    for (size_t k = 0; k < specs.size(); ++k)
-      if (slots_[i][k].size() != p.value.size())
-        throw std::invalid_argument(name() + " optimizer: slot '" + p.name + "/" + specs[k].suffix + "' has " +
-                                    std::to_string(slots_[i][k].size()) + " elements, the parameter " +
-                                    std::to_string(p.value.size()));
-  }
-  const int64_t t = steps_ + 1;
+}
+
+void Optimizer::update_variable(ParamSet& params, const GradSet& grads, size_t i, float lr) {
   std::span<float> slot_spans[kMaxSlots];  // no allocation per step
-  for (size_t i = 0; i < params.size(); ++i) {
-    for (size_t k = 0; k < specs.size(); ++k) slot_spans[k] = slots_[i][k].data;
-    update(params.params[i].value.data, grads[i].data, std::span(slot_spans, specs.size()), lr, t);
-  }
-  steps_ = t;
+  for (size_t k = 0; k < specs_.size(); ++k) slot_spans[k] = slots_[i][k].data;
+  update(params.params[i].value.data, grads[i].data, std::span(slot_spans, specs_.size()), lr, steps_ + 1);
+}
+
+void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
+  init(params);
+  check_count(params, grads);
+  if (!applied_.empty())
+    throw std::logic_error(name() + " optimizer: apply() in the middle of a step applied by variable");
+  for (size_t i = 0; i < params.size(); ++i) check_variable(params, grads, i);
+  for (size_t i = 0; i < params.size(); ++i) update_variable(params, grads, i, lr);
+  ++steps_;
+}
+
+void Optimizer::apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr) {
+  init(params);
+  check_count(params, grads);
+  if (i >= params.size())
+    throw std::invalid_argument(name() + " optimizer: apply_variable(" + std::to_string(i) + ") of " +
+                                std::to_string(params.size()) + " parameters");
+  check_variable(params, grads, i);
+  if (applied_.empty()) applied_.assign(params.size(), false);
+  if (applied_[i])
+    throw std::logic_error(name() + " optimizer: '" + params.params[i].name + "' applied twice in step " +
+                           std::to_string(steps_ + 1));
+  update_variable(params, grads, i, lr);
+  applied_[i] = true;
+}
+
+void Optimizer::finish_step() {
+  for (size_t i = 0; i < applied_.size(); ++i)
+    if (!applied_[i])
+      throw std::logic_error(name() + " optimizer: finish_step() before '" + names_[i] + "' was applied");
+  if (applied_.empty()) throw std::logic_error(name() + " optimizer: finish_step() with no variable applied");
+  applied_.clear();
+  ++steps_;
 }
 
 std::vector<std::pair<std::string, Tensor*>> Optimizer::slots() {

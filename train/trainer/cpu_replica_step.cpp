@@ -13,11 +13,12 @@ class CpuReplicaStep final : public ReplicaStep {
  public:
   explicit CpuReplicaStep(TrainingSession& s) : s_(s), sum_(s.make_grads()) {}
 
-  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready) override {
+  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
+                         const Model::ParamsNeeded& needed) override {
     const TrainConfig& cfg = s_.cfg();
-    step_ = step;
-    if (!cfg.comm_only) return s_.compute_gradient(0, step, ready);
+    if (!cfg.comm_only) return s_.compute_gradient(0, step, ready, needed);
     // --comm_only: the emulated compute, then the whole fixed gradient at once.
+    if (needed) needed(0, s_.num_variables());
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
     return s_.fixed_gradient(0, ready);
   }
@@ -33,12 +34,14 @@ class CpuReplicaStep final : public ReplicaStep {
     s_.encode_variable(0, step, v, shared, slices, outs);
   }
 
-  void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) override {
-    s_.decode_sum(step_, shard.variable, shard.count, sum,
+  void decode_sum(int64_t step, const comm::ShardSpec& shard, std::span<const uint8_t> sum) override {
+    s_.decode_sum(step, shard.variable, shard.count, sum,
                   std::span<float>(sum_[shard.variable].data).subspan(shard.begin, shard.count));
   }
 
   void apply(int64_t step, int replicas) override { s_.apply(step, sum_, replicas); }
+  void apply_variable(int64_t step, size_t v, int replicas) override { s_.apply_variable(step, sum_, v, replicas); }
+  void finish_apply() override { s_.finish_apply(); }
 
   bool overlaps_communication() const override { return s_.cfg().overlap_comm; }
 
@@ -49,8 +52,7 @@ class CpuReplicaStep final : public ReplicaStep {
 
  private:
   TrainingSession& s_;
-  GradSet sum_;     // the decoded sums of the step's update
-  int64_t step_ = 0;  // the step being computed (its sums' decode context)
+  GradSet sum_;  // the decoded sums of the step's update
 };
 
 }  // namespace

@@ -21,7 +21,9 @@ class GpuReplicaStep final : public ReplicaStep {
   }
 
   // The device computes the whole gradient before any of it is ready.
-  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready) override {
+  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
+                         const Model::ParamsNeeded& needed) override {
+    if (needed) needed(0, s_.num_variables());
     s_.next_batch(0, step, x_, labels_);
     const float loss = replica_.compute_gradient(
         x_, labels_, stream_seed(s_.cfg().seed, step, s_.workers().at(0), Purpose::kDropout));
@@ -60,7 +62,7 @@ class GpuReplicaStep final : public ReplicaStep {
     codecs_[v]->encode_slices(grad_, ec, slices, outs);
   }
 
-  void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) override {
+  void decode_sum(int64_t /*step*/, const comm::ShardSpec& shard, std::span<const uint8_t> sum) override {
     const size_t v = shard.variable;
     if (replica_.upload_packed_sum(v, shard.begin, shard.count, sum)) return;
     // fp32 variables, and the float32 sum of payloads with different scales.
@@ -73,6 +75,12 @@ class GpuReplicaStep final : public ReplicaStep {
     replica_.apply(static_cast<float>(s_.lr(step)), replicas);
     if (s_.ema()) replica_.update_average(static_cast<float>(1.0 - s_.ema()->decay_at(step)));
   }
+
+  // The device applies the whole update at once.
+  void apply_variable(int64_t /*step*/, size_t v, int /*replicas*/) override {
+    throw std::logic_error("variable " + std::to_string(v) + ": the GPU replica step applies whole steps only");
+  }
+  void finish_apply() override { throw std::logic_error("the GPU replica step applies whole steps only"); }
 
   // Its encoding stays on the thread that drives the device, after the
   // whole gradient: nothing to overlap.

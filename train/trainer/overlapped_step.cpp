@@ -1,6 +1,7 @@
 // The overlapped sync step of a cluster replica (overlapped_step.h).
 #include "overlapped_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -117,8 +118,16 @@ class ScaleSharingEncoder {
 }  // namespace
 
 OverlappedStep::OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::WorkerClient& client,
-                               const comm::Layout& layout, Wire& wire, bool wants_scales)
-    : s_(s), replica_(replica), client_(client), layout_(layout), wire_(wire), wants_scales_(wants_scales) {}
+                               const comm::Layout& layout, Wire& wire, bool wants_scales, int replicas)
+    : s_(s),
+      replica_(replica),
+      client_(client),
+      layout_(layout),
+      wire_(wire),
+      wants_scales_(wants_scales),
+      replicas_(replicas),
+      shards_left_(s.num_variables()),
+      applied_(s.num_variables()) {}
 
 void OverlappedStep::flush(float loss) {
   if (!bucket_.empty()) client_.push_bucket(loss, bucket_, bucket_views_);
@@ -132,13 +141,93 @@ void OverlappedStep::queue_variable(float loss, size_t v) {
     bucket_.push_back(sh);
     bucket_views_.push_back(wire_.views[sh]);
     bucket_bytes_ += wire_.views[sh].size();
-    if (bucket_bytes_ >= kBucketBytes) flush(loss);
+    if (bucket_bytes_ >= bucket_limit_) flush(loss);
   }
 }
 
-comm::WorkerClient::Sums OverlappedStep::run(int64_t step, StepClock& clock) {
+bool OverlappedStep::take_next_sum(StepClock& clock) {
+  const auto t = Clock::now();
+  const std::optional<size_t> sh = client_.next_sum();
+  blocked_.emplace_back(t, Clock::now());
+  if (!sh) return false;
+  const auto td = Clock::now();
+  const comm::ShardSpec& shard = layout_.shards[*sh];
+  replica_.decode_sum(pending_step_, shard, wire_.sums[*sh]);
+  clock.s[StepClock::kDecode] += since(td);
+  const size_t v = shard.variable;
+  if (--shards_left_[v] == 0 && replicas_ > 0) {
+    const auto ta = Clock::now();
+    replica_.apply_variable(pending_step_, v, replicas_);
+    applied_[v] = true;
+    clock.s[StepClock::kApply] += since(ta);
+  }
+  return true;
+}
+
+void OverlappedStep::take_sums_until(size_t first, size_t end, StepClock& clock) {
+  if (replicas_ == 0) {  // nothing is applied before the last sum
+    finish(clock);
+    return;
+  }
+  for (size_t v = first; v < end; ++v)
+    while (!applied_[v])
+      if (!take_next_sum(clock))
+        throw std::logic_error("step " + std::to_string(pending_step_) + ": every sum arrived, variable " +
+                               std::to_string(v) + " is not applied");
+}
+
+OverlappedStep::Finished OverlappedStep::finish(StepClock& clock) {
+  if (!pending_) throw std::logic_error("OverlappedStep::finish with no step pending");
+  while (take_next_sum(clock)) {
+  }
+  comm::WorkerClient::StepTimes times;
+  const auto t = Clock::now();
+  Finished done{pending_step_, client_.end_step(&times)};
+  blocked_.emplace_back(t, Clock::now());
+  pending_ = false;
+  // Blocked intervals against the step's own push and first-sum times (both since begin_step).
+  for (const auto& [a, b] : blocked_)
+    clock.blocked(std::chrono::duration<double>(a - began_).count(), std::chrono::duration<double>(b - began_).count(),
+                  times.pushed_s, times.first_sum_s);
+  blocked_.clear();
+  const auto ta = Clock::now();
+  if (replicas_ == 0) {
+    replica_.apply(done.step, static_cast<int>(done.sums.contributions));
+  } else {
+    if (done.sums.contributions != static_cast<uint32_t>(replicas_))
+      throw std::runtime_error("step " + std::to_string(done.step) + ": the ps summed " +
+                               std::to_string(done.sums.contributions) + " payloads, the update was averaged over " +
+                               std::to_string(replicas_));
+    replica_.finish_apply();
+  }
+  clock.s[StepClock::kApply] += since(ta);
+  return done;
+}
+
+std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepClock& clock) {
   const auto t_step = Clock::now();
-  client_.begin_step(step, wire_.sums);
+  std::optional<Finished> before;
+  // Time of this call spent on other things than the gradient: the pending
+  // step's sums (in the forward pass) and this step's encoding.
+  double aside_s = 0;
+  auto begin = [&] {
+    if (pending_) {
+      const auto t = Clock::now();
+      before = finish(clock);
+      aside_s += since(t);
+    }
+    if (const double rate = client_.push_rate(); rate > 0)
+      bucket_limit_ = std::clamp(static_cast<size_t>(rate * kBucketSeconds), kMinBucketBytes, kMaxBucketBytes);
+    client_.begin_step(step, wire_.sums);
+    began_ = Clock::now();
+    pending_ = true;
+    pending_step_ = step;
+    for (size_t v = 0; v < s_.num_variables(); ++v) {
+      shards_left_[v] = layout_.shards_of[v].size();
+      applied_[v] = false;
+    }
+  };
+  bool begun = false;
   const std::vector<float> no_scales(s_.num_variables(), 0.0f);
   auto encode = [&](float loss, size_t v, const std::vector<float>& shared) {
     replica_.encode_into(step, v, shared, wire_);
@@ -148,41 +237,34 @@ comm::WorkerClient::Sums OverlappedStep::run(int64_t step, StepClock& clock) {
   if (wants_scales_) sharing.emplace(client_, s_, replica_, step, encode);
   double encode_s = 0;  // on this thread
   auto ready = [&](float loss, size_t v) {
+    if (!begun) {  // the forward pass read every variable: the pending step is all in
+      begin();
+      begun = true;
+    }
     if (sharing) return sharing->ready(loss, v);
     const auto t = Clock::now();
     encode(loss, v, no_scales);
     encode_s += since(t);
   };
-  const float loss = replica_.compute_gradient(step, ready);
+  auto needed = [&](size_t first, size_t end) {
+    if (!pending_ || begun) return;
+    const auto t = Clock::now();
+    take_sums_until(first, end, clock);
+    aside_s += since(t);
+  };
+  const float loss = replica_.compute_gradient(step, ready, needed);
   if (!std::isfinite(loss))
     throw std::runtime_error("training diverged at step " + std::to_string(step) + " (loss " + std::to_string(loss) + ")");
-  clock.s[StepClock::kCompute] += since(t_step) - encode_s;
-  // Blocked intervals (seconds since t_step): split into push / wait / pull below.
-  std::vector<std::pair<double, double>> blocked;
+  if (!begun) begin();  // a model without variables
+  clock.s[StepClock::kCompute] += since(t_step) - encode_s - aside_s;
   if (sharing) {
-    const double a = since(t_step);
+    const auto a = Clock::now();
     encode_s += sharing->finish();  // beside the backward pass: may add up past the step
-    blocked.emplace_back(a, since(t_step));
+    blocked_.emplace_back(a, Clock::now());
   }
   flush(loss);
   clock.s[StepClock::kEncode] += encode_s;
-  // Decode each shard's sum as it arrives.
-  for (;;) {
-    const double a = since(t_step);
-    const std::optional<size_t> sh = client_.next_sum();
-    blocked.emplace_back(a, since(t_step));
-    if (!sh) break;
-    const auto td = Clock::now();
-    replica_.decode_sum(layout_.shards[*sh], wire_.sums[*sh]);
-    clock.s[StepClock::kDecode] += since(td);
-  }
-  comm::WorkerClient::StepTimes times;
-  const double a = since(t_step);
-  const comm::WorkerClient::Sums sums = client_.end_step(&times);
-  blocked.emplace_back(a, since(t_step));
-  // times are since begin_step, which began with t_step.
-  for (const auto& [x, y] : blocked) clock.blocked(x, y, times.pushed_s, times.first_sum_s);
-  return sums;
+  return before;
 }
 
 }  // namespace terngrad::train::detail

@@ -1,15 +1,31 @@
-// Private to the trainer: one sync step of a cluster replica with its
-// communication overlapped (--overlap_comm, where the ReplicaStep allows it):
-// each variable's payloads are queued for the ps as soon as the backward pass
-// has finished it (in buckets of about kBucketBytes), the ps sums each shard
-// once every replica delivered it, and the sums are decoded as they arrive.
-// Codecs that share scales exchange each layer's scales on a second thread,
-// then encode and queue it there, so the backward pass does not wait.
+// Private to the trainer: the sync steps of a cluster replica with their
+// communication overlapped (--overlap_comm, where the ReplicaStep allows it).
+//
+// Out: each variable's payloads are queued for the ps as soon as the
+// backward pass has finished it (in buckets sized to the link; the
+// client sends the earliest layer's first, P3-style, so their sums come
+// back first). Codecs that share scales exchange each layer's scales on a
+// second thread, then encode and queue it there, so the backward pass does
+// not wait.
+//
+// In: the ps sums each shard once every replica delivered it. run() returns
+// once the step's payloads are queued; its sums are taken by the next step's
+// forward pass, layer by layer: before a layer reads its variables, the sums
+// that have arrived are decoded, and each variable whose shards are all in
+// is applied (optimizer and moving average, TrainingSession::apply_variable),
+// so the first layers compute while the last ones' sums still cross the
+// link. finish() takes the rest of a step's sums (before an evaluation, a
+// checkpoint or the end). With backup replicas (--replicas_to_aggregate
+// below the replica count) the number of payloads summed is known only at
+// the end, so the whole update waits for the last sum.
+//
 // The arithmetic is that of the sync loop's plain step, encode() + push() +
-// pull_sums() (the distributed bit-equality tests run both).
+// pull_sums() + apply() (the distributed bit-equality tests run both).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -25,18 +41,46 @@ namespace terngrad::train::detail {
 class OverlappedStep {
  public:
   // wants_scales: some variable's codec shares scales between the replicas.
+  // replicas: the payloads every sum holds when that is known before the
+  // step ends (every replica aggregated), else 0 (backups: apply at the end).
   OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::WorkerClient& client, const comm::Layout& layout,
-                 Wire& wire, bool wants_scales);
+                 Wire& wire, bool wants_scales, int replicas);
 
-  // Step `step`'s gradient out and its sums in, decoded into the replica's
-  // update (not applied); returns the sums' header.
-  comm::WorkerClient::Sums run(int64_t step, StepClock& clock);
+  // A step whose sums are in and applied: its step and the sums' header.
+  struct Finished {
+    int64_t step = 0;
+    comm::WorkerClient::Sums sums;
+  };
 
+  // Step `step` up to its pushes: the forward pass (finishing the pending
+  // step's update as it goes), the backward pass with the payloads leaving.
+  // The step is then pending. Returns the step that was pending before, now
+  // finished. The clock gets this call's time, the pending step's waits included.
+  std::optional<Finished> run(int64_t step, StepClock& clock);
+  // The pending step's remaining sums, decoded and applied.
+  Finished finish(StepClock& clock);
+  bool pending() const { return pending_; }
+
+  // A bucket holds about a millisecond of the last step's push rate
+  // (WorkerClient::push_rate), within these bounds; the first step's hold
+  // kBucketBytes. Small buckets on a slow link: a sum waits for every
+  // replica's bytes of its shard, and a layer's gradient that overtakes
+  // others waits behind the buckets in flight. Large ones on a fast link:
+  // each push is a call, and the calls' CPU time is the limit there.
   static constexpr size_t kBucketBytes = size_t{256} << 10;
+  static constexpr size_t kMinBucketBytes = size_t{64} << 10;
+  static constexpr size_t kMaxBucketBytes = size_t{4} << 20;
+  static constexpr double kBucketSeconds = 4e-3;
 
  private:
+  using Clock = std::chrono::steady_clock;
   void queue_variable(float loss, size_t v);
   void flush(float loss);
+  // Decodes the pending step's sums as they arrive until variables
+  // [first, end) are applied.
+  void take_sums_until(size_t first, size_t end, StepClock& clock);
+  // Decodes the next sum (waiting for it); false when none is left.
+  bool take_next_sum(StepClock& clock);
 
   TrainingSession& s_;
   ReplicaStep& replica_;
@@ -44,9 +88,19 @@ class OverlappedStep {
   const comm::Layout& layout_;
   Wire& wire_;
   const bool wants_scales_;
+  const int replicas_;
   std::vector<size_t> bucket_;
   std::vector<std::span<const uint8_t>> bucket_views_;
   size_t bucket_bytes_ = 0;
+  size_t bucket_limit_ = kBucketBytes;  // this step's
+
+  // The pending step: its sums arriving, its variables applied one by one.
+  bool pending_ = false;
+  int64_t pending_step_ = 0;
+  Clock::time_point began_;                      // its begin_step()
+  std::vector<size_t> shards_left_;              // [variable] sums not yet decoded
+  std::vector<bool> applied_;                    // [variable]
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> blocked_;  // waits on the network
 };
 
 }  // namespace terngrad::train::detail

@@ -6,8 +6,9 @@
 //   compute_gradient(step)      batch, forward/backward, weight decay, local scales
 //   encode(step, shared scales) one payload per slice of each variable
 //   ...the ps sums every replica's payloads per shard...
-//   decode_sum(shard, sum)      each pulled sum into the step's update
+//   decode_sum(step, shard, sum) each pulled sum into the step's update
 //   apply(step, R)              average over R replicas, optimizer, moving average
+//                               (or apply_variable() per variable, then finish_apply())
 // so a cluster of replicas computes what the in-process trainer
 // (trainer.cpp) computes with as many virtual workers.
 //
@@ -36,9 +37,12 @@ class ReplicaStep {
   // The session's next batch (its worker 0), the gradient at the current
   // weights and the local scales; returns the loss. ready, when given, is
   // called with each variable once its gradient is complete, last first
-  // (TrainingSession::compute_gradient's contract).
-  virtual float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready) = 0;
-  float compute_gradient(int64_t step) { return compute_gradient(step, {}); }
+  // (TrainingSession::compute_gradient's contract). needed, when given, is
+  // called with each layer's variables before they are read
+  // (Model::forward_backward's params_needed).
+  virtual float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
+                                 const Model::ParamsNeeded& needed) = 0;
+  float compute_gradient(int64_t step) { return compute_gradient(step, {}, {}); }
   // Local scale of each variable (0 for codecs without scale sharing).
   virtual const std::vector<float>& local_scales() const = 0;
   // TrainingSession::presum_variable's contract (multi-round codecs), for
@@ -53,14 +57,19 @@ class ReplicaStep {
   void encode_into(int64_t step, size_t v, const std::vector<float>& shared, Wire& wire);
   // encode_into() of every variable (TrainingSession::encode's contract).
   void encode(int64_t step, const std::vector<float>& shared, Wire& wire);
-  // The pulled sum of one shard, decoded into the step's update.
-  virtual void decode_sum(const comm::ShardSpec& shard, std::span<const uint8_t> sum) = 0;
+  // The pulled sum of one shard of step `step`, decoded into the step's update.
+  virtual void decode_sum(int64_t step, const comm::ShardSpec& shard, std::span<const uint8_t> sum) = 0;
   // Once every shard's sum is decoded: the update averaged over `replicas`,
   // the optimizer at step's rate, the moving average (TrainingSession::apply).
   virtual void apply(int64_t step, int replicas) = 0;
+  // The same a variable at a time, once every shard of v is decoded; then
+  // finish_apply() once all are (TrainingSession::apply_variable).
+  virtual void apply_variable(int64_t step, size_t v, int replicas) = 0;
+  virtual void finish_apply() = 0;
   // Whether a sync step may overlap its communication with the backward
-  // pass (OverlappedStep, --overlap_comm): encode and decode then run as the
-  // gradient completes and the sums arrive, some on a second thread.
+  // pass and the next step's forward pass (OverlappedStep, --overlap_comm):
+  // encode and decode then run as the gradient completes and the sums
+  // arrive, some on a second thread, and variables are applied one by one.
   virtual bool overlaps_communication() const = 0;
 
   // The step's state (weights, optimizer slots and steps, moving average)

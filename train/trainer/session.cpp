@@ -657,7 +657,8 @@ void TrainingSession::save_gradients(size_t local, int64_t step) const {
   }
 }
 
-float TrainingSession::compute_gradient(size_t local, int64_t step, const VariableReady& ready) {
+float TrainingSession::compute_gradient(size_t local, int64_t step, const VariableReady& ready,
+                                        const Model::ParamsNeeded& needed) {
   WorkerState& w = worker_[local];
   next_batch(local, step, w.x, w.labels);
   ForwardContext ctx;
@@ -683,7 +684,7 @@ float TrainingSession::compute_gradient(size_t local, int64_t step, const Variab
     layer_done = [&](float loss, size_t first, size_t end) {
       for (size_t v = end; v-- > first;) finish(loss, v);
     };
-  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done);
+  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done, needed);
   // Batch norm's moving statistics: from this process's first worker's batch
   // (session.h says why that is safe while the other workers compute).
   if (local == 0) model_->fold_state(w.ws);
@@ -738,6 +739,15 @@ void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {
   optimizer_->apply(params(), update_sum, static_cast<float>(schedule_->lr(step)));
   if (ema_) ema_->update(params(), step);
 }
+
+void TrainingSession::apply_variable(int64_t step, GradSet& update_sum, size_t v, int replicas) {
+  const float inv_r = 1.0f / static_cast<float>(replicas);
+  for (float& g : update_sum.at(v).data) g *= inv_r;
+  optimizer_->apply_variable(params(), update_sum, v, static_cast<float>(schedule_->lr(step)));
+  if (ema_) ema_->update_variable(params(), v, step);
+}
+
+void TrainingSession::finish_apply() { optimizer_->finish_step(); }
 
 StreamingLoader::Stats TrainingSession::input_stats() const {
   StreamingLoader::Stats sum;

@@ -184,8 +184,12 @@ class TrainingSession {
   // calls of other workers do not read the state (a training forward uses
   // the batch statistics), so the fold needs no lock; evaluation runs
   // between steps.
+  //
+  // needed, when given, is Model::forward_backward's params_needed: called
+  // before each layer's forward pass with its variables.
   using VariableReady = std::function<void(float loss, size_t v)>;
-  float compute_gradient(size_t local, int64_t step, const VariableReady& ready = {});
+  float compute_gradient(size_t local, int64_t step, const VariableReady& ready = {},
+                         const Model::ParamsNeeded& needed = {});
   // The batch compute_gradient draws at `step` (advancing the sampler), for a
   // backend that computes the gradient elsewhere (--device=gpu).
   void next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels);
@@ -228,6 +232,11 @@ class TrainingSession {
   // update_sum[v] = the decoded sum of R workers' gradients; applies
   // optimizer(update_sum / R) at `step`, then the EMA.
   void apply(int64_t step, GradSet& update_sum, int replicas);
+  // apply() a variable at a time, for a replica that applies each variable
+  // as soon as its sum has arrived: apply_variable() once for every v, in
+  // any order, then finish_apply(). The same arithmetic as apply().
+  void apply_variable(int64_t step, GradSet& update_sum, size_t v, int replicas);
+  void finish_apply();
   // A zero gradient set shaped like the variables.
   GradSet make_grads() const { return model_->make_grads(); }
 

@@ -32,8 +32,12 @@ class SyncLoop final : public ReplicaLoop {
     // Multi-round codecs sum their pre-rounds over the replicas between the
     // gradient and the encoding (a barrier of the whole step): such a run
     // takes the sequential step.
+    // The overlapped step applies each variable as its sums arrive when it
+    // knows how many payloads a sum holds: every replica's (no backups).
+    const int all = r.s.cfg().num_nodes;
+    const int summed = cfg_.replicas_to_aggregate < 0 ? all : cfg_.replicas_to_aggregate;
     if (r.step.overlaps_communication() && r.s.max_presum_rounds() == 0)
-      overlapped_.emplace(r.s, r.step, r.client, r.layout, r.wire, wants_scales_);
+      overlapped_.emplace(r.s, r.step, r.client, r.layout, r.wire, wants_scales_, summed == all ? all : 0);
   }
 
   int64_t join(int64_t restored) override {
@@ -77,7 +81,8 @@ class SyncLoop final : public ReplicaLoop {
           wants_scales_ ? r_.client.exchange_scales(step, r_.step.local_scales()) : no_scales_;
       r_.step.encode(step, shared, r_.wire);
       const comm::WorkerClient::Sums got = r_.client.pull_sums(step, r_.wire.sums);
-      for (size_t sh = 0; sh < r_.layout.shards.size(); ++sh) r_.step.decode_sum(r_.layout.shards[sh], r_.wire.sums[sh]);
+      for (size_t sh = 0; sh < r_.layout.shards.size(); ++sh)
+        r_.step.decode_sum(step, r_.layout.shards[sh], r_.wire.sums[sh]);
       r_.step.apply(step, static_cast<int>(got.contributions));
     }
     std::fprintf(stderr, "%s: caught up %lld steps in %.1f s; rejoining the run at step %lld\n", r_.name.c_str(),
@@ -89,36 +94,57 @@ class SyncLoop final : public ReplicaLoop {
       const auto t_step = Clock::now();
       StepClock one;
       one.steps = 1;
-      // 1.-4. This replica's gradient out, the replicas' sums in, decoded.
-      const comm::WorkerClient::Sums got = overlapped_ ? overlapped_step(step, one) : sequential_step(step, one, run);
-      // 5. The same averaged update on every replica.
-      const auto t_apply = Clock::now();
-      r_.step.apply(step, static_cast<int>(got.contributions));
-      one.s[StepClock::kApply] += since(t_apply);
+      if (overlapped_) {
+        // 1.-4. overlapped: this step's gradient out, the last step's sums
+        // in and applied as the forward pass needs them (overlapped_step.h).
+        // Evaluations, checkpoints and the end read the weights: there the
+        // step's update is finished at once.
+        for (const OverlappedStep::Finished& done : overlapped_step(step, one, needs_weights_after(step + 1, run)))
+          after_update(done.step, done.sums, run);
+      } else {
+        // 1.-4. This replica's gradient out, the replicas' sums in, decoded.
+        const comm::WorkerClient::Sums got = sequential_step(step, one, run);
+        // 5. The same averaged update on every replica.
+        const auto t_apply = Clock::now();
+        r_.step.apply(step, static_cast<int>(got.contributions));
+        one.s[StepClock::kApply] += since(t_apply);
+        after_update(step, got, run);
+      }
       one.s[StepClock::kStep] = since(t_step);
       run.clock().add(one);
-      if (got.replicas_reporting > 0) run.replicas().add_ms(got.replicas_step_ms);
       r_.client.report_step_times(one.ms());  // travels with the next step's first push
-
-      const int64_t done = step + 1;
-      run.after_step(done, got.mean_loss, r_.s.lr(step));
-      // Evaluation and checkpoints read the session's state.
-      if (run.evaluation_due(done)) {
-        r_.step.state_into_session();
-        run.evaluate(done);
-      }
-      if (cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
-        if (r_.chief) {
-          r_.step.state_into_session();
-          if (keeps_server_states(r_.s)) fetch_server_states(r_.s, r_.client, step);
-          r_.s.save(done);
-        } else {
-          r_.s.save_codec_states(done);  // what the chief's checkpoint at this step does not hold
-        }
-      }
     }
     if (r_.chief) r_.step.state_into_session();  // for the final evaluation, checkpoint and export
     return cfg_.max_steps;
+  }
+
+ private:
+  // Whether anything reads the weights after `done` steps (so an overlapped
+  // step's update cannot wait for the next forward pass).
+  bool needs_weights_after(int64_t done, const ReplicaRun& run) const {
+    return done >= cfg_.max_steps || (cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0) ||
+           run.evaluation_due(done);
+  }
+
+  // Step `step` is applied: progress, evaluation and checkpoints after it.
+  void after_update(int64_t step, const comm::WorkerClient::Sums& got, ReplicaRun& run) {
+    if (got.replicas_reporting > 0) run.replicas().add_ms(got.replicas_step_ms);
+    const int64_t done = step + 1;
+    run.after_step(done, got.mean_loss, r_.s.lr(step));
+    // Evaluation and checkpoints read the session's state.
+    if (run.evaluation_due(done)) {
+      r_.step.state_into_session();
+      run.evaluate(done);
+    }
+    if (cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
+      if (r_.chief) {
+        r_.step.state_into_session();
+        if (keeps_server_states(r_.s)) fetch_server_states(r_.s, r_.client, step);
+        r_.s.save(done);
+      } else {
+        r_.s.save_codec_states(done);  // what the chief's checkpoint at this step does not hold
+      }
+    }
   }
 
  private:
@@ -178,15 +204,22 @@ class SyncLoop final : public ReplicaLoop {
     one.s[StepClock::kWait] += std::min(got.ready_s, pulled);
     one.s[StepClock::kPull] += pulled - std::min(got.ready_s, pulled);
     t = Clock::now();
-    for (size_t sh = 0; sh < r_.layout.shards.size(); ++sh) r_.step.decode_sum(r_.layout.shards[sh], r_.wire.sums[sh]);
+    for (size_t sh = 0; sh < r_.layout.shards.size(); ++sh)
+      r_.step.decode_sum(step, r_.layout.shards[sh], r_.wire.sums[sh]);
     one.s[StepClock::kDecode] += since(t);
     return got;
   }
 
-  // Steps 1-4 overlapped with one another (overlapped_step.h).
-  comm::WorkerClient::Sums overlapped_step(int64_t step, StepClock& one) {
+  // Steps 1-4 overlapped with one another and the next step
+  // (overlapped_step.h); returns the steps it applied, in order: the one
+  // before (its update finished in this step's forward pass) and, with
+  // finish_now, this one.
+  std::vector<OverlappedStep::Finished> overlapped_step(int64_t step, StepClock& one, bool finish_now) {
     try {
-      return overlapped_->run(step, one);
+      std::vector<OverlappedStep::Finished> applied;
+      if (std::optional<OverlappedStep::Finished> before = overlapped_->run(step, one)) applied.push_back(*before);
+      if (finish_now) applied.push_back(overlapped_->finish(one));
+      return applied;
     } catch (const std::runtime_error& e) {
       // Errors of the step itself (from either of its threads) name the
       // replica; the run's end and a peer's failure pass as they are.

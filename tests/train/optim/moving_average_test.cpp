@@ -84,3 +84,20 @@ TEST(MovingAverage, RejectsBadDecayAndMismatchedParams) {
   other.params.pop_back();
   EXPECT_THROW(ema.update(other, 0), std::invalid_argument);
 }
+
+// update_variable() of every parameter is update(), bit for bit.
+TEST(MovingAverage, UpdatingVariableByVariableIsUpdateBitForBit) {
+  ParamSet ps = small_model();
+  tt::ExponentialMovingAverage whole(ps, 0.99), split(ps, 0.99);
+  for (int step = 0; step < 20; ++step) {
+    for (size_t i = 0; i < ps.size(); ++i)
+      for (float& w : ps.params[i].value.data) w += 0.01f * std::sin(static_cast<float>(step + i));
+    whole.update(ps, step);
+    for (size_t i = ps.size(); i-- > 0;) split.update_variable(ps, i, step);
+  }
+  const auto a = whole.shadows(), b = split.shadows();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second->data, b[i].second->data) << a[i].first;
+  EXPECT_THROW(split.update_variable(ps, ps.size(), 0), std::invalid_argument);
+  split.swap(ps);
+  EXPECT_THROW(split.update_variable(ps, 0, 0), std::logic_error) << "shadows swapped in";
+}

@@ -315,3 +315,50 @@ TEST(Optimizer, LargeTensorsGiveTheSameResultAsSmallOnes) {
         ASSERT_EQ(pb.params[0].value.data[c * kChunk + j], chunks.params[c].value.data[j]);
   }
 }
+
+// A replica applies each variable as its sum arrives (apply_variable, in any
+// order, then finish_step): the same weights and slots as apply(), bit for
+// bit, for every optimizer, Adam's step count included.
+TEST(Optimizer, ApplyingVariableByVariableIsApplyBitForBit) {
+  for (const char* name : {"sgd", "momentum", "adam", "rmsprop"}) {
+    SCOPED_TRACE(name);
+    auto whole = tt::make_optimizer(name);
+    auto split = tt::make_optimizer(name);
+    ParamSet a = small_model(), b = small_model();
+    ASSERT_GE(a.size(), 2u);
+    for (int t = 1; t <= 4; ++t) {
+      const GradSet g = grads_for(a, t);
+      const float lr = 0.05f * static_cast<float>(t);
+      whole->apply(a, g, lr);
+      for (size_t i = b.size(); i-- > 0;) split->apply_variable(b, g, i, lr);  // last first, as sums arrive
+      split->finish_step();
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.params[i].value.data, b.params[i].value.data) << t << " " << i;
+    }
+    EXPECT_EQ(split->steps(), whole->steps());
+    const auto sa = whole->slots(), sb = split->slots();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t k = 0; k < sa.size(); ++k) EXPECT_EQ(sa[k].second->data, sb[k].second->data) << sa[k].first;
+  }
+}
+
+TEST(Optimizer, ApplyingAVariableTwiceOrFinishingEarlyIsRefused) {
+  auto opt = tt::make_optimizer("momentum");
+  ParamSet ps = small_model();
+  const GradSet g = grads_for(ps, 1);
+  opt->apply_variable(ps, g, 0, 0.1f);
+  try {
+    opt->apply_variable(ps, g, 0, 0.1f);
+    FAIL() << "a variable applied twice in one step";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("applied twice"), std::string::npos) << e.what();
+  }
+  try {
+    opt->finish_step();
+    FAIL() << "finish_step with a variable missing";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("before '" + ps.params[1].name + "'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(opt->apply(ps, g, 0.1f), std::logic_error) << "apply() in the middle of a split step";
+  EXPECT_THROW(opt->apply_variable(ps, g, ps.size(), 0.1f), std::invalid_argument);
+  EXPECT_EQ(opt->steps(), 0);
+}

@@ -1,6 +1,7 @@
 // The paper's networks: shapes, parameter counts and FLOPs as in their definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -24,6 +25,36 @@ TEST(Models, LeNetMatchesItsDefinition) {
   EXPECT_EQ(m->params().params.back().name, "logits/biases");
   EXPECT_TRUE(m->params().params.back().is_logits);
   EXPECT_FLOAT_EQ(m->params().params[0].weight_decay, 5e-4f);
+}
+
+// params_needed is called before each layer's forward pass with its
+// variables, first layer first, each variable once: a replica that fills
+// the variables only there (as the overlapped step applies the last step's
+// sums) gets the loss and gradients of a model that held them all along.
+TEST(Models, ParamsNeededComesBeforeEachLayerReadsItsVariables) {
+  auto m = tt::make_model("lenet", {}, 1);
+  auto ws = m->make_workspace();
+  auto grads = m->make_grads(), late_grads = m->make_grads();
+  tt::Tensor x({2, 28, 28, 1});
+  for (size_t i = 0; i < x.data.size(); ++i) x.data[i] = std::sin(0.01f * static_cast<float>(i));
+  const std::vector<int32_t> y = {3, 7};
+  tt::ForwardContext ctx;
+  ctx.training = true;
+  const float loss = m->forward_backward(ws, x, y, grads, ctx);
+  std::vector<std::vector<float>> kept;
+  for (auto& p : m->params().params) {
+    kept.push_back(p.value.data);
+    std::fill(p.value.data.begin(), p.value.data.end(), 0.0f);
+  }
+  std::vector<std::pair<size_t, size_t>> calls;
+  const float late_loss = m->forward_backward(ws, x, y, late_grads, ctx, {}, [&](size_t first, size_t end) {
+    calls.emplace_back(first, end);
+    for (size_t v = first; v < end; ++v) m->params().params[v].value.data = kept[v];
+  });
+  const std::vector<std::pair<size_t, size_t>> layers = {{0, 2}, {2, 4}, {4, 6}, {6, 8}};
+  EXPECT_EQ(calls, layers) << "conv1, conv2, fc3, logits";
+  EXPECT_EQ(late_loss, loss);
+  for (size_t v = 0; v < grads.size(); ++v) EXPECT_EQ(late_grads[v].data, grads[v].data) << v;
 }
 
 TEST(Models, CifarNetMatchesItsDefinition) {

@@ -121,8 +121,10 @@ class WorkerClient {
   // Starts receiving step's sums into sums[shard] (layout.shards order).
   void begin_step(int64_t step, std::vector<std::vector<uint8_t>>& sums);
   // Queues a push of these shards (layout indices; any ps) with their
-  // payloads (shard_payloads[i] for shards[i]) and returns at once; pushes
-  // leave in the order queued, at most two in flight per ps. The payload bytes must
+  // payloads (shard_payloads[i] for shards[i]) and returns at once; at most
+  // two pushes are in flight per ps, and of the queued ones the bucket with
+  // the lowest shard index leaves next (the first layers' gradients overtake
+  // a large later layer's, so their sums return first). The payload bytes must
   // stay untouched until end_step(). Every shard is pushed exactly once a step.
   void push_bucket(float loss, std::span<const size_t> shards, std::span<const std::span<const uint8_t>> shard_payloads);
   // Blocks until another shard's sum is in sums[shard] and returns that
@@ -137,6 +139,10 @@ class WorkerClient {
   };
   // Waits for the step's pushes and pulls; the sums' header.
   Sums end_step(StepTimes* times = nullptr);
+  // The last pipelined step's push rate in bytes per second: its payload
+  // bytes over the time some push of it was in flight (0 before the first).
+  // What a bucket costs on the link, to size the next step's buckets.
+  double push_rate() const;
 
   // Async: the current values into values[v] (full variables); returns the
   // global step (ps 0's). Pushes that follow are tagged with these steps.

@@ -45,9 +45,17 @@ class Model {
   // finished variables [first, end) (a layer's; layers run last to first),
   // so their gradients can leave while earlier layers still compute (the
   // loss is known by then). Those gradients are final: nothing adds to them later.
+  //
+  // params_needed, when given, is called before each layer's forward pass
+  // with that layer's variables [first, end) (layers with variables only,
+  // first to last): a cluster replica waits there for the variables' sums
+  // of the last step, so the forward pass starts on the first layers while
+  // the rest still arrive. It must return once they hold their values.
   using GradsReady = std::function<void(float loss, size_t first, size_t end)>;
+  using ParamsNeeded = std::function<void(size_t first, size_t end)>;
   float forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels,
-                         GradSet& grads, const ForwardContext& ctx, const GradsReady& grads_ready = {}) const;
+                         GradSet& grads, const ForwardContext& ctx, const GradsReady& grads_ready = {},
+                         const ParamsNeeded& params_needed = {}) const;
 
   // Forward only (evaluation, batch norm at the moving statistics); returns
   // the logits tensor inside ws.

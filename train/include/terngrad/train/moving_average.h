@@ -23,6 +23,8 @@ class ExponentialMovingAverage {
   // shadow -= (1 - decay_at(step)) * (shadow - value), for every parameter.
   // Throws if the parameters do not match or the shadows are swapped in.
   void update(const ParamSet& params, int64_t step);
+  // The same for parameter i alone (a variable applied as its sum arrives).
+  void update_variable(const ParamSet& params, size_t i, int64_t step);
 
   // Exchanges shadows and parameter values (O(1) per tensor): call once to
   // evaluate with the averages, again to restore the trained weights.
@@ -37,6 +39,7 @@ class ExponentialMovingAverage {
 
  private:
   void check(const ParamSet& params, const char* what) const;
+  void update_one(const ParamSet& params, size_t i, int64_t step);
 
   double decay_;
   std::vector<std::string> names_;

@@ -53,6 +53,16 @@ class Optimizer {
   // (including a slot resized through slots()).
   void apply(ParamSet& params, const GradSet& grads, float lr);
 
+  // The same update a variable at a time (a cluster replica applies each
+  // variable as soon as its sum has arrived, while the next step's forward
+  // pass already reads the variables before it): apply_variable() once for
+  // every parameter index, in any order, then finish_step(). The result is
+  // apply()'s, bit for bit. apply_variable() throws std::invalid_argument as
+  // apply() does, and std::logic_error for a variable applied twice in one
+  // step; finish_step() throws std::logic_error while one is missing.
+  void apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr);
+  void finish_step();
+
   // Slot tensors by TensorFlow name, parameter order, then slot order. Empty
   // before init(). The pointers stay valid until the optimizer is destroyed.
   std::vector<std::pair<std::string, Tensor*>> slots();
@@ -82,12 +92,17 @@ class Optimizer {
                       float lr, int64_t t) = 0;
 
  private:
+  void check_count(const ParamSet& params, const GradSet& grads) const;
+  void check_variable(const ParamSet& params, const GradSet& grads, size_t i) const;
+  void update_variable(ParamSet& params, const GradSet& grads, size_t i, float lr);
+
   std::vector<SlotSpec> specs_;  // slot_specs(), fixed at init()
   std::vector<std::string> names_;
   std::vector<int64_t> sizes_;
   std::vector<std::vector<Tensor>> slots_;  // [param][slot]
   bool initialized_ = false;
   int64_t steps_ = 0;
+  std::vector<bool> applied_;  // this step's variables so far (apply_variable); empty between steps
 };
 
 // Creates "sgd", "momentum", "adam" or "rmsprop"; throws
