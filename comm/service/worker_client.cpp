@@ -166,6 +166,15 @@ WorkerClient::~WorkerClient() {
   }
   impl_->cv.notify_all();
   impl_->join_pullers();
+  {
+    // A streamed push left unfinished (the backward pass threw): its
+    // writers cancel their calls rather than send part of a push.
+    std::lock_guard<std::mutex> lock(impl_->sm);
+    impl_->streamed.ended = true;
+    impl_->scv.notify_all();
+  }
+  for (auto& t : impl_->streamed.writers) t.join();
+  for (auto& t : impl_->pulled.readers) t.join();  // their calls were cancelled above
   for (auto& t : impl_->senders) t.join();
   for (auto& t : impl_->beaters) t.join();
   if (impl_->watchdog.joinable()) impl_->watchdog.join();

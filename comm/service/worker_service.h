@@ -222,6 +222,33 @@ struct WorkerClient::Impl {
   bool write_payload(grpc::ClientWriter<rpc::PushChunk>& w, uint32_t local, std::span<const uint8_t> buf,
                      uint64_t& bytes);
 
+  // ---- the streamed async push (begin_push .. end_push); sm guards it ----
+  struct StreamedPush {
+    float loss = 0;
+    bool loss_set = false, ended = false;
+    std::vector<std::vector<std::pair<uint32_t, std::span<const uint8_t>>>> queued;  // [ps]: (local shard, bytes)
+    std::vector<rpc::PushReply> replies;
+    std::vector<std::thread> writers;
+    std::exception_ptr error;
+  };
+  std::mutex sm;
+  std::condition_variable scv;
+  StreamedPush streamed;
+  // Writes ps p's part of the streamed push as its payloads are queued.
+  void stream_push_to(int p);
+
+  // ---- the streamed async pull (begin_pull .. end_pull); sm guards it ----
+  struct StreamedPull {
+    std::vector<std::span<float>> values;  // [variable], the destination
+    std::vector<bool> landed;              // [layout shard]
+    std::vector<bool> answered;            // [ps]: its header arrived
+    std::vector<std::thread> readers;
+    std::exception_ptr error;
+  };
+  StreamedPull pulled;
+  // Reads ps p's values into pulled.values as they arrive.
+  void stream_pull_from(int p);
+
   // ---- the exchanges through ps 0: scale sharing, multi-round pre-rounds ----
 
   // Reports req to ps 0 and long-polls it until its reply says the exchange

@@ -607,6 +607,65 @@ TEST(PsService, AsyncPushesAreAppliedOnArrival) {
   chief.finish(true);
 }
 
+// The streamed async push and pull (begin_push .. end_push, begin_pull ..
+// end_pull) are push() and pull_values(): payloads queued last shard first,
+// across two ps tasks, are applied as one push; values waited for variable
+// by variable land whole, with the step the ps answered.
+TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
+  HalfStepSgd h0, h1;
+  std::vector<std::unique_ptr<PsTask>> ps;
+  ps.push_back(std::make_unique<PsTask>(0, 1, &h0));
+  ps.push_back(std::make_unique<PsTask>(1, 1, &h1));
+  tc::PlacementOptions po;
+  po.min_shard_bytes = 4096;
+  const tc::Layout l = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
+  std::vector<float> a0(5000), b0(100, 2.0f), zeros_a(5000, 0.0f), zeros_b(100, 0.0f);
+  for (size_t i = 0; i < a0.size(); ++i) a0[i] = 0.001f * static_cast<float>(i);
+  tc::WorkerClient::InitTensors init;
+  init.values = {a0, b0};
+  init.slots["Velocity"] = {zeros_a, zeros_b};
+  tc::WorkerClient chief(addresses(ps), l, 0, false, 1, 1, fast_client());
+  EXPECT_EQ(chief.join(3, &init), 3);
+  std::vector<float> a(5000, -1.0f), b(100, -1.0f);
+  const std::span<float> vals[2] = {a, b};
+  EXPECT_EQ(chief.begin_pull(vals), 3);
+  chief.wait_values(1, 2);
+  EXPECT_EQ(b, b0);
+  chief.wait_values(0, 2);
+  chief.end_pull();
+  EXPECT_EQ(a, a0);
+  auto fp32 = tc::make_codec("fp32");
+  std::vector<std::vector<uint8_t>> payloads;
+  for (const auto& s : l.shards) {
+    std::vector<float> g(s.count, 1.0f);
+    payloads.emplace_back(fp32->payload_bytes(s.count));
+    fp32->encode(g, {}, payloads.back());
+  }
+  chief.begin_push();
+  for (size_t sh = l.shards.size(); sh-- > 0;) {
+    const size_t one[1] = {sh};
+    const std::span<const uint8_t> view[1] = {payloads[sh]};
+    chief.push_payloads(0.5f, one, view);
+  }
+  const tc::WorkerClient::PushOutcome out = chief.end_push();
+  EXPECT_TRUE(out.applied);
+  EXPECT_EQ(out.stale, 0);
+  std::vector<float> a2(5000), b2(100);
+  const std::span<float> vals2[2] = {a2, b2};
+  EXPECT_EQ(chief.pull_values(vals2), 4);
+  for (size_t i = 0; i < a2.size(); ++i) ASSERT_EQ(a2[i], a0[i] - 0.5f) << i;
+  EXPECT_EQ(b2, std::vector<float>(100, 2.0f - 0.5f));
+  // A push that does not carry every shard is refused before it leaves.
+  chief.begin_push();
+  const size_t first[1] = {0};
+  const std::span<const uint8_t> first_view[1] = {payloads[0]};
+  chief.push_payloads(0.5f, first, first_view);
+  EXPECT_THROW(chief.end_push(), std::logic_error);
+  EXPECT_EQ(chief.pull_values(vals2), 4) << "nothing of the short push was applied";
+  EXPECT_THROW(chief.wait_values(1, 3), std::invalid_argument);
+  chief.finish(true);
+}
+
 TEST(PsService, ADeadReplicaIsReportedByNameAndNobodyHangs) {
   PsTask ps(0, 2, nullptr, /*peer_timeout=*/1.5);
   const tc::Layout l = tc::place_variables({{"w", 64, "fp32"}}, 1);

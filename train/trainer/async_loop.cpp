@@ -36,17 +36,18 @@ class AsyncLoop final : public ReplicaLoop {
     int64_t global = first;
     int64_t last_saved = first;
     for (;;) {
-      global = r_.client.pull_values(values);
-      if (r_.chief && r_.s.ema()) r_.s.ema()->update(r_.s.params(), global);
-      if (global >= cfg_.max_steps) break;
-      r_.step.weights_from_session();
-      const float loss = r_.step.compute_gradient(global);
-      if (!std::isfinite(loss))
-        throw std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global));
-      r_.step.encode(global, no_scales, r_.wire);
+      // The values land variable by variable; the forward pass waits per layer.
+      global = r_.client.begin_pull(values);
+      if (global >= cfg_.max_steps) {
+        r_.client.end_pull();
+        if (r_.chief && r_.s.ema()) r_.s.ema()->update(r_.s.params(), global);
+        break;
+      }
+      const float loss = gradient_out(global, no_scales);
+      if (r_.chief && r_.s.ema()) r_.s.ema()->update(r_.s.params(), global);  // the pulled values, all landed
       // Dropped past the run's last step (another replica's push took it):
       // the next pull ends the loop, and this step is not counted.
-      if (r_.client.push(global, loss, r_.wire.views).past_end > 0) continue;
+      if (r_.client.end_push().past_end > 0) continue;
 
       const int64_t done = global + 1;
       run.after_step(done, loss, r_.s.lr(global));
@@ -64,6 +65,33 @@ class AsyncLoop final : public ReplicaLoop {
   }
 
  private:
+  // The gradient at the values being pulled (each layer waits for its own),
+  // each variable's payloads leaving as soon as the backward pass has
+  // finished it (one streamed push per ps, read whole and applied on arrival
+  // by the ps, as a plain push).
+  float gradient_out(int64_t global, const std::vector<float>& no_scales) {
+    r_.client.begin_push();
+    auto ready = [&](float loss, size_t v) {
+      r_.step.encode_into(global, v, no_scales, r_.wire);
+      const std::vector<size_t>& shards = r_.layout.shards_of[v];
+      std::vector<std::span<const uint8_t>> views;
+      for (size_t sh : shards) views.push_back(r_.wire.views[sh]);
+      r_.client.push_payloads(loss, shards, views);
+    };
+    float loss = 0;
+    if (r_.step.overlaps_communication()) {
+      loss = r_.step.compute_gradient(global, ready, [&](size_t first, size_t end) { r_.client.wait_values(first, end); });
+      r_.client.end_pull();
+    } else {  // a step that takes the weights whole (the GPU's, --overlap_comm=false)
+      r_.client.end_pull();
+      r_.step.weights_from_session();
+      loss = r_.step.compute_gradient(global, ready, {});
+    }
+    if (!std::isfinite(loss))
+      throw std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global));
+    return loss;
+  }
+
   // The trained values and the optimizer's slots from the ps, into the session.
   void take_ps_state(int64_t step) {
     const auto state = r_.client.fetch_state();

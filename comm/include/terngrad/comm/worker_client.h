@@ -98,6 +98,19 @@ class WorkerClient {
   // One payload per shard of the layout (layout.shards order).
   PushOutcome push(int64_t step, float loss, std::span<const std::span<const uint8_t>> shard_payloads);
 
+  // --- Async, streamed: push()'s one Push call per ps, its payloads written
+  // as they are encoded (during the backward pass) by a thread per ps:
+  //   begin_push(); push_payloads(...)...; end_push();
+  // The ps reads and applies it as it does push()'s. Every shard must be
+  // given exactly once; the payload bytes must stay untouched until end_push().
+  void begin_push();
+  // Queues these shards' payloads (layout indices; any ps). The loss is the
+  // push header's: the first call's counts.
+  void push_payloads(float loss, std::span<const size_t> shards,
+                     std::span<const std::span<const uint8_t>> shard_payloads);
+  // Waits until every ps has the whole push; throws what a push met.
+  PushOutcome end_push();
+
   struct Sums {
     uint32_t contributions = 0;  // R payloads summed
     float mean_loss = 0;         // their replicas' mean loss
@@ -147,6 +160,20 @@ class WorkerClient {
   // Async: the current values into values[v] (full variables); returns the
   // global step (ps 0's). Pushes that follow are tagged with these steps.
   int64_t pull_values(std::span<const std::span<float>> values);
+
+  // Async, streamed: pull_values()'s values landing shard by shard on a
+  // thread per ps, so the forward pass starts on the first layers while the
+  // rest still arrive:
+  //   step = begin_pull(values); wait_values(first, end)...; end_pull();
+  // begin_pull returns ps 0's global step once every ps has answered. Each ps
+  // sends one snapshot of its shards; a retried call keeps the shards that
+  // had landed (a replica may have read them) and takes the rest from the ps's
+  // snapshot then, as reads of separate variables do in any async ps.
+  int64_t begin_pull(std::span<const std::span<float>> values);
+  // Blocks until variables [first, end) have landed; throws what the pull met.
+  void wait_values(size_t first, size_t end);
+  // Waits for every shard; throws what the pull met.
+  void end_pull();
 
   // Async, chief: every variable's values ("name") and slots ("name/slot").
   std::map<std::string, std::vector<float>> fetch_state();

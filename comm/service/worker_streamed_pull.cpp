@@ -1,0 +1,147 @@
+// The async replica's streamed pull (begin_pull .. end_pull): pull_values()'s
+// call per ps, each shard copied into the replica's weights as soon as it is
+// whole, so the forward pass waits only for the layer it is at (worker_service.h).
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chunks.h"
+#include "worker_service.h"
+
+namespace terngrad::comm {
+
+namespace {
+using grpc::StatusCode;
+}  // namespace
+
+void WorkerClient::Impl::stream_pull_from(int p) {
+  const auto& mine = layout.shards_on[p];
+  call(p, "Pull", [&] {
+    grpc::ClientContext ctx;
+    const auto armed = arm(ctx);
+    rpc::PullRequest req;
+    req.set_replica(static_cast<uint32_t>(replica));
+    message_sent += req.ByteSizeLong();
+    auto r = stubs[p]->Pull(&ctx, req);
+    rpc::PullChunk c;
+    std::vector<detail::Reassembly> parts(mine.size());
+    std::string err;
+    while (r->Read(&c)) {
+      message_received += c.ByteSizeLong();
+      if (c.has_header()) {
+        std::lock_guard<std::mutex> lk(sm);
+        if (!pulled.answered[p]) async_steps[p] = c.header().step();  // a retry keeps the first answer's step
+        pulled.answered[p] = true;
+        scv.notify_all();
+      } else if (c.has_values() && err.empty()) {
+        const rpc::TensorChunk& t = c.values();
+        if (t.shard() >= parts.size()) {
+          err = "values for unknown shard " + std::to_string(t.shard());
+          continue;
+        }
+        const ShardSpec& sh = layout.shards[mine[t.shard()]];
+        err = parts[t.shard()].add(t.offset(), t.total_bytes(), t.data(), 4 * sh.count);
+        if (!err.empty() || !parts[t.shard()].complete()) continue;
+        if (parts[t.shard()].bytes().size() != 4 * sh.count) {
+          err = "incomplete values for " + layout.variables[sh.variable].name;
+          continue;
+        }
+        std::lock_guard<std::mutex> lk(sm);
+        if (pulled.landed[mine[t.shard()]]) continue;  // landed in an earlier attempt: maybe read already
+        std::memcpy(pulled.values[sh.variable].data() + sh.begin, parts[t.shard()].bytes().data(), 4 * sh.count);
+        payload_received += 4 * sh.count;
+        pulled.landed[mine[t.shard()]] = true;
+        scv.notify_all();
+      }
+    }
+    grpc::Status s = r->Finish();
+    if (s.ok() && !err.empty()) s = grpc::Status(StatusCode::DATA_LOSS, err);
+    if (s.ok()) {
+      std::lock_guard<std::mutex> lk(sm);
+      for (size_t local = 0; local < mine.size(); ++local)
+        if (!pulled.landed[mine[local]])
+          s = grpc::Status(StatusCode::DATA_LOSS,
+                           "no values for " + layout.variables[layout.shards[mine[local]].variable].name);
+    }
+    return s;
+  });
+}
+
+int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
+  Impl& m = *impl_;
+  if (m.sync) throw std::logic_error("begin_pull in a sync run");
+  const Layout& l = m.layout;
+  if (values.size() != l.variables.size())
+    throw std::invalid_argument("begin_pull: " + std::to_string(values.size()) + " tensors for " +
+                                std::to_string(l.variables.size()) + " variables");
+  for (size_t v = 0; v < values.size(); ++v)
+    if (values[v].size() != l.variables[v].size)
+      throw std::invalid_argument("begin_pull: wrong size for " + l.variables[v].name);
+  std::unique_lock<std::mutex> lk(m.sm);
+  if (!m.pulled.readers.empty()) throw std::logic_error("begin_pull while the last pull is in flight");
+  m.pulled = {};
+  m.pulled.values.assign(values.begin(), values.end());
+  m.pulled.landed.assign(l.shards.size(), false);
+  m.pulled.answered.assign(l.num_ps, false);
+  for (int p = 0; p < l.num_ps; ++p)
+    m.pulled.readers.emplace_back([&m, p] {
+      try {
+        m.stream_pull_from(p);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(m.sm);
+        if (!m.pulled.error) m.pulled.error = std::current_exception();
+        m.scv.notify_all();
+      }
+    });
+  m.scv.wait(lk, [&] {
+    if (m.pulled.error) return true;
+    for (bool a : m.pulled.answered)
+      if (!a) return false;
+    return true;
+  });
+  if (m.pulled.error) {
+    lk.unlock();
+    end_pull();  // joins, then throws the error
+  }
+  {
+    std::lock_guard<std::mutex> beat(m.mu);
+    m.step_for_beat = m.async_steps[0];
+  }
+  return m.async_steps[0];
+}
+
+void WorkerClient::wait_values(size_t first, size_t end) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lk(m.sm);
+  if (end > m.pulled.values.size() || first > end)
+    throw std::invalid_argument("wait_values(" + std::to_string(first) + ", " + std::to_string(end) + ") of " +
+                                std::to_string(m.pulled.values.size()) + " variables");
+  auto landed = [&] {
+    for (size_t v = first; v < end; ++v)
+      for (size_t sh : m.layout.shards_of[v])
+        if (!m.pulled.landed[sh]) return false;
+    return true;
+  };
+  m.scv.wait(lk, [&] { return m.pulled.error || landed(); });
+  if (m.pulled.error && !landed()) {
+    lk.unlock();
+    end_pull();
+  }
+}
+
+void WorkerClient::end_pull() {
+  Impl& m = *impl_;
+  std::vector<std::thread> readers;
+  {
+    std::lock_guard<std::mutex> lk(m.sm);
+    readers = std::move(m.pulled.readers);
+    m.pulled.readers.clear();
+  }
+  for (auto& t : readers) t.join();
+  std::lock_guard<std::mutex> lk(m.sm);
+  if (m.pulled.error) std::rethrow_exception(m.pulled.error);
+}
+
+}  // namespace terngrad::comm

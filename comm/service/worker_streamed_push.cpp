@@ -1,0 +1,123 @@
+// The async replica's streamed push (begin_push .. end_push): one Push call
+// per ps, as push() makes, whose payloads are written as the backward pass
+// encodes them, so the bytes leave while earlier layers still compute
+// (worker_service.h).
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+#include <vector>
+
+#include "worker_service.h"
+
+namespace terngrad::comm {
+
+void WorkerClient::Impl::stream_push_to(int p) {
+  const size_t expected = layout.shards_on[p].size();
+  rpc::PushReply& reply = streamed.replies[p];
+  uint64_t bytes = 0;
+  call(p, "Push", [&] {
+    float loss = 0;
+    {
+      std::unique_lock<std::mutex> lk(sm);
+      scv.wait(lk, [&] { return streamed.loss_set || streamed.ended; });
+      loss = streamed.loss;
+    }
+    grpc::ClientContext ctx;
+    const auto armed = arm(ctx);
+    reply.Clear();
+    auto w = stubs[p]->Push(&ctx, &reply);
+    rpc::PushChunk head;
+    head.mutable_header()->set_replica(static_cast<uint32_t>(replica));
+    head.mutable_header()->set_step(async_steps[p]);
+    head.mutable_header()->set_loss(loss);
+    message_sent += head.ByteSizeLong();
+    bytes = 0;
+    bool ok = w->Write(head);
+    // Every attempt writes from the first payload: a retried call starts over.
+    for (size_t i = 0; ok && i < expected; ++i) {
+      std::pair<uint32_t, std::span<const uint8_t>> next;
+      {
+        std::unique_lock<std::mutex> lk(sm);
+        scv.wait(lk, [&] { return streamed.queued[p].size() > i || streamed.ended; });
+        if (streamed.queued[p].size() <= i) {  // ended short: never send part of a push
+          ctx.TryCancel();
+          throw Cancelled{};
+        }
+        next = streamed.queued[p][i];
+      }
+      ok = write_payload(*w, next.first, next.second, bytes);
+    }
+    w->WritesDone();
+    return w->Finish();
+  });
+  payload_sent += bytes;
+  message_received += reply.ByteSizeLong();
+}
+
+void WorkerClient::begin_push() {
+  Impl& m = *impl_;
+  if (m.sync) throw std::logic_error("begin_push in a sync run");
+  std::lock_guard<std::mutex> lk(m.sm);
+  if (!m.streamed.writers.empty()) throw std::logic_error("begin_push while the last push is in flight");
+  m.streamed = {};
+  m.streamed.queued.resize(m.layout.num_ps);
+  m.streamed.replies.resize(m.layout.num_ps);
+  for (int p = 0; p < m.layout.num_ps; ++p)
+    m.streamed.writers.emplace_back([&m, p] {
+      try {
+        m.stream_push_to(p);
+      } catch (const Impl::Cancelled&) {
+        // end_push() names what is missing; a closing client needs nothing
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(m.sm);
+        if (!m.streamed.error) m.streamed.error = std::current_exception();
+      }
+    });
+}
+
+void WorkerClient::push_payloads(float loss, std::span<const size_t> shards,
+                                 std::span<const std::span<const uint8_t>> shard_payloads) {
+  Impl& m = *impl_;
+  if (shards.size() != shard_payloads.size())
+    throw std::invalid_argument("push_payloads: " + std::to_string(shard_payloads.size()) + " payloads for " +
+                                std::to_string(shards.size()) + " shards");
+  std::lock_guard<std::mutex> lk(m.sm);
+  if (m.streamed.writers.empty()) throw std::logic_error("push_payloads before begin_push");
+  if (!m.streamed.loss_set) m.streamed.loss = loss, m.streamed.loss_set = true;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i] >= m.layout.shards.size())
+      throw std::invalid_argument("push_payloads: shard " + std::to_string(shards[i]) + " of " +
+                                 std::to_string(m.layout.shards.size()));
+    m.streamed.queued[m.layout.shards[shards[i]].ps].emplace_back(m.local_index[shards[i]], shard_payloads[i]);
+  }
+  m.scv.notify_all();
+}
+
+WorkerClient::PushOutcome WorkerClient::end_push() {
+  Impl& m = *impl_;
+  std::vector<std::thread> writers;
+  {
+    std::lock_guard<std::mutex> lk(m.sm);
+    m.streamed.ended = true;
+    writers = std::move(m.streamed.writers);
+    m.streamed.writers.clear();
+    m.scv.notify_all();
+  }
+  for (auto& t : writers) t.join();
+  std::lock_guard<std::mutex> lk(m.sm);
+  if (m.streamed.error) std::rethrow_exception(m.streamed.error);
+  for (int p = 0; p < m.layout.num_ps; ++p)
+    if (m.streamed.queued[p].size() != m.layout.shards_on[p].size())
+      throw std::logic_error("end_push: " + std::to_string(m.streamed.queued[p].size()) + " of " +
+                             m.ps_name(p) + "'s " + std::to_string(m.layout.shards_on[p].size()) +
+                             " shards were queued");
+  PushOutcome out;
+  for (const auto& r : m.streamed.replies) {
+    if (r.outcome() == rpc::PushReply::STALE) ++out.stale;
+    if (r.outcome() == rpc::PushReply::PAST_END) ++out.past_end;
+    if (r.outcome() != rpc::PushReply::APPLIED) out.applied = false;
+  }
+  return out;
+}
+
+}  // namespace terngrad::comm
