@@ -218,6 +218,8 @@ struct WorkerClient::Impl {
   void pull_stream(int p);
   void join_pullers();
 
+  // A Push call's first message: this replica, the step, the loss.
+  rpc::PushChunk push_head(int64_t step, float loss) const;
   // One shard's payload chunks, written to a Push stream.
   bool write_payload(grpc::ClientWriter<rpc::PushChunk>& w, uint32_t local, std::span<const uint8_t> buf,
                      uint64_t& bytes);

@@ -51,6 +51,14 @@ void WorkerClient::Impl::sender_loop(int p) {
   }
 }
 
+rpc::PushChunk WorkerClient::Impl::push_head(int64_t step, float loss) const {
+  rpc::PushChunk head;
+  head.mutable_header()->set_replica(static_cast<uint32_t>(replica));
+  head.mutable_header()->set_step(step);
+  head.mutable_header()->set_loss(loss);
+  return head;
+}
+
 void WorkerClient::Impl::push_bucket_to(int p, const Bucket& b) {
   rpc::PushReply reply;
   uint64_t bytes = 0;
@@ -59,10 +67,7 @@ void WorkerClient::Impl::push_bucket_to(int p, const Bucket& b) {
     const auto armed = arm(ctx);
     reply.Clear();
     auto w = stubs[p]->Push(&ctx, &reply);
-    rpc::PushChunk head;
-    head.mutable_header()->set_replica(static_cast<uint32_t>(replica));
-    head.mutable_header()->set_step(b.step);
-    head.mutable_header()->set_loss(b.loss);
+    rpc::PushChunk head = push_head(b.step, b.loss);
     for (uint32_t s : b.local) head.mutable_header()->add_shards(s);
     for (float t : b.step_ms) head.mutable_header()->add_step_ms(t);
     message_sent += head.ByteSizeLong();
@@ -201,10 +206,7 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
       const auto armed = m.arm(ctx);
       replies[p].Clear();
       auto w = m.stubs[p]->Push(&ctx, &replies[p]);
-      rpc::PushChunk head;
-      head.mutable_header()->set_replica(static_cast<uint32_t>(m.replica));
-      head.mutable_header()->set_step(m.sync ? step : m.async_steps[p]);
-      head.mutable_header()->set_loss(loss);
+      rpc::PushChunk head = m.push_head(m.sync ? step : m.async_steps[p], loss);
       if (p == 0 && m.sync)
         for (float t : report) head.mutable_header()->add_step_ms(t);
       m.message_sent += head.ByteSizeLong();

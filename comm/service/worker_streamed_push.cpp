@@ -26,10 +26,7 @@ void WorkerClient::Impl::stream_push_to(int p) {
     const auto armed = arm(ctx);
     reply.Clear();
     auto w = stubs[p]->Push(&ctx, &reply);
-    rpc::PushChunk head;
-    head.mutable_header()->set_replica(static_cast<uint32_t>(replica));
-    head.mutable_header()->set_step(async_steps[p]);
-    head.mutable_header()->set_loss(loss);
+    const rpc::PushChunk head = push_head(async_steps[p], loss);
     message_sent += head.ByteSizeLong();
     bytes = 0;
     bool ok = w->Write(head);

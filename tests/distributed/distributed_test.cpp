@@ -21,6 +21,7 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <numeric>
 #include <string>
 
 #include "terngrad/base/json.h"
@@ -230,6 +231,26 @@ TEST_F(Distributed, AsyncTrainingConverges) {
 // apply exactly --max_steps pushes (the ps drops those past the last step),
 // and the chief reports the whole cluster's examples (one batch per global
 // step), its rate over the training time, never one replica's.
+// With a backup replica (--replicas_to_aggregate=2 of 3) the overlapped step
+// learns a sum's count only at its end: it applies the whole update then,
+// in the next step's forward pass, and still reports every step.
+TEST_F(Distributed, SyncWithABackupReplicaReportsEveryStep) {
+  const Proc r = cluster("backup", "--num_ps=1 --num_workers=2",
+                         model_flags(12, "--grad_bits=32 --replicas_to_aggregate=2 --log_every_n_steps=1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(dir_ / "backup" / "result.json");
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"steps\": 12,"), std::string::npos) << json;
+  std::ifstream metrics(dir_ / "backup" / "metrics.jsonl");
+  std::vector<int> steps;
+  for (std::string line; std::getline(metrics, line);)
+    if (line.find("\"event\":\"train\"") != std::string::npos)
+      steps.push_back(std::stoi(line.substr(line.find("\"step\":") + 7)));
+  std::vector<int> every(12);
+  std::iota(every.begin(), every.end(), 1);
+  EXPECT_EQ(steps, every) << "a train line after every step";
+}
+
 TEST_F(Distributed, AsyncRunsExactlyMaxStepsAndReportsTheClustersRate) {
   const Proc r = cluster("async-count", "--num_ps=1 --num_workers=2",
                         model_flags(40, "--grad_bits=32 --sync_replicas=false"));

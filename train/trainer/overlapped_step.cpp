@@ -165,10 +165,6 @@ bool OverlappedStep::take_next_sum(StepClock& clock) {
 }
 
 void OverlappedStep::take_sums_until(size_t first, size_t end, StepClock& clock) {
-  if (replicas_ == 0) {  // nothing is applied before the last sum
-    finish(clock);
-    return;
-  }
   for (size_t v = first; v < end; ++v)
     while (!applied_[v])
       if (!take_next_sum(clock))
@@ -249,7 +245,10 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
   auto needed = [&](size_t first, size_t end) {
     if (!pending_ || begun) return;
     const auto t = Clock::now();
-    take_sums_until(first, end, clock);
+    if (replicas_ > 0)
+      take_sums_until(first, end, clock);
+    else
+      before = finish(clock);  // nothing is applied before the last sum
     aside_s += since(t);
   };
   const float loss = replica_.compute_gradient(step, ready, needed);

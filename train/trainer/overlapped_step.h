@@ -77,7 +77,7 @@ class OverlappedStep {
   void queue_variable(float loss, size_t v);
   void flush(float loss);
   // Decodes the pending step's sums as they arrive until variables
-  // [first, end) are applied.
+  // [first, end) are applied (replicas_ > 0).
   void take_sums_until(size_t first, size_t end, StepClock& clock);
   // Decodes the next sum (waiting for it); false when none is left.
   bool take_next_sum(StepClock& clock);
