@@ -61,10 +61,6 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
       return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(r) + " pushed step " +
                                                                std::to_string(h.step()) + " but the ps is at step " +
                                                                std::to_string(steps->current_step()));
-    case detail::SyncSteps::PushOutcome::kRepeatsShards:
-      return grpc::Status(StatusCode::INVALID_ARGUMENT,
-                          replica_name(r) + " step " + std::to_string(h.step()) +
-                              ": a bucket repeats shards an earlier push of the step delivered");
     case detail::SyncSteps::PushOutcome::kAccepted: break;
   }
   if (h.step_ms_size() > 0) replicas[r].step_ms.assign(h.step_ms().begin(), h.step_ms().end());
@@ -72,7 +68,7 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
   reply->set_outcome(rpc::PushReply::APPLIED);
   cv.notify_all();  // pullers list who has not pushed
   // Summing is the slow part: outside the lock (sync_steps.h, SumJob).
-  const detail::SyncSteps::SumJob job = steps->take_sums(ids);
+  const detail::SyncSteps::SumJob job = steps->take_sums(pushed.accepted);
   if (!job.empty()) {
     lock.unlock();
     const std::string error = steps->sum(job);

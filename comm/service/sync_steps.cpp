@@ -86,14 +86,16 @@ SyncSteps::PushResult SyncSteps::push(uint32_t replica, int64_t step, std::span<
     ++duplicates_;
     return {PushOutcome::kDuplicate};
   }
-  if (repeated > 0) return {PushOutcome::kRepeatsShards};
-
+  PushResult kept;
+  kept.repeated = repeated;
   for (size_t i = 0; i < shards.size(); ++i) {
+    if (current_.got[replica][shards[i]]) continue;  // delivered before: the first delivery stays
     current_.payloads[replica][shards[i]] = std::move(payloads[i]);
     current_.got[replica][shards[i]] = true;
     ++current_.have[shards[i]];
+    kept.accepted.push_back(shards[i]);
   }
-  current_.got_count[replica] += shards.size();
+  current_.got_count[replica] += kept.accepted.size();
   if (!current_.loss_known[replica]) {  // the first bucket's loss
     current_.loss_known[replica] = true;
     current_.loss[replica] = loss;
@@ -103,7 +105,7 @@ SyncSteps::PushResult SyncSteps::push(uint32_t replica, int64_t step, std::span<
     last_pushed_[replica] = step;
     ++current_.count;
   }
-  return {PushOutcome::kAccepted};
+  return kept;
 }
 
 SyncSteps::SumJob SyncSteps::take_sums(std::span<const uint32_t> shards) {

@@ -67,13 +67,19 @@ class SyncSteps {
     kStale,          // for a step already summed (or closed): dropped
     kDuplicate,      // delivered before (a retry): dropped
     kAhead,          // for a step after the current one: the replica is wrong
-    kRepeatsShards,  // a bucket repeating some, not all, shards delivered before
   };
   struct PushResult {
     PushOutcome outcome = PushOutcome::kAccepted;
     // kStale: this push is the first of the replica's stale pushes for its
     // step, and so the one counted (a late replica's buckets count once).
     bool counted_stale = false;
+    // kAccepted: the shards kept, for take_sums(). A bucket that repeats
+    // some shards the replica delivered before in this step keeps only the
+    // others: a replica restarted mid-step (or a retry) may cut its buckets
+    // differently, and a step's payloads of a replica are the same bytes
+    // whichever process encodes them (the first delivery stays).
+    std::vector<uint32_t> accepted;
+    size_t repeated = 0;  // shards dropped that way
   };
   // A replica's push of step carrying shards[i]'s payloads[i] (a whole step,
   // or one bucket). The caller has validated the payloads; here replica must

@@ -62,7 +62,7 @@ td::SyncSteps::PushResult push(td::SyncSteps& steps, const Shards& shards, uint3
   for (uint32_t s : ids) payloads.push_back(shards.payload(s, replica, step));
   const td::SyncSteps::PushResult result = steps.push(replica, step, ids, payloads, loss);
   if (result.outcome == Outcome::kAccepted) {
-    const td::SyncSteps::SumJob job = steps.take_sums(ids);
+    const td::SyncSteps::SumJob job = steps.take_sums(result.accepted);
     if (!job.empty()) {
       EXPECT_EQ(steps.sum(job), "");
     }
@@ -168,20 +168,26 @@ TEST(SyncSteps, BackupReplicasCloseTheStepAndLaterPushesAreStale) {
 }
 
 TEST(SyncSteps, RetriesAreDuplicatesAndBadBucketsChangeNothing) {
-  const Shards shards("fp32", {16, 16});
+  const Shards shards("fp32", {16, 16, 16});
   td::SyncSteps steps(shards.coding(), 2, 2, 8, 0);
   EXPECT_EQ(push(steps, shards, 0, 0, {0}).outcome, Outcome::kAccepted);
   EXPECT_EQ(push(steps, shards, 0, 0, {0}).outcome, Outcome::kDuplicate);
   EXPECT_EQ(steps.duplicates(), 1u);
-  EXPECT_EQ(push(steps, shards, 0, 0, {1, 0}).outcome, Outcome::kRepeatsShards);
   EXPECT_EQ(push(steps, shards, 0, 1, {1}).outcome, Outcome::kAhead);
   EXPECT_EQ(steps.missing(), (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(steps.last_pushed(0), -1);
-  // Nothing of the rejected pushes was kept: the step completes as usual.
-  EXPECT_EQ(push(steps, shards, 0, 0, {1}).outcome, Outcome::kAccepted);
-  EXPECT_EQ(push(steps, shards, 1, 0, {0, 1}).outcome, Outcome::kAccepted);
+  // A bucket cut differently (a replica restarted mid-step, whose buckets
+  // hold other shards): the repeated shard is dropped, the first delivery
+  // stays, the new one is kept.
+  const td::SyncSteps::PushResult cut = push(steps, shards, 0, 0, {1, 0});
+  EXPECT_EQ(cut.outcome, Outcome::kAccepted);
+  EXPECT_EQ(cut.accepted, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(cut.repeated, 1u);
+  // The step completes as usual, its sums the first deliveries'.
+  EXPECT_EQ(push(steps, shards, 0, 0, {2}).outcome, Outcome::kAccepted);
+  EXPECT_EQ(push(steps, shards, 1, 0, {0, 1, 2}).outcome, Outcome::kAccepted);
   EXPECT_EQ(steps.global_step(), 1);
-  for (uint32_t s = 0; s < 2; ++s) EXPECT_EQ(steps.sums_of(0)->shards[s], shards.expected_sum(s, {0, 1}, 0));
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(steps.sums_of(0)->shards[s], shards.expected_sum(s, {0, 1}, 0));
   EXPECT_EQ(steps.duplicates(), 1u);
   EXPECT_EQ(steps.stale(), 0u);
 }

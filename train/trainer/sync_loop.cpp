@@ -147,7 +147,6 @@ class SyncLoop final : public ReplicaLoop {
     }
   }
 
- private:
   // Steps 1-4 one after another (--overlap_comm=false, or a step that cannot
   // overlap), each timed as a whole.
   comm::WorkerClient::Sums sequential_step(int64_t step, StepClock& one, ReplicaRun& run) {
