@@ -218,6 +218,8 @@ struct WorkerClient::Impl {
   void pull_stream(int p);
   void join_pullers();
 
+  // What the ps tasks' replies to one push say, together.
+  static PushOutcome outcome_of(const std::vector<rpc::PushReply>& replies);
   // A Push call's first message: this replica, the step, the loss.
   rpc::PushChunk push_head(int64_t step, float loss) const;
   // One shard's payload chunks, written to a Push stream.

@@ -51,6 +51,16 @@ void WorkerClient::Impl::sender_loop(int p) {
   }
 }
 
+WorkerClient::PushOutcome WorkerClient::Impl::outcome_of(const std::vector<rpc::PushReply>& replies) {
+  PushOutcome out;
+  for (const auto& r : replies) {
+    if (r.outcome() == rpc::PushReply::STALE) ++out.stale;
+    if (r.outcome() == rpc::PushReply::PAST_END) ++out.past_end;
+    if (r.outcome() != rpc::PushReply::APPLIED) out.applied = false;
+  }
+  return out;
+}
+
 rpc::PushChunk WorkerClient::Impl::push_head(int64_t step, float loss) const {
   rpc::PushChunk head;
   head.mutable_header()->set_replica(static_cast<uint32_t>(replica));
@@ -218,13 +228,7 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
     m.payload_sent += bytes;
     m.message_received += replies[p].ByteSizeLong();
   });
-  PushOutcome out;
-  for (const auto& r : replies) {
-    if (r.outcome() == rpc::PushReply::STALE) ++out.stale;
-    if (r.outcome() == rpc::PushReply::PAST_END) ++out.past_end;
-    if (r.outcome() != rpc::PushReply::APPLIED) out.applied = false;
-  }
-  return out;
+  return Impl::outcome_of(replies);
 }
 
 WorkerClient::Sums WorkerClient::pull_sums(int64_t step, std::vector<std::vector<uint8_t>>& sums) {

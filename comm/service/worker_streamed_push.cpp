@@ -108,13 +108,7 @@ WorkerClient::PushOutcome WorkerClient::end_push() {
       throw std::logic_error("end_push: " + std::to_string(m.streamed.queued[p].size()) + " of " +
                              m.ps_name(p) + "'s " + std::to_string(m.layout.shards_on[p].size()) +
                              " shards were queued");
-  PushOutcome out;
-  for (const auto& r : m.streamed.replies) {
-    if (r.outcome() == rpc::PushReply::STALE) ++out.stale;
-    if (r.outcome() == rpc::PushReply::PAST_END) ++out.past_end;
-    if (r.outcome() != rpc::PushReply::APPLIED) out.applied = false;
-  }
-  return out;
+  return Impl::outcome_of(m.streamed.replies);
 }
 
 }  // namespace terngrad::comm

@@ -8,7 +8,16 @@
 # link_stats.json. Needs root (network namespaces).
 #   experiments/network/line_rate_grid.sh BASE_BUILD NEW_BUILD OUT [REPS]
 set -euo pipefail
+if [[ $# -lt 3 || $# -gt 4 ]]; then
+  echo "usage: line_rate_grid.sh BASE_BUILD NEW_BUILD OUT [REPS]" >&2
+  exit 2
+fi
 base=$1 new=$2 out=$3 reps=${4:-2}
+for b in "$base" "$new"; do
+  [[ -x $b/experiments/tg-train ]] || { echo "line_rate_grid.sh: no tg-train in $b/experiments (build it first)" >&2; exit 2; }
+done
+[[ -x $new/experiments/tg-cluster ]] || { echo "line_rate_grid.sh: no tg-cluster in $new/experiments" >&2; exit 2; }
+[[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "line_rate_grid.sh: REPS must be a positive integer, got '$reps'" >&2; exit 2; }
 mkdir -p "$out"
 printf 'build\tmode\treplicas\tlink\tsteps\texamples_per_s\tps_in_idle_ms_per_step\tps_out_idle_ms_per_step\tstep_ms\n' > "$out/runs.tsv"
 one() {  # label build mode replicas link steps

@@ -47,10 +47,17 @@ void ExponentialMovingAverage::update(const ParamSet& params, int64_t step) {
 }
 
 void ExponentialMovingAverage::update_variable(const ParamSet& params, size_t i, int64_t step) {
-  check(params, "update_variable");
-  if (i >= shadow_.size())
-    throw std::invalid_argument("ExponentialMovingAverage::update_variable(" + std::to_string(i) + ") of " +
-                                std::to_string(shadow_.size()) + " parameters");
+  // Parameter i alone is checked: every variable of a step calls this.
+  if (params.size() != shadow_.size() || i >= shadow_.size())
+    throw std::invalid_argument("ExponentialMovingAverage::update_variable(" + std::to_string(i) + ") with " +
+                                std::to_string(params.size()) + " parameters, the average has " +
+                                std::to_string(shadow_.size()));
+  const Param& p = params.params[i];
+  if (p.name != names_[i] || p.value.size() != shadow_[i].size())
+    throw std::invalid_argument("ExponentialMovingAverage::update_variable: parameter " + std::to_string(i) +
+                                " is '" + p.name + "' with " + std::to_string(p.value.size()) +
+                                " elements, the average has '" + names_[i] + "' with " +
+                                std::to_string(shadow_[i].size()));
   update_one(params, i, step);
 }
 

@@ -75,7 +75,7 @@ void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
 }
 
 void Optimizer::apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr) {
-  init(params);
+  if (applied_.empty()) init(params);  // the whole set, once a step (names compared)
   check_count(params, grads);
   if (i >= params.size())
     throw std::invalid_argument(name() + " optimizer: apply_variable(" + std::to_string(i) + ") of " +
