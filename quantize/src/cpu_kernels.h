@@ -188,6 +188,8 @@ BlockFault rans_decode_neon(const uint8_t* stream, uint64_t bytes, uint32_t coun
                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);  // AArch64 only
 
 // One kernel of each pass for one SIMD level.
+void bf16_widen_portable(const uint16_t* in, size_t n, float* out);
+
 struct KernelTable {
   ChunkSums (*chunk_sums)(const float* x, size_t len);
   void (*encode_bytes)(const float* x, uint64_t n, uint64_t k_begin, uint64_t k_end,
@@ -220,6 +222,8 @@ struct KernelTable {
   // One rANS block's decode (rans_block.h); the same symbols and faults at every level.
   BlockFault (*rans_decode)(const uint8_t* stream, uint64_t bytes, uint32_t count, uint32_t lanes,
                             const BlockModel& model, const uint8_t* slot_symbol, uint8_t* syms);
+  // bfloat16 -> float32 (half_input.h): out[i] = in[i] << 16, exact.
+  void (*bf16_widen)(const uint16_t* in, size_t n, float* out);
 };
 
 // The Highway kernels compiled for a level (simd_kernels.cpp), or nullptr.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/error_feedback.h"
+#include "terngrad/quantize/half_input.h"
 
 namespace terngrad::quantize {
 namespace detail {
@@ -124,25 +126,36 @@ void check_slice(uint64_t element_offset, uint64_t n, uint64_t whole_count) {
   }
 }
 
-// The encode of x; with `residual`, of p = x + residual (float adds), which
-// is then overwritten with error feedback's residual of p
-// (encode_error_feedback()). p is never stored whole: each 64 Ki-element
-// block is summed into this thread's buffer, encoded from there (its Philox
-// counters offset to the block, as the packed encode does) and its residual
-// written back, while the block is in cache.
-size_t encode_body(std::span<const float> x, const TensorStats& stats, const EncodeParams& params,
-                   std::span<uint8_t> out, float* residual = nullptr) {
-  const uint64_t n = x.size();
+// Where encode_body() reads the elements p it encodes: from memory as
+// float32 (`direct`, when there is no fill), or block by block from `fill`,
+// which writes p[begin, begin + len) into a buffer (g + e for error
+// feedback, widened halves, or both), so p is never stored whole.
+struct Source {
+  uint64_t n = 0;
+  const float* direct = nullptr;
+  std::function<void(uint64_t begin, uint64_t len, float* out)> fill;
+};
+
+// The encode of src's p; with `residual` (whose elements the fill has read
+// first), which is then overwritten with error feedback's residual of p
+// (encode_error_feedback()). Each 64 Ki-element block that is not direct is
+// filled into this thread's buffer, encoded from there (its Philox counters
+// offset to the block, as the packed encode does) and its residual written
+// back, while the block is in cache.
+size_t encode_body(const Source& src, const TensorStats& stats, const EncodeParams& params, std::span<uint8_t> out,
+                   float* residual = nullptr) {
+  const uint64_t n = src.n;
   const float scale = resolve_scale(stats, params);
   const bool nearest = params.rounding == Rounding::kNearest;
   const uint8_t flags = (params.shared_scale ? kFlagSharedScale : 0) | (nearest ? kFlagNearest : 0);
   if (params.packing != Packing::k2Bit) {
-    if (residual == nullptr) return detail::encode_packed(x, scale, flags, params, out);
+    if (!src.fill) return detail::encode_packed(std::span<const float>(src.direct, n), scale, flags, params, out);
     // The packed encodes take p whole: p, then -p, plus the decoding, then
     // 0 - that, the generic path's steps.
     std::vector<float> p(n);
-    for (uint64_t i = 0; i < n; ++i) p[i] = x[i] + residual[i];
+    src.fill(0, n, p.data());
     const size_t written = detail::encode_packed(p, scale, flags, params, out);
+    if (residual == nullptr) return written;
     std::span<float> r(residual, n);
     for (uint64_t i = 0; i < n; ++i) r[i] = -p[i];
     decode_accumulate(out.first(written), r);
@@ -158,34 +171,49 @@ size_t encode_body(std::span<const float> x, const TensorStats& stats, const Enc
   const uint64_t nbytes = body_bytes(n);
   auto* kernel = detail::kernels().encode_bytes;
   auto* nearest_kernel = detail::kernels().encode_bytes_nearest;
-  const detail::KernelTable& ef = detail::kernels();
+  auto* ef_residual = detail::kernels().ef_residual;
   // Blocks of 16 KiB of output (64 Ki elements): a multiple of the 16-byte SIMD group.
   constexpr uint64_t kBlockBytes = 16384;
   const uint64_t blocks = (nbytes + kBlockBytes - 1) / kBlockBytes;
-  const float* data = x.data();
   detail::for_each_block(n, blocks, [&](uint64_t b) {
     const uint64_t k0 = b * kBlockBytes;
     const uint64_t k1 = std::min(nbytes, k0 + kBlockBytes);
-    if (residual == nullptr) {
+    if (!src.fill) {
       if (nearest)
-        nearest_kernel(data, n, k0, k1, q, body);
+        nearest_kernel(src.direct, n, k0, k1, q, body);
       else
-        kernel(data, n, k0, k1, q, rng, body);
+        kernel(src.direct, n, k0, k1, q, rng, body);
       return;
     }
     thread_local std::vector<float> block_p;
     const uint64_t e0 = 4 * k0, len = std::min(n, 4 * k1) - e0;
     block_p.resize(4 * kBlockBytes);
     float* pb = block_p.data();
-    float* rb = residual + e0;
-    ef.add_f32(data + e0, rb, pb, len);
+    src.fill(e0, len, pb);
     if (nearest)
       nearest_kernel(pb, len, 0, k1 - k0, q, body + k0);
     else
       kernel(pb, len, 0, k1 - k0, q, rng.advanced(k0), body + k0);
-    ef.ef_residual(pb, body + k0, len, scale, rb);
+    if (residual != nullptr) ef_residual(pb, body + k0, len, scale, residual + e0);
   });
   return max_encoded_bytes(n);
+}
+
+// The checks of encode_error_feedback(), before anything is written.
+template <class Gradient>
+void check_error_feedback(const Gradient& g, std::span<float> residual, const TensorStats& stats,
+                          const EncodeParams& params, size_t capacity) {
+  require_capacity(g.size(), params.packing, capacity);
+  check_slice(params.element_offset, g.size(), stats.count);
+  if (residual.size() != g.size())
+    throw CodecError(Errc::kInvalidArgument, "encode_error_feedback: the residual has " +
+                                                 std::to_string(residual.size()) + " elements, the gradient " +
+                                                 std::to_string(g.size()));
+  const auto* gb = reinterpret_cast<const uint8_t*>(g.data());
+  const auto* ge = gb + g.size_bytes();
+  const auto* rb = reinterpret_cast<const uint8_t*>(residual.data());
+  if (!g.empty() && rb < ge && gb < rb + residual.size_bytes())
+    throw CodecError(Errc::kInvalidArgument, "encode_error_feedback: the residual overlaps the gradient");
 }
 
 }  // namespace
@@ -227,26 +255,50 @@ size_t encode_with_stats(std::span<const float> x, const TensorStats& stats,
                          const EncodeParams& params, std::span<uint8_t> out) {
   require_capacity(x.size(), params.packing, out.size());
   check_slice(params.element_offset, x.size(), stats.count);
-  return encode_body(x, stats, params, out);
+  return encode_body(Source{x.size(), x.data(), {}}, stats, params, out);
 }
 
 size_t encode_error_feedback(std::span<const float> g, std::span<float> residual, const TensorStats& stats,
                              const EncodeParams& params, std::span<uint8_t> out) {
-  require_capacity(g.size(), params.packing, out.size());
-  check_slice(params.element_offset, g.size(), stats.count);
-  if (residual.size() != g.size())
-    throw CodecError(Errc::kInvalidArgument, "encode_error_feedback: the residual has " +
-                                                 std::to_string(residual.size()) + " elements, the gradient " +
-                                                 std::to_string(g.size()));
-  if (!g.empty() && residual.data() < g.data() + g.size() && g.data() < residual.data() + residual.size())
-    throw CodecError(Errc::kInvalidArgument, "encode_error_feedback: the residual overlaps the gradient");
-  return encode_body(g, stats, params, out, residual.data());
+  check_error_feedback(g, residual, stats, params, out.size());
+  auto* add = detail::kernels().add_f32;
+  const Source p{g.size(), nullptr, [&](uint64_t begin, uint64_t len, float* to) {
+                   add(g.data() + begin, residual.data() + begin, to, len);
+                 }};
+  return encode_body(p, stats, params, out, residual.data());
 }
 
 size_t encode(std::span<const float> x, const EncodeParams& params, std::span<uint8_t> out) {
   require_capacity(x.size(), params.packing, out.size());  // before the stats pass: fail fast
   check_offset(params.element_offset);
-  return encode_body(x, compute_stats(x), params, out);
+  return encode_body(Source{x.size(), x.data(), {}}, compute_stats(x), params, out);
+}
+
+// 16-bit inputs (half_input.h): the float32 encode of each block widened.
+size_t encode_with_stats(HalfTensor x, const TensorStats& stats, const EncodeParams& params, std::span<uint8_t> out) {
+  require_capacity(x.size(), params.packing, out.size());
+  check_slice(params.element_offset, x.size(), stats.count);
+  const Source p{x.size(), nullptr, [&](uint64_t begin, uint64_t len, float* to) {
+                   widen(x.subspan(begin, len), std::span<float>(to, len));
+                 }};
+  return encode_body(p, stats, params, out);
+}
+
+size_t encode(HalfTensor x, const EncodeParams& params, std::span<uint8_t> out) {
+  require_capacity(x.size(), params.packing, out.size());  // before the stats pass: fail fast
+  check_offset(params.element_offset);
+  return encode_with_stats(x, compute_stats(x), params, out);
+}
+
+size_t encode_error_feedback(HalfTensor g, std::span<float> residual, const TensorStats& stats,
+                             const EncodeParams& params, std::span<uint8_t> out) {
+  check_error_feedback(g.bits, residual, stats, params, out.size());
+  auto* add = detail::kernels().add_f32;
+  const Source p{g.size(), nullptr, [&](uint64_t begin, uint64_t len, float* to) {
+                   widen(g.subspan(begin, len), std::span<float>(to, len));
+                   add(to, residual.data() + begin, to, len);
+                 }};
+  return encode_body(p, stats, params, out, residual.data());
 }
 
 }  // namespace terngrad::quantize

@@ -21,7 +21,8 @@ const KernelTable kPortable{chunk_sums_portable,        encode_bytes_portable,
                             fp16::decode_accumulate_portable, dense_sum_f32_portable,
                             dense_sum_f16_portable,     rans_encode_portable,
                             encode_bytes_nearest,       add_f32_portable,
-                            ef_residual_portable,       rans_decode_block};
+                            ef_residual_portable,       rans_decode_block,
+                            bf16_widen_portable};
 
 #if defined(__x86_64__)
 KernelTable avx512_table() {

@@ -651,6 +651,17 @@ void Fp16DecodeInto(const uint8_t* in, size_t n, float* out) {
     fp16::decode_portable(in + 2 * i, n - i, out + i);
 }
 
+// bfloat16 -> float32: each u16 promoted to u32 and shifted to the top half.
+void Bf16Widen(const uint16_t* in, size_t n, float* out) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, in + i)))), df, out + i);
+  bf16_widen_portable(in + i, n - i, out + i);
+}
+
 void Fp16Decode(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<false>(in, n, out); }
 void Fp16DecodeAccumulate(const uint8_t* in, size_t n, float* out) { Fp16DecodeInto<true>(in, n, out); }
 
@@ -752,7 +763,7 @@ namespace {
     &NS::StatsChunk, &NS::EncodeBytes, &NS::DecodeBytes, &NS::SumGroups, &NS::SumFieldsMax, \
         &NS::DecodeSumFields, &NS::Fp16Encode, &NS::Fp16Decode, &NS::Fp16DecodeAccumulate,   \
         &NS::DenseSumF32, &NS::DenseSumF16, &rans_encode_portable, &encode_bytes_nearest,   \
-        &add_f32_portable, &ef_residual_portable, &rans_decode_block                        \
+        &add_f32_portable, &ef_residual_portable, &rans_decode_block, &NS::Bf16Widen         \
   }
 }  // namespace
 

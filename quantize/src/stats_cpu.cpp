@@ -9,6 +9,7 @@
 #include "messages.h"
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/error_feedback.h"
+#include "terngrad/quantize/half_input.h"
 
 namespace terngrad::quantize {
 namespace detail {
@@ -133,6 +134,47 @@ TensorStats stats_of_sum(std::span<const float> a, std::span<const float> b) {
         std::vector<float> s(n);
         for (uint64_t i = 0; i < n; ++i) s[i] = pa[i] + pb[i];
         throw_non_finite(s.data(), n);
+      });
+}
+
+// 16-bit inputs (half_input.h): each chunk widened into this thread's
+// 16 KiB buffer, then the float32 kernel, so the float32 call's bits.
+TensorStats compute_stats(HalfTensor x) {
+  auto* kernel = detail::kernels().chunk_sums;
+  return reduce_chunks(
+      x.size(),
+      [&](uint64_t begin, uint64_t len) {
+        thread_local float chunk[kStatsChunk];
+        widen(x.subspan(begin, len), std::span<float>(chunk, len));
+        return kernel(chunk, len);
+      },
+      [&] {
+        std::vector<float> w(x.size());
+        widen(x, w);
+        throw_non_finite(w.data(), w.size());
+      });
+}
+
+TensorStats stats_of_sum(HalfTensor g, std::span<const float> residual) {
+  if (g.size() != residual.size())
+    throw CodecError(Errc::kInvalidArgument, "stats_of_sum: the gradient has " + std::to_string(g.size()) +
+                                                 " elements, the residual " + std::to_string(residual.size()) +
+                                                 " (they must have one length)");
+  auto* kernel = detail::kernels().chunk_sums;
+  auto* add = detail::kernels().add_f32;
+  return reduce_chunks(
+      g.size(),
+      [&](uint64_t begin, uint64_t len) {
+        thread_local float sum[kStatsChunk];
+        widen(g.subspan(begin, len), std::span<float>(sum, len));
+        add(sum, residual.data() + begin, sum, len);
+        return kernel(sum, len);
+      },
+      [&] {
+        std::vector<float> s(g.size());
+        widen(g, s);
+        for (uint64_t i = 0; i < s.size(); ++i) s[i] = s[i] + residual[i];
+        throw_non_finite(s.data(), s.size());
       });
 }
 

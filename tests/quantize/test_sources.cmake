@@ -12,6 +12,7 @@ set(TG_QUANTIZE_TEST_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/statistical_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/slice_encode_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/error_feedback_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/half_input_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ternary_sum_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/simd_levels_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp16_convert_test.cpp
