@@ -83,6 +83,29 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     return inner_->local_scale(corrected_);
   }
 
+  // 16-bit gradients: the fused path hands the halves to the inner codec,
+  // which reads them block by block; any other path works on the widened
+  // copy (GradientCodec's defaults, then the calls above).
+  float local_scale_half(quantize::HalfTensor grad) override {
+    if (!fused()) return GradientCodec::local_scale_half(grad);
+    size_state(grad.size());
+    const float s = inner_->prepare_error_feedback_half(grad, residual_);
+    prepared_ = Prepared{grad.bits.data(), grad.size()};
+    return s;
+  }
+
+  void encode_slices_half(quantize::HalfTensor grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                          std::span<const std::span<uint8_t>> outs) override {
+    if (!fused()) return GradientCodec::encode_slices_half(grad, ctx, slices, outs);
+    const std::optional<Prepared> prepared = std::exchange(prepared_, std::nullopt);
+    check_slices(spec(), grad.size(), slices, outs, *this);
+    if (!prepared || prepared->data != grad.bits.data() || prepared->size != grad.size()) {
+      size_state(grad.size());
+      inner_->prepare_error_feedback_half(grad, residual_);
+    }
+    inner_->encode_slices_error_feedback_half(grad, ctx, slices, outs, residual_);
+  }
+
   void presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out) override {
     // Round 0 starts the step: p is prepared afresh (prepare() is idempotent
     // within a step, so after local_scale() this costs a pass, not bits).
@@ -204,7 +227,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 
  private:
   struct Prepared {
-    const float* data;
+    const void* data;  // float32 or halves
     size_t size;
   };
 

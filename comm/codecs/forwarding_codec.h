@@ -22,6 +22,28 @@ class ForwardingCodec : public GradientCodec {
   bool sums_without_decoding() const override { return inner_->sums_without_decoding(); }
   bool wants_shared_scale() const override { return inner_->wants_shared_scale(); }
   float local_scale(std::span<const float> grad) override { return inner_->local_scale(grad); }
+  float local_scale_half(quantize::HalfTensor grad) override { return inner_->local_scale_half(grad); }
+  void encode_slices_half(quantize::HalfTensor grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                          std::span<const std::span<uint8_t>> outs) override {
+    inner_->encode_slices_half(grad, ctx, slices, outs);
+  }
+  bool fuses_error_feedback() const override { return inner_->fuses_error_feedback(); }
+  float prepare_error_feedback(std::span<const float> grad, std::span<const float> residual) override {
+    return inner_->prepare_error_feedback(grad, residual);
+  }
+  void encode_slices_error_feedback(std::span<const float> grad, const EncodeContext& ctx,
+                                    std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs,
+                                    std::span<float> residual) override {
+    inner_->encode_slices_error_feedback(grad, ctx, slices, outs, residual);
+  }
+  float prepare_error_feedback_half(quantize::HalfTensor grad, std::span<const float> residual) override {
+    return inner_->prepare_error_feedback_half(grad, residual);
+  }
+  void encode_slices_error_feedback_half(quantize::HalfTensor grad, const EncodeContext& ctx,
+                                         std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs,
+                                         std::span<float> residual) override {
+    inner_->encode_slices_error_feedback_half(grad, ctx, slices, outs, residual);
+  }
   uint32_t presum_rounds() const override { return inner_->presum_rounds(); }
   uint64_t presum_floats(uint32_t round, uint64_t n) const override { return inner_->presum_floats(round, n); }
   void presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out) override {

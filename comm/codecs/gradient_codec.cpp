@@ -74,6 +74,34 @@ uint64_t GradientCodec::presum_floats(uint32_t round, uint64_t n) const {
                               std::to_string(presum_rounds()) + " pre-rounds");
 }
 
+std::span<const float> GradientCodec::widened(quantize::HalfTensor grad, bool starts_pair) {
+  const bool same = grad.bits.data() == widened_from_ && grad.size() == widened_size_;
+  std::vector<float>& copy = widened_[starts_pair || same ? 0 : 1];
+  widened_from_ = starts_pair ? grad.bits.data() : nullptr;
+  widened_size_ = starts_pair ? grad.size() : 0;
+  copy.resize(grad.size());
+  quantize::widen(grad, copy);
+  return copy;
+}
+
+float GradientCodec::local_scale_half(quantize::HalfTensor grad) { return local_scale(widened(grad, true)); }
+
+void GradientCodec::encode_slices_half(quantize::HalfTensor grad, const EncodeContext& ctx,
+                                       std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs) {
+  encode_slices(widened(grad, false), ctx, slices, outs);
+}
+
+float GradientCodec::prepare_error_feedback_half(quantize::HalfTensor grad, std::span<const float> residual) {
+  return prepare_error_feedback(widened(grad, true), residual);
+}
+
+void GradientCodec::encode_slices_error_feedback_half(quantize::HalfTensor grad, const EncodeContext& ctx,
+                                                      std::span<const ElementRange> slices,
+                                                      std::span<const std::span<uint8_t>> outs,
+                                                      std::span<float> residual) {
+  encode_slices_error_feedback(widened(grad, false), ctx, slices, outs, residual);
+}
+
 float GradientCodec::prepare_error_feedback(std::span<const float>, std::span<const float>) {
   throw std::logic_error(spec() + ": no fused error feedback (ask fuses_error_feedback() first)");
 }

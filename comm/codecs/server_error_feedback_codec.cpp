@@ -58,17 +58,9 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
 
   std::string spec() const override { return spec_; }
 
-  // Workers encode as <codec> alone does, its fused error feedback included
-  // (ef(server_ef(terngrad)) fuses on the workers).
-  bool fuses_error_feedback() const override { return inner_->fuses_error_feedback(); }
-  float prepare_error_feedback(std::span<const float> grad, std::span<const float> residual) override {
-    return inner_->prepare_error_feedback(grad, residual);
-  }
-  void encode_slices_error_feedback(std::span<const float> grad, const EncodeContext& ctx,
-                                    std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs,
-                                    std::span<float> residual) override {
-    inner_->encode_slices_error_feedback(grad, ctx, slices, outs, residual);
-  }
+  // Workers encode as <codec> alone does, its fused error feedback and its
+  // 16-bit reads included (ForwardingCodec): ef(server_ef(terngrad)) fuses on
+  // the workers.
 
   CodecConfig config() const override {
     CodecConfig c = inner_->config();

@@ -85,15 +85,17 @@ class TernGradCodec final : public GradientCodec {
 
   bool wants_shared_scale() const override { return share_scale_; }
 
-  float local_scale(std::span<const float> grad) override {
-    cached_.reset();  // a throwing compute_stats (NaN/Inf) must not leave older stats behind
-    const quantize::TensorStats stats = quantize::compute_stats(grad);
-    cached_ = Cached{grad.data(), grad.size(), stats};
-    return quantize::local_scale(stats, clip_);
-  }
-
+  float local_scale(std::span<const float> grad) override { return own_scale(grad); }
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
                      std::span<const std::span<uint8_t>> outs) override {
+    encode(grad, ctx, slices, outs, {});
+  }
+
+  // 16-bit gradients: the same calls on the halves, read block by block
+  // (quantize/half_input.h), with the float32 calls' bits.
+  float local_scale_half(quantize::HalfTensor grad) override { return own_scale(grad); }
+  void encode_slices_half(quantize::HalfTensor grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                          std::span<const std::span<uint8_t>> outs) override {
     encode(grad, ctx, slices, outs, {});
   }
 
@@ -103,33 +105,20 @@ class TernGradCodec final : public GradientCodec {
   bool fuses_error_feedback() const override { return true; }
 
   float prepare_error_feedback(std::span<const float> grad, std::span<const float> residual) override {
-    cached_.reset();
-    const quantize::TensorStats stats = quantize::stats_of_sum(grad, residual);
-    cached_ = Cached{grad.data(), grad.size(), stats, residual.data()};
-    return quantize::local_scale(stats, clip_);  // as local_scale(p)
+    return sum_scale(grad, residual);
   }
-
   void encode_slices_error_feedback(std::span<const float> grad, const EncodeContext& ctx,
                                     std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs,
                                     std::span<float> residual) override {
-    if (residual.size() != grad.size()) {
-      cached_.reset();
-      throw std::invalid_argument("terngrad: a residual of " + std::to_string(residual.size()) +
-                                  " elements for a gradient of " + std::to_string(grad.size()));
-    }
-    encode(grad, ctx, slices, outs, residual);
-    // Elements no slice covers sent nothing: their residual is p = g + e.
-    std::vector<ElementRange> sorted(slices.begin(), slices.end());
-    std::sort(sorted.begin(), sorted.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
-    uint64_t next = 0;
-    auto keep_p = [&](uint64_t from, uint64_t to) {
-      for (uint64_t i = from; i < to; ++i) residual[i] = grad[i] + residual[i];
-    };
-    for (const ElementRange& r : sorted) {
-      if (r.begin > next) keep_p(next, r.begin);
-      next = std::max(next, r.begin + r.count);
-    }
-    keep_p(next, grad.size());
+    encode_with_residual(grad, ctx, slices, outs, residual);
+  }
+  float prepare_error_feedback_half(quantize::HalfTensor grad, std::span<const float> residual) override {
+    return sum_scale(grad, residual);
+  }
+  void encode_slices_error_feedback_half(quantize::HalfTensor grad, const EncodeContext& ctx,
+                                         std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs,
+                                         std::span<float> residual) override {
+    encode_with_residual(grad, ctx, slices, outs, residual);
   }
 
   void decode(std::span<const uint8_t> payload, std::span<float> out) const override {
@@ -209,8 +198,57 @@ class TernGradCodec final : public GradientCodec {
   }
 
  private:
+  // A gradient's first element and its i-th value: a float32 span or halves.
+  static const void* data_of(std::span<const float> g) { return g.data(); }
+  static const void* data_of(quantize::HalfTensor g) { return g.bits.data(); }
+  static float value_at(std::span<const float> g, uint64_t i) { return g[i]; }
+  static float value_at(quantize::HalfTensor g, uint64_t i) { return quantize::widen_one(g.bits[i], g.type); }
+
+  // local_scale(): the statistics, kept for the encode that follows.
+  template <class Gradient>
+  float own_scale(Gradient grad) {
+    cached_.reset();  // a throwing compute_stats (NaN/Inf) must not leave older stats behind
+    const quantize::TensorStats stats = quantize::compute_stats(grad);
+    cached_ = Cached{data_of(grad), grad.size(), stats};
+    return quantize::local_scale(stats, clip_);
+  }
+
+  // prepare_error_feedback(): p = g + e's statistics in one pass.
+  template <class Gradient>
+  float sum_scale(Gradient grad, std::span<const float> residual) {
+    cached_.reset();
+    const quantize::TensorStats stats = quantize::stats_of_sum(grad, residual);
+    cached_ = Cached{data_of(grad), grad.size(), stats, residual.data()};
+    return quantize::local_scale(stats, clip_);  // as local_scale(p)
+  }
+
+  // encode_slices_error_feedback(): the payloads and e' in one pass, then
+  // the elements no slice covers, which sent nothing: their residual is p.
+  template <class Gradient>
+  void encode_with_residual(Gradient grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+                            std::span<const std::span<uint8_t>> outs, std::span<float> residual) {
+    if (residual.size() != grad.size()) {
+      cached_.reset();
+      throw std::invalid_argument("terngrad: a residual of " + std::to_string(residual.size()) +
+                                  " elements for a gradient of " + std::to_string(grad.size()));
+    }
+    encode(grad, ctx, slices, outs, residual);
+    std::vector<ElementRange> sorted(slices.begin(), slices.end());
+    std::sort(sorted.begin(), sorted.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
+    uint64_t next = 0;
+    auto keep_p = [&](uint64_t from, uint64_t to) {
+      for (uint64_t i = from; i < to; ++i) residual[i] = value_at(grad, i) + residual[i];
+    };
+    for (const ElementRange& r : sorted) {
+      if (r.begin > next) keep_p(next, r.begin);
+      next = std::max(next, r.begin + r.count);
+    }
+    keep_p(next, grad.size());
+  }
+
   // encode_slices(), and with a residual (not empty) error feedback's too.
-  void encode(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
+  template <class Gradient>
+  void encode(Gradient grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
               std::span<const std::span<uint8_t>> outs, std::span<float> residual) {
     const std::optional<Cached> cached = std::exchange(cached_, std::nullopt);
     check_slices("terngrad", grad.size(), slices, outs, *this);
@@ -227,14 +265,14 @@ class TernGradCodec final : public GradientCodec {
     if (share_scale_) p.shared_scale = ctx.shared_scale;
     // The cache holds the statistics of grad, or of grad + residual for
     // error feedback: it serves only the same spans.
-    const bool hit = cached && cached->data == grad.data() && cached->size == grad.size() &&
+    const bool hit = cached && cached->data == data_of(grad) && cached->size == grad.size() &&
                      cached->residual == (residual.empty() ? nullptr : residual.data());
     const quantize::TensorStats stats = hit ? cached->stats
                                         : residual.empty() ? quantize::compute_stats(grad)
                                                            : quantize::stats_of_sum(grad, residual);
     for (size_t i = 0; i < slices.size(); ++i) {
       p.element_offset = slices[i].begin;
-      const std::span<const float> x = grad.subspan(slices[i].begin, slices[i].count);
+      const Gradient x = grad.subspan(slices[i].begin, slices[i].count);
       if (residual.empty())
         quantize::encode_with_stats(x, stats, p, outs[i]);
       else
@@ -273,7 +311,7 @@ class TernGradCodec final : public GradientCodec {
   }
 
   struct Cached {
-    const float* data;
+    const void* data;  // float32 or halves
     size_t size;
     quantize::TensorStats stats;
     const float* residual = nullptr;  // error feedback: the stats are of data + residual

@@ -41,6 +41,7 @@
 
 #include "terngrad/comm/codec_config.h"
 #include "terngrad/comm/codec_spec.h"
+#include "terngrad/quantize/half_input.h"
 
 namespace terngrad::comm {
 
@@ -149,6 +150,21 @@ class GradientCodec {
   virtual void encode_slices_error_feedback(std::span<const float> grad, const EncodeContext& ctx,
                                             std::span<const ElementRange> slices,
                                             std::span<const std::span<uint8_t>> outs, std::span<float> residual);
+
+  // 16-bit gradients (float16 / bfloat16 buckets of mixed-precision
+  // training): local_scale(), encode_slices() and the fused error feedback
+  // calls of the widened gradient, bit for bit, with the same pairing rule
+  // (the same tensor in local_scale_half() and the encode after it). TernGrad,
+  // and ef() / server_ef() of it, read the halves directly, block by block in
+  // cache (terngrad/quantize/half_input.h); the defaults widen the whole
+  // variable into a float32 copy the codec keeps, and call the float32 calls.
+  virtual float local_scale_half(quantize::HalfTensor grad);
+  virtual void encode_slices_half(quantize::HalfTensor grad, const EncodeContext& ctx,
+                                  std::span<const ElementRange> slices, std::span<const std::span<uint8_t>> outs);
+  virtual float prepare_error_feedback_half(quantize::HalfTensor grad, std::span<const float> residual);
+  virtual void encode_slices_error_feedback_half(quantize::HalfTensor grad, const EncodeContext& ctx,
+                                                 std::span<const ElementRange> slices,
+                                                 std::span<const std::span<uint8_t>> outs, std::span<float> residual);
 
   // Multi-round codecs (see the top of this file): the number of pre-rounds
   // (0 for every single-round codec), the floats round `round` produces for a
@@ -260,6 +276,16 @@ class GradientCodec {
   virtual void load_state(std::span<const uint8_t> state) {
     if (!state.empty()) throw std::invalid_argument(spec() + ": this codec has no state to load");
   }
+
+ private:
+  // The defaults' float32 copy of a 16-bit gradient: slot 0 for a pair's
+  // first call (local_scale_half, prepare_error_feedback_half) and an encode
+  // of the same tensor after it, slot 1 for an encode of another tensor, so a
+  // codec's statistics cache (keyed by the span) never serves it.
+  std::span<const float> widened(quantize::HalfTensor grad, bool starts_pair);
+  std::vector<float> widened_[2];
+  const void* widened_from_ = nullptr;
+  uint64_t widened_size_ = 0;
 };
 
 using CodecFactory = std::function<std::unique_ptr<GradientCodec>(const CodecSpec&)>;
