@@ -1,6 +1,7 @@
 // The host side of the C API: library version, codec handles over the comm
 // codec registry (make_codec), and encode / decode on host pointers.
 #include <cstring>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -51,6 +52,45 @@ std::span<const float> values(const float* p, uint64_t n, const char* what) {
 std::span<float> values(float* p, uint64_t n, const char* what) {
   require_buffer(p, n, what, "elements");
   return {p, static_cast<size_t>(n)};
+}
+
+// A gradient of any tg_dtype: float32 values, or halves (half_input.h).
+struct Gradient {
+  std::span<const float> floats;
+  std::optional<terngrad::quantize::HalfTensor> halves;
+};
+
+Gradient gradient(const void* p, uint64_t n, tg_dtype dtype) {
+  switch (dtype) {
+    case TG_FLOAT32:
+      return {values(static_cast<const float*>(p), n, "grad"), std::nullopt};
+    case TG_FLOAT16:
+    case TG_BFLOAT16: {
+      require_buffer(p, n, "grad", "elements");
+      const auto type = dtype == TG_FLOAT16 ? terngrad::quantize::HalfType::kFloat16
+                                            : terngrad::quantize::HalfType::kBFloat16;
+      return {{}, terngrad::quantize::HalfTensor{{static_cast<const uint16_t*>(p), static_cast<size_t>(n)}, type}};
+    }
+  }
+  throw ApiError(TG_ERR_INVALID_ARGUMENT, "dtype " + std::to_string(static_cast<int>(dtype)) +
+                                              " is not TG_FLOAT32 (0), TG_FLOAT16 (1) or TG_BFLOAT16 (2)");
+}
+
+terngrad::comm::EncodeContext context(uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale) {
+  terngrad::comm::EncodeContext ctx;
+  ctx.tensor_id = tensor_id;
+  ctx.step = step;
+  ctx.seed = seed;
+  if (shared_scale != nullptr) ctx.shared_scale = *shared_scale;
+  return ctx;
+}
+
+void encode_gradient(terngrad::comm::GradientCodec& codec, const Gradient& g, const terngrad::comm::EncodeContext& ctx,
+                     std::span<const terngrad::comm::ElementRange> slices, std::span<const std::span<uint8_t>> outs) {
+  if (g.halves)
+    codec.encode_slices_half(*g.halves, ctx, slices, outs);
+  else
+    codec.encode_slices(g.floats, ctx, slices, outs);
 }
 
 std::span<const uint8_t> bytes(const uint8_t* p, size_t n, const char* what) {
@@ -136,30 +176,51 @@ tg_status tg_codec_wants_shared_scale(const tg_codec_t* codec, int* out_wants) {
   });
 }
 
-tg_status tg_codec_local_scale(tg_codec_t* codec, const float* grad, uint64_t n, float* out_scale) {
-  return guarded(__func__, Operation::kOther, [&] {
+// The typed calls' bodies, under the name of the function called (errors name it).
+static tg_status local_scale_call(const char* fn, tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                      float* out_scale) {
+  return guarded(fn, Operation::kOther, [&] {
     tg_codec& h = handle_of(codec);
+    const Gradient g = gradient(grad, n, dtype);
     require(out_scale, "out_scale");
-    *out_scale = h.codec->local_scale(values(grad, n, "grad"));
+    *out_scale = g.halves ? h.codec->local_scale_half(*g.halves) : h.codec->local_scale(g.floats);
+  });
+}
+
+tg_status tg_codec_local_scale(tg_codec_t* codec, const float* grad, uint64_t n, float* out_scale) {
+  return local_scale_call(__func__, codec, grad, n, TG_FLOAT32, out_scale);
+}
+
+tg_status tg_codec_local_scale_typed(tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                                     float* out_scale) {
+  return local_scale_call(__func__, codec, grad, n, dtype, out_scale);
+}
+
+static tg_status encode_call(const char* fn, tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                 uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* out,
+                 size_t capacity, size_t* out_written) {
+  return guarded(fn, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    const Gradient g = gradient(grad, n, dtype);
+    require_payload_capacity(*h.codec, n, capacity);
+    require(out, "out");
+    const terngrad::comm::ElementRange whole{0, n};
+    const std::span<uint8_t> outs[1] = {{out, capacity}};
+    encode_gradient(*h.codec, g, context(tensor_id, step, seed, shared_scale), std::span(&whole, 1), outs);
+    if (out_written != nullptr) *out_written = h.codec->encoded_size(outs[0], n);
   });
 }
 
 tg_status tg_codec_encode(tg_codec_t* codec, const float* grad, uint64_t n, uint32_t tensor_id,
                           uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* out,
                           size_t capacity, size_t* out_written) {
-  return guarded(__func__, Operation::kOther, [&] {
-    tg_codec& h = handle_of(codec);
-    const std::span<const float> g = values(grad, n, "grad");
-    require_payload_capacity(*h.codec, n, capacity);
-    require(out, "out");
-    terngrad::comm::EncodeContext ctx;
-    ctx.tensor_id = tensor_id;
-    ctx.step = step;
-    ctx.seed = seed;
-    if (shared_scale != nullptr) ctx.shared_scale = *shared_scale;
-    const size_t written = h.codec->encode(g, ctx, {out, capacity});
-    if (out_written != nullptr) *out_written = written;
-  });
+  return encode_call(__func__, codec, grad, n, TG_FLOAT32, tensor_id, step, seed, shared_scale, out, capacity, out_written);
+}
+
+tg_status tg_codec_encode_typed(tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype, uint32_t tensor_id,
+                                uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* out,
+                                size_t capacity, size_t* out_written) {
+  return encode_call(__func__, codec, grad, n, dtype, tensor_id, step, seed, shared_scale, out, capacity, out_written);
 }
 
 tg_status tg_codec_decode(const tg_codec_t* codec, const uint8_t* payload, size_t payload_bytes,
@@ -192,13 +253,13 @@ tg_status tg_codec_save_state(const tg_codec_t* codec, uint8_t* buf, size_t capa
   });
 }
 
-tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, uint64_t n, size_t count,
-                                 const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
-                                 uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* const* outs,
-                                 const size_t* capacities, size_t* out_written) {
-  return guarded(__func__, Operation::kOther, [&] {
+static tg_status encode_slices_call(const char* fn, tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                        size_t count, const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                        uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* const* outs,
+                        const size_t* capacities, size_t* out_written) {
+  return guarded(fn, Operation::kOther, [&] {
     tg_codec& h = handle_of(codec);
-    const std::span<const float> g = values(grad, n, "grad");
+    const Gradient g = gradient(grad, n, dtype);
     if (count == 0) return;
     require(begins, "begins");
     require(lengths, "lengths");
@@ -215,14 +276,25 @@ tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, uint64_t 
       slices[i] = {begins[i], lengths[i]};
       spans[i] = {outs[i], capacities[i]};
     }
-    terngrad::comm::EncodeContext ctx;
-    ctx.tensor_id = tensor_id;
-    ctx.step = step;
-    ctx.seed = seed;
-    if (shared_scale != nullptr) ctx.shared_scale = *shared_scale;
-    h.codec->encode_slices(g, ctx, slices, spans);
+    encode_gradient(*h.codec, g, context(tensor_id, step, seed, shared_scale), slices, spans);
     for (size_t i = 0; i < count; ++i) out_written[i] = h.codec->encoded_size(spans[i], lengths[i]);
   });
+}
+
+tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, uint64_t n, size_t count,
+                                 const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                                 uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* const* outs,
+                                 const size_t* capacities, size_t* out_written) {
+  return encode_slices_call(__func__, codec, grad, n, TG_FLOAT32, count, begins, lengths, tensor_id, step, seed,
+                       shared_scale, outs, capacities, out_written);
+}
+
+tg_status tg_codec_encode_slices_typed(tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype, size_t count,
+                                       const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                                       uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* const* outs,
+                                       const size_t* capacities, size_t* out_written) {
+  return encode_slices_call(__func__, codec, grad, n, dtype, count, begins, lengths, tensor_id, step, seed, shared_scale,
+                       outs, capacities, out_written);
 }
 
 tg_status tg_codec_aggregate(const tg_codec_t* codec, const uint8_t* const* payloads, const size_t* payload_bytes,

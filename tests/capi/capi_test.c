@@ -374,6 +374,58 @@ static void test_reduce_scatter(void) {
   tg_codec_destroy(c);
 }
 
+/* 16-bit gradients (the *_typed calls): a bfloat16 gradient encodes to the
+ * bytes of its float32 values, for a codec that reads halves directly
+ * (ef(terngrad)) and one that widens (qsgd); an unknown dtype is refused. */
+static void test_typed_gradients(void) {
+  enum { N = 1003 };
+  static uint16_t bf[N];
+  static float wide[N];
+  for (int i = 0; i < N; ++i) {
+    const float x = sinf(0.37f * (float)i) * 0.01f;
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    bf[i] = (uint16_t)(bits >> 16);
+    bits = (uint32_t)bf[i] << 16;
+    memcpy(&wide[i], &bits, 4);
+  }
+  const char* specs[2] = {"ef(terngrad:round=nearest)", "qsgd"};
+  for (int k = 0; k < 2; ++k) {
+    tg_codec_t *h = NULL, *f = NULL;
+    CHECK_OK(tg_codec_create(specs[k], &h));
+    CHECK_OK(tg_codec_create(specs[k], &f));
+    size_t cap = 0;
+    CHECK_OK(tg_codec_payload_bytes(h, N, &cap));
+    static uint8_t ph[8192], pf[8192];
+    CHECK(cap <= sizeof ph);
+    for (int step = 0; step < 3; ++step) { /* ef's residual carries over: equal too */
+      float sh = 0, sf = 0;
+      CHECK_OK(tg_codec_local_scale_typed(h, bf, N, TG_BFLOAT16, &sh));
+      CHECK_OK(tg_codec_local_scale(f, wide, N, &sf));
+      CHECK(memcmp(&sh, &sf, 4) == 0);
+      size_t wh = 0, wf = 0;
+      CHECK_OK(tg_codec_encode_typed(h, bf, N, TG_BFLOAT16, 1, (uint32_t)step, 5, &sh, ph, cap, &wh));
+      CHECK_OK(tg_codec_encode(f, wide, N, 1, (uint32_t)step, 5, &sf, pf, cap, &wf));
+      CHECK(wh == wf && memcmp(ph, pf, wh) == 0);
+    }
+    const uint64_t begins[2] = {0, 500}, lengths[2] = {500, 503};
+    static uint8_t a0[4096], a1[4096], b0[4096], b1[4096];
+    uint8_t* oh[2] = {a0, a1};
+    uint8_t* of[2] = {b0, b1};
+    const size_t caps[2] = {4096, 4096};
+    size_t wh[2], wf[2];
+    CHECK_OK(tg_codec_encode_slices_typed(h, bf, N, TG_BFLOAT16, 2, begins, lengths, 1, 7, 5, NULL, oh, caps, wh));
+    CHECK_OK(tg_codec_encode_slices(f, wide, N, 2, begins, lengths, 1, 7, 5, NULL, of, caps, wf));
+    CHECK(wh[0] == wf[0] && wh[1] == wf[1] && memcmp(a0, b0, wh[0]) == 0 && memcmp(a1, b1, wh[1]) == 0);
+    float s = 0;
+    CHECK_ERROR(tg_codec_local_scale_typed(h, bf, N, (tg_dtype)7, &s), TG_ERR_INVALID_ARGUMENT, "dtype 7");
+    CHECK_ERROR(tg_codec_encode_typed(h, NULL, N, TG_FLOAT16, 0, 0, 0, NULL, ph, cap, NULL), TG_ERR_INVALID_ARGUMENT,
+                "grad");
+    tg_codec_destroy(h);
+    tg_codec_destroy(f);
+  }
+}
+
 /* "auto": the candidates, and the plan for a trainer's own variables. */
 static void test_auto_choice(void) {
   char buf[512];
@@ -419,6 +471,7 @@ int main(void) {
   test_device_refusal();
   test_error_feedback_state();
   test_reduce_scatter();
+  test_typed_gradients();
   test_auto_choice();
   printf("capi_test: %d checks, %d failed (libterngrad %s, CUDA built %d)\n", g_checks, g_failed,
          tg_version(), tg_cuda_built());

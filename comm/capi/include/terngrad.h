@@ -155,6 +155,28 @@ TG_API tg_status tg_codec_encode(tg_codec_t* codec, const float* grad, uint64_t 
                                  const float* shared_scale, uint8_t* out, size_t capacity,
                                  size_t* out_written);
 
+/* 16-bit gradients (mixed-precision training). The element types a
+ * *_typed call takes: grad points to n elements of 4 (TG_FLOAT32) or 2
+ * bytes, in host byte order. */
+typedef enum tg_dtype {
+  TG_FLOAT32 = 0,
+  TG_FLOAT16 = 1,  /* IEEE binary16 */
+  TG_BFLOAT16 = 2, /* the top 16 bits of a float32 */
+} tg_dtype;
+
+/* tg_codec_local_scale, tg_codec_encode and tg_codec_encode_slices on a
+ * gradient of any tg_dtype: the results and bytes of the float32 calls on
+ * its float32 values (every half is exactly a float32), so replicas with
+ * float32 and 16-bit gradients agree. terngrad, and ef() / server_ef() of it,
+ * read the halves directly (no float32 copy of the gradient); other codecs
+ * widen into a copy the handle keeps. An unknown dtype is
+ * TG_ERR_INVALID_ARGUMENT. */
+TG_API tg_status tg_codec_local_scale_typed(tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                                            float* out_scale);
+TG_API tg_status tg_codec_encode_typed(tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                                       uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale,
+                                       uint8_t* out, size_t capacity, size_t* out_written);
+
 /* out[0, n) = decoded payload. n must equal the payload's element count. */
 TG_API tg_status tg_codec_decode(const tg_codec_t* codec, const uint8_t* payload,
                                  size_t payload_bytes, float* out, uint64_t n);
@@ -198,6 +220,11 @@ TG_API tg_status tg_codec_encode_slices(tg_codec_t* codec, const float* grad, ui
                                         const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
                                         uint32_t step, uint64_t seed, const float* shared_scale,
                                         uint8_t* const* outs, const size_t* capacities, size_t* out_written);
+TG_API tg_status tg_codec_encode_slices_typed(tg_codec_t* codec, const void* grad, uint64_t n, tg_dtype dtype,
+                                              size_t count, const uint64_t* begins, const uint64_t* lengths,
+                                              uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                              const float* shared_scale, uint8_t* const* outs,
+                                              const size_t* capacities, size_t* out_written);
 
 /* The sum of count payloads of the same n elements (payloads[i] of
  * payload_bytes[i] bytes), in the order given, as one payload: what a
