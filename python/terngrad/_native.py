@@ -83,6 +83,13 @@ def _declare(lib):
     fn("tg_codec_local_scale", _c_tg_status, _codec_p, _f32_p, u64, ctypes.POINTER(ctypes.c_float))
     fn("tg_codec_encode", _c_tg_status, _codec_p, _f32_p, u64, u32, u32, u64,
        ctypes.POINTER(ctypes.c_float), _u8_p, size, ctypes.POINTER(size))
+    vp, dtype = ctypes.c_void_p, ctypes.c_int
+    fn("tg_codec_local_scale_typed", _c_tg_status, _codec_p, vp, u64, dtype, ctypes.POINTER(ctypes.c_float))
+    fn("tg_codec_encode_typed", _c_tg_status, _codec_p, vp, u64, dtype, u32, u32, u64,
+       ctypes.POINTER(ctypes.c_float), _u8_p, size, ctypes.POINTER(size))
+    fn("tg_codec_encode_slices_typed", _c_tg_status, _codec_p, vp, u64, dtype, size, ctypes.POINTER(u64),
+       ctypes.POINTER(u64), u32, u32, u64, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(_u8_p),
+       ctypes.POINTER(size), ctypes.POINTER(size))
     fn("tg_codec_decode", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
     fn("tg_codec_decode_accumulate", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64)
     fn("tg_codec_save_state", _c_tg_status, _codec_p, _u8_p, size, ctypes.POINTER(size))

@@ -1,6 +1,9 @@
 """The gradient codec on NumPy arrays and PyTorch tensors, zero-copy.
 
-Gradients must be float32 and contiguous; payloads are uint8 (NumPy arrays,
+Gradients must be float32 and contiguous (the encoders, local_scale and
+encode_slices also take float16 and bfloat16 CPU gradients, and float16
+arrays: the bytes of their float32 values, read without a float32 copy by
+terngrad and ef()/server_ef() of it); payloads are uint8 (NumPy arrays,
 torch tensors, bytes, bytearray). Nothing is converted or copied behind the
 caller's back: a float64 array or a strided view is refused with an error that
 says what to pass instead.
@@ -96,6 +99,33 @@ def _float_view(x, name, writable):
         raise TypeError("%s must be a numpy.ndarray or torch.Tensor of float32, got %s" %
                         (name, _describe(x)))
     return view
+
+
+# The gradient element types the encoders read (the C API's tg_dtype): a
+# float16 or bfloat16 gradient gives the bytes of its float32 values, read
+# without a float32 copy by terngrad and ef()/server_ef() of it.
+_GRAD_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2}
+_NUMPY_GRAD_CODES = {"<f4": 0, "<f2": 1}
+
+
+def _grad_view(x, name):
+    """(address, element count, tg_dtype) of a contiguous CPU gradient:
+    a tensor of float32, float16 or bfloat16, or a NumPy array of float32
+    or float16."""
+    if _is_tensor(x):
+        kind = str(x.dtype).replace("torch.", "")
+        if kind not in _GRAD_DTYPES:
+            raise TypeError("%s must be float32, float16 or bfloat16, got %s" % (name, x.dtype))
+        ptr, n = _array_view(x, name, kind, writable=False)  # a CPU tensor (refuses others by name)
+        return ptr, n, _GRAD_DTYPES[kind]
+    if _is_ndarray(x):
+        if x.dtype.str not in _NUMPY_GRAD_CODES:
+            raise TypeError("%s must be float32 or float16, got %s (use .astype(numpy.float32))" % (name, x.dtype))
+        if not x.flags.c_contiguous:
+            raise ValueError("%s is not C-contiguous (use numpy.ascontiguousarray)" % name)
+        return x.ctypes.data, x.size, _NUMPY_GRAD_CODES[x.dtype.str]
+    raise TypeError("%s must be a numpy.ndarray or torch.Tensor of float32, float16 or bfloat16, got %s" %
+                    (name, _describe(x)))
 
 
 def _byte_view(p, name, writable):
@@ -205,8 +235,8 @@ class Codec:
             ptr, n = _cuda_view(grad, "grad", "float32", grad.device)
             check(lib.tg_codec_local_scale_device(self._h(), ptr, n, _stream_of(grad.device), ctypes.byref(out)))
             return out.value
-        ptr, n = _float_view(grad, "grad", writable=False)
-        check(lib.tg_codec_local_scale(self._h(), ptr, n, ctypes.byref(out)))
+        ptr, n, dtype = _grad_view(grad, "grad")
+        check(lib.tg_codec_local_scale_typed(self._h(), ptr, n, dtype, ctypes.byref(out)))
         return out.value
 
     def encode(self, grad, *, tensor_id=0, step=0, seed=0, shared_scale=None, out=None, check=True):
@@ -223,14 +253,14 @@ class Codec:
         check: see the module doc."""
         if _is_cuda(grad):
             return self._encode_device(grad, tensor_id, step, seed, shared_scale, out, check)
-        ptr, n = _float_view(grad, "grad", writable=False)
+        ptr, n, dtype = _grad_view(grad, "grad")
         if out is None:
             out = _new_bytes(self.payload_bytes(n), like=grad)
         optr, cap, _keep = _byte_view(out, "out", writable=True)
         scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
         written = ctypes.c_size_t()
-        _native.check(lib.tg_codec_encode(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap,
-                                          ctypes.byref(written)))
+        _native.check(lib.tg_codec_encode_typed(self._h(), ptr, n, dtype, tensor_id, step, seed, scale, optr, cap,
+                                                ctypes.byref(written)))
         if written.value == cap:
             return out
         if isinstance(out, (bytearray, memoryview)):
@@ -266,7 +296,7 @@ class Codec:
         begin a multiple of 4) with the whole tensor's statistics, scale and
         random draws, and returns their payloads (new uint8 arrays or tensors,
         like grad): what a reduce-scatter sends, slice j to rank j."""
-        ptr, n = _float_view(grad, "grad", writable=False)
+        ptr, n, dtype = _grad_view(grad, "grad")
         if len(begins) != len(lengths):
             raise ValueError("encode_slices: %d begins, %d lengths" % (len(begins), len(lengths)))
         count = len(begins)
@@ -278,8 +308,8 @@ class Codec:
         c_caps = (ctypes.c_size_t * max(count, 1))(*[v[1] for v in views])
         written = (ctypes.c_size_t * max(count, 1))()
         scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
-        check(lib.tg_codec_encode_slices(self._h(), ptr, n, count, c_begins, c_lengths, tensor_id, step, seed,
-                                         scale, c_outs, c_caps, written))
+        check(lib.tg_codec_encode_slices_typed(self._h(), ptr, n, dtype, count, c_begins, c_lengths, tensor_id, step,
+                                               seed, scale, c_outs, c_caps, written))
         return [o if written[i] == c_caps[i] else o.reshape(-1)[:written[i]] for i, o in enumerate(outs)]
 
     def aggregate(self, payloads, n):

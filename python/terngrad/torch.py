@@ -8,10 +8,11 @@ byte-counting copy of PyTorch's default all-reduce to compare it with.
     # variant (terngrad_reduce_scatter_hook) by world size (auto_variant)
 
 What terngrad_hook does with each gradient bucket (a flat float32 tensor;
-float16 and bfloat16 buckets go through a float32 working copy and get the
-result back in their dtype; a CUDA bucket is encoded and decoded on its
-device, with the same bytes as on the CPU, and its collectives get CUDA
-tensors, as NCCL needs):
+a float16 or bfloat16 bucket is encoded as it is, the encoders reading its
+halves with the bytes of their float32 values, and gets the result back in
+its dtype, on CUDA through a float32 working copy; a CUDA bucket is encoded
+and decoded on its device, with the same bytes as on the CPU, and its
+collectives get CUDA tensors, as NCCL needs):
   1. scale = codec.local_scale(bucket); all_reduce(scale, MAX): scale sharing,
      4 bytes per bucket (blocking: the bucket's gradients are final already);
   2. payload = codec.encode(bucket, shared_scale=max): 40 + ceil(n/4) bytes;
@@ -267,18 +268,23 @@ _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _begin_bucket(state, bucket, hook):
-    """What both TernGrad hooks start with: the bucket's gradient as
-    float32, its codec, and the shared scale (all_reduce MAX; None for codecs
-    without one). Returns (group, buffer, grad, codec, shared). A 16-bit
-    bucket (AMP, bf16 training) is read through a float32 working copy
-    (the encoders take float32), and _to_bucket() writes the result back in
-    its dtype; any other dtype is refused before a collective starts."""
+    """What both TernGrad hooks start with: the gradient to encode, a
+    float32 tensor for the result, the bucket's codec, and the shared scale
+    (all_reduce MAX; None for codecs without one). Returns (group, buffer,
+    grad, out, codec, shared). A 16-bit CPU bucket (AMP, bf16 training) is
+    encoded as it is (the encoders read float16 and bfloat16: the bytes of
+    its float32 values) and the result, summed in float32, goes back in its
+    dtype (_to_bucket); a 16-bit CUDA bucket goes through a float32 working
+    copy (the device encoders take float32). Any other dtype is refused
+    before a collective starts."""
     group = state._group()
     buffer = bucket.buffer()
     if buffer.dtype == torch.float32:
-        grad = buffer
+        grad = out = buffer
+    elif buffer.dtype in _SIXTEEN_BIT and buffer.is_cuda:
+        grad = out = buffer.float()
     elif buffer.dtype in _SIXTEEN_BIT:
-        grad = buffer.float()
+        grad, out = buffer, torch.empty(buffer.numel(), dtype=torch.float32)
     else:
         raise TypeError("%s: bucket %d holds %s gradients; TernGrad takes float32, float16 and bfloat16" %
                         (hook, bucket.index(), buffer.dtype))
@@ -290,19 +296,19 @@ def _begin_bucket(state, bucket, hook):
         state._count(scale)
         dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
         shared = float(scale.item())
-    return group, buffer, grad, codec, shared
+    return group, buffer, grad, out, codec, shared
 
 
-def _to_bucket(buffer, grad):
-    """The hook's result in the bucket's dtype (grad itself for float32)."""
-    if grad is buffer:
-        return grad
-    return buffer.copy_(grad)
+def _to_bucket(buffer, out):
+    """The hook's result in the bucket's dtype (out itself for float32)."""
+    if out is buffer:
+        return out
+    return buffer.copy_(out)
 
 
 def terngrad_hook(state, bucket):
     """DDP communication hook: TernGrad-compress the bucket (see the module doc)."""
-    group, buffer, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_hook")
+    group, buffer, grad, out, codec, shared = _begin_bucket(state, bucket, "terngrad_hook")
     world = dist.get_world_size(group)
     payload = codec.encode(grad, tensor_id=bucket.index(), step=state.iteration,
                            seed=state.worker_seed(dist.get_rank(group)), shared_scale=shared)
@@ -310,12 +316,12 @@ def terngrad_hook(state, bucket):
     state._end_bucket(bucket)
 
     def average(_):
-        grad.zero_()
+        out.zero_()
         for p, length in zip(gathered, lengths):
-            codec.decode_accumulate(p[:length], grad, check=False)
-        if grad.is_cuda:
-            codec.device_check(grad)  # one wait for the bucket's decodes
-        return _to_bucket(buffer, grad.div_(world))
+            codec.decode_accumulate(p[:length], out, check=False)
+        if out.is_cuda:
+            codec.device_check(out)  # one wait for the bucket's decodes
+        return _to_bucket(buffer, out.div_(world))
 
     return fut.then(average)
 
@@ -353,7 +359,7 @@ def terngrad_reduce_scatter_hook(state, bucket):
     if bucket.buffer().is_cuda:
         raise ValueError("terngrad_reduce_scatter_hook: bucket %d is on %s; its slice encode and sum have no "
                          "device path yet: use terngrad_hook for CUDA buckets" % (bucket.index(), bucket.buffer().device))
-    group, buffer, grad, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
+    group, buffer, grad, out, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     begins, lengths = chunk_bounds(grad.numel(), world)
@@ -386,8 +392,8 @@ def terngrad_reduce_scatter_hook(state, bucket):
     def average(_):
         for j in range(world):
             if lengths[j]:
-                codec.decode_aggregate(gathered[j][:all_sizes[j]], grad[begins[j]:begins[j] + lengths[j]])
-        return _to_bucket(buffer, grad.div_(world))
+                codec.decode_aggregate(gathered[j][:all_sizes[j]], out[begins[j]:begins[j] + lengths[j]])
+        return _to_bucket(buffer, out.div_(world))
 
     return fut.then(average)
 

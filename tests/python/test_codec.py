@@ -118,11 +118,11 @@ class CodecTest(unittest.TestCase):
 
     def test_refusals_name_the_problem(self):
         c = terngrad.Codec("terngrad")
-        with self.assertRaisesRegex(TypeError, "grad must be float32, got float64"):
+        with self.assertRaisesRegex(TypeError, "grad must be float32 or float16, got float64"):
             c.encode(self.g.astype(np.float64))
         with self.assertRaisesRegex(ValueError, "not C-contiguous"):
             c.encode(self.g[::2])
-        with self.assertRaisesRegex(TypeError, "numpy.ndarray or torch.Tensor of float32, got list"):
+        with self.assertRaisesRegex(TypeError, "numpy.ndarray or torch.Tensor of float32, float16 or bfloat16, got list"):
             c.encode([1.0, 2.0])
         p = c.encode(self.g)
         with self.assertRaisesRegex(ValueError, "read-only"):
@@ -147,6 +147,30 @@ class CodecTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "closed"):
             c.payload_bytes(1)
 
+    def test_float16_arrays_encode_as_their_float32_values(self):
+        h = self.g.astype(np.float16)
+        for spec in ("terngrad", "ef(terngrad:round=nearest)", "qsgd"):
+            a, b = terngrad.Codec(spec), terngrad.Codec(spec)
+            for step in range(3):  # ef's residuals stay equal too
+                sa, sb = a.local_scale(h), b.local_scale(h.astype(np.float32))
+                self.assertEqual(sa, sb, spec)
+                shared = sa if a.wants_shared_scale else None
+                self.assertEqual(bytes(a.encode(h, seed=3, step=step, shared_scale=shared)),
+                                 bytes(b.encode(h.astype(np.float32), seed=3, step=step, shared_scale=shared)), spec)
+            pa = a.encode_slices(h, [0, 8], [8, h.size - 8], seed=1)
+            pb = b.encode_slices(h.astype(np.float32), [0, 8], [8, h.size - 8], seed=1)
+            self.assertEqual([bytes(x) for x in pa], [bytes(x) for x in pb], spec)
+
+    @unittest.skipIf(torch is None, "torch is not installed (Debian: python3-torch)")
+    def test_bfloat16_tensors_encode_as_their_float32_values(self):
+        t = torch.from_numpy(self.g.copy()).to(torch.bfloat16)
+        c = terngrad.Codec("ef(server_ef(terngrad:round=nearest))")
+        f = terngrad.Codec("ef(server_ef(terngrad:round=nearest))")
+        s = c.local_scale(t)
+        self.assertEqual(s, f.local_scale(t.float()))
+        self.assertEqual(bytes(c.encode(t, shared_scale=s).numpy()), bytes(f.encode(t.float(), shared_scale=s).numpy()))
+        self.assertEqual(c.state(), f.state())
+
     @unittest.skipIf(torch is None, "torch is not installed (Debian: python3-torch)")
     def test_torch_tensors_zero_copy(self):
         c = terngrad.Codec("terngrad")
@@ -160,7 +184,7 @@ class CodecTest(unittest.TestCase):
         c.decode_accumulate(p, acc)
         self.assertEqual(acc.data_ptr(), ptr)
         np.testing.assert_array_equal(acc.numpy(), reference_decode(p.numpy())[0].astype(np.float32))
-        with self.assertRaisesRegex(TypeError, "must be float32, got torch.float64"):
+        with self.assertRaisesRegex(TypeError, "must be float32, float16 or bfloat16, got torch.float64"):
             c.encode(t.double())
         with self.assertRaisesRegex(ValueError, "not contiguous"):
             c.encode(t.view(1, -1).expand(2, -1).t())

@@ -116,12 +116,17 @@ def check_sixteen_bit_buckets(rank):
     param = torch.nn.Parameter(torch.empty(5003))
     for dtype in (torch.bfloat16, torch.float16):
         for hook in (tgt.terngrad_hook, tgt.terngrad_reduce_scatter_hook):
-            g = (torch.randn(5003, generator=gen) * 1e-3).to(dtype)
-            low = hook(tgt.TernGradState(seed=4), Bucket(g.clone(), param)).wait()
-            full = hook(tgt.TernGradState(seed=4), Bucket(g.float(), param)).wait()
-            assert low.dtype == dtype, "%s returned %s for a %s bucket" % (hook.__name__, low.dtype, dtype)
-            assert torch.equal(low, full.to(dtype)), "%s: the %s bucket's result is not its float32 copy's" % (
-                hook.__name__, dtype)
+            for spec in ("terngrad", "ef(terngrad:round=nearest)"):
+                # The encoders read the halves directly; three steps carry ef's residual.
+                low_state = tgt.TernGradState(seed=4, spec=spec)
+                full_state = tgt.TernGradState(seed=4, spec=spec)
+                for _ in range(3):
+                    g = (torch.randn(5003, generator=gen) * 1e-3).to(dtype)
+                    low = hook(low_state, Bucket(g.clone(), param)).wait()
+                    full = hook(full_state, Bucket(g.float(), param)).wait()
+                    assert low.dtype == dtype, "%s returned %s for a %s bucket" % (hook.__name__, low.dtype, dtype)
+                    assert torch.equal(low, full.to(dtype)), "%s %s: the %s bucket's result is not its float32 " \
+                        "copy's" % (hook.__name__, spec, dtype)
     # Buckets smaller than W slices of 4: some ranks' slices are empty.
     for n in (1, 5, 13):
         small = torch.nn.Parameter(torch.empty(n))
