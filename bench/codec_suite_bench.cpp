@@ -2,7 +2,11 @@
 // GradientCodec interface a trainer calls, against the memory-bandwidth floor
 // measured in this same run.
 //
-//   ./bench/codec_suite_bench [--quick] [--sizes=16M,1M] [--specs=a;b;...]
+//   ./bench/codec_suite_bench [--quick] [--sizes=16M,1M] [--specs=a;b;...] [--half=bfloat16]
+//
+// --half=bfloat16|float16: the gradient as halves instead, each codec's
+// encode reading them directly against widening them into a float32 copy
+// first (the same bytes, checked), as a ratio in the same run.
 //
 // The floor. Any encoder reads its input once and writes its payload: 4n +
 // payload bytes. The floor is that traffic / (best read bandwidth of this
@@ -24,6 +28,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
+#include <optional>
+#include <stdexcept>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -36,8 +43,11 @@
 #include "memory_baseline.h"
 #include "terngrad/comm/gradient_codec.h"
 #include "terngrad/quantize/cpu_features.h"
+#include "terngrad/quantize/fp16.h"
+#include "terngrad/quantize/half_input.h"
 
 namespace tc = terngrad::comm;
+namespace tq = terngrad::quantize;
 
 namespace {
 
@@ -109,17 +119,19 @@ struct Timing {
   double best_s = 0, median_s = 0;
 };
 
-Timing time_encode(tc::GradientCodec& codec, std::span<const float> g, int rounds, double min_round_s) {
-  std::vector<uint8_t> out(codec.payload_bytes(g.size()));
+// Best and median seconds of once(step) over rounds, each repeating it for
+// at least min_round_s, after a warm-up call (first touch of scratch buffers).
+template <class Once>
+Timing time_rounds(Once&& once, int rounds, double min_round_s) {
   uint32_t step = 10;
-  encode_once(codec, g, out, step++);  // warm-up: first-touch of scratch buffers
+  once(step++);
   std::vector<double> per_op;
   for (int r = 0; r < rounds; ++r) {
     size_t reps = 0;
     const auto t0 = Clock::now();
     double elapsed = 0;
     do {
-      encode_once(codec, g, out, step++);
+      once(step++);
       ++reps;
       elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     } while (elapsed < min_round_s);
@@ -129,16 +141,75 @@ Timing time_encode(tc::GradientCodec& codec, std::span<const float> g, int round
   return {per_op.front(), per_op[per_op.size() / 2]};
 }
 
+Timing time_encode(tc::GradientCodec& codec, std::span<const float> g, int rounds, double min_round_s) {
+  std::vector<uint8_t> out(codec.payload_bytes(g.size()));
+  return time_rounds([&](uint32_t step) { encode_once(codec, g, out, step); }, rounds, min_round_s);
+}
+
+// --half: one encode of a 16-bit gradient read directly (the *_half calls),
+// and the baseline of a caller without them: widen into a float32 copy, then
+// the float32 encode.
+size_t encode_half_once(tc::GradientCodec& codec, tq::HalfTensor h, std::span<uint8_t> out, uint32_t step) {
+  tc::EncodeContext ctx;
+  ctx.tensor_id = 3;
+  ctx.step = step;
+  ctx.seed = terngrad::bench::kCodecSeed;
+  if (codec.wants_shared_scale()) ctx.shared_scale = codec.local_scale_half(h);
+  const tc::ElementRange whole{0, h.size()};
+  const std::span<uint8_t> outs[1] = {out};
+  codec.encode_slices_half(h, ctx, std::span(&whole, 1), outs);
+  return codec.encoded_size(out, h.size());
+}
+
+size_t encode_copy_once(tc::GradientCodec& codec, tq::HalfTensor h, std::vector<float>& copy, std::span<uint8_t> out,
+                        uint32_t step) {
+  tq::widen(h, copy);
+  return encode_once(codec, copy, out, step);
+}
+
+// The --half table: each codec's direct encode against its copy-first
+// baseline, in the same run; the two payloads must be the same bytes.
+int half_table(const std::vector<std::string>& specs, const std::vector<uint16_t>& halves, tq::HalfType type,
+               int rounds, double min_round_s) {
+  const tq::HalfTensor h{halves, type};
+  const size_t n = halves.size();
+  std::vector<float> copy(n);
+  std::printf("\nn = %s, %s gradient: read directly against widened into a float32 copy first\n",
+              terngrad::bench::size_label(n).c_str(), tq::half_type_name(type));
+  std::printf("%-40s %12s %14s %14s\n", "codec", "direct ms", "via copy ms", "copy / direct");
+  int failures = 0;
+  for (const std::string& spec : specs) {
+    try {
+      // Two codecs, so a stateful one (ef) moves the same residual on each side.
+      auto direct = tc::make_codec(spec), via = tc::make_codec(spec);
+      std::vector<uint8_t> a(direct->payload_bytes(n)), b(a.size());
+      const size_t la = encode_half_once(*direct, h, a, 1), lb = encode_copy_once(*via, h, copy, b, 1);
+      if (la != lb || !std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(la), b.begin()))
+        throw std::runtime_error("the direct payload differs from the float32 copy's");
+      const Timing td = time_rounds([&](uint32_t step) { encode_half_once(*direct, h, a, step); }, rounds, min_round_s);
+      const Timing tv =
+          time_rounds([&](uint32_t step) { encode_copy_once(*via, h, copy, b, step); }, rounds, min_round_s);
+      std::printf("%-40s %12.3f %14.3f %13.2fx\n", spec.c_str(), td.best_s * 1e3, tv.best_s * 1e3,
+                  tv.best_s / td.best_s);
+    } catch (const std::exception& e) {
+      std::printf("%-40s  FAILED: %s\n", spec.c_str(), e.what());
+      ++failures;
+    }
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
+  std::optional<tq::HalfType> half;
   std::vector<size_t> sizes = {size_t{16} << 20, size_t{1} << 20};
   std::vector<std::string> specs(std::begin(kDefaultSpecs), std::end(kDefaultSpecs));
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: %s [--quick] [--sizes=16M,1M] [--specs=spec;spec;...]\n"
+      std::printf("usage: %s [--quick] [--sizes=16M,1M] [--specs=spec;spec;...] [--half=bfloat16|float16]\n"
                   "Encode speed of every codec of the suite against the read floor of the same run\n"
                   "(TG_CPU_SIMD=portable|avx2|avx512 forces a SIMD level; TG_BENCH_QUICK=1 as --quick).\n",
                   argv[0]);
@@ -157,6 +228,12 @@ int main(int argc, char** argv) {
       }
     } else if (a.rfind("--specs=", 0) == 0) {
       specs = split(a.substr(8), ';');
+    } else if (a.rfind("--half=", 0) == 0) {
+      half = tq::parse_half_type(a.substr(7));
+      if (!half) {
+        std::fprintf(stderr, "--half: \"%s\" is not float16 or bfloat16\n", a.substr(7).c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "usage: %s [--quick] [--sizes=16M,1M] [--specs=spec;spec;...]\nunknown argument: %s\n",
                    argv[0], a.c_str());
@@ -176,6 +253,14 @@ int main(int argc, char** argv) {
     tg_bench::AlignedArray<float> x(n);
     terngrad::bench::fill_gradient(x.data(), n, terngrad::bench::kInputSeed);
     const std::span<const float> g(x.data(), n);
+    if (half) {
+      std::vector<uint16_t> halves(n);
+      for (size_t i = 0; i < n; ++i)
+        halves[i] = *half == tq::HalfType::kFloat16 ? tq::fp16::from_float(g[i])
+                                                    : static_cast<uint16_t>(std::bit_cast<uint32_t>(g[i]) >> 16);
+      failures += half_table(specs, halves, *half, rounds, min_round_s);
+      continue;
+    }
     const tg_bench::BandwidthSample before = tg_bench::measure_read_bandwidth(x.data(), n, true, rounds, min_round_s);
     struct Row {
       std::string spec;
