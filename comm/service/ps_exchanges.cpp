@@ -14,7 +14,7 @@ grpc::Status ParameterServer::Impl::exchange_scales(const Caller& caller, Server
                                                     const rpc::ScalesRequest* req, rpc::ScalesReply* reply) {
   std::unique_lock<std::mutex> lock(mu);
   if (ended()) return ended_status();
-  if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangeScales before Init");
+  if (phase != Phase::kRunning) return detail::before_init("ExchangeScales");
   if (grpc::Status s = authorize_locked(caller, req->replica(), "ExchangeScales", true); !s.ok()) return s;
   // Which variables: every one, or a subset named once each.
   const std::span<const uint32_t> named(req->variables().data(), req->variables().size());
@@ -49,7 +49,7 @@ grpc::Status ParameterServer::Impl::exchange_presums(const Caller& caller, Serve
                                                      const rpc::PresumRequest* req, rpc::PresumReply* reply) {
   std::unique_lock<std::mutex> lock(mu);
   if (ended()) return ended_status();
-  if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangePresums before Init");
+  if (phase != Phase::kRunning) return detail::before_init("ExchangePresums");
   if (grpc::Status s = authorize_locked(caller, req->replica(), "ExchangePresums", true); !s.ok()) return s;
   if (!sync) return grpc::Status(StatusCode::FAILED_PRECONDITION, "ExchangePresums: an async run has no pre-rounds");
   const uint32_t round = req->round();

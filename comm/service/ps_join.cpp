@@ -120,6 +120,7 @@ grpc::Status ParameterServer::Impl::register_replica(const Caller& caller, Serve
   if (ended()) return ended_status();
   if (phase == Phase::kWaitingInit) {  // the chief has not initialized this ps yet
     reply->set_ready(false);
+    reply->set_waiting_init(true);
     reply->add_missing(0);
     return grpc::Status::OK;
   }

@@ -20,7 +20,7 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
                                          grpc::ServerWriter<rpc::PullChunk>* writer) {
   std::unique_lock<std::mutex> lock(mu);
   if (ended() && !serves_after_finish(req->step())) return ended_status();
-  if (phase == Phase::kWaitingInit) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Pull before Init");
+  if (phase == Phase::kWaitingInit) return detail::before_init("Pull");
   if (grpc::Status s = authorize_locked(caller, req->replica(), "Pull", true); !s.ok()) return s;
   heard(req->replica());
   rpc::PullChunk out;

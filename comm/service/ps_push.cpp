@@ -18,7 +18,7 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   {
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
-    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Push before Init");
+    if (phase != Phase::kRunning) return detail::before_init("Push");
     if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
     heard(h.replica());
   }

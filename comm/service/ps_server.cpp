@@ -64,7 +64,7 @@ grpc::Status ParameterServer::Impl::authorize_locked(const Caller& c, uint32_t r
   if (session.empty()) {
     if (!need_session) return grpc::Status::OK;
     return grpc::Status(StatusCode::FAILED_PRECONDITION,
-                        std::string(call) + ": " + replica_name(r) + " has not registered with this ps");
+                        std::string(call) + ": " + replica_name(r) + detail::kNotRegistered);
   }
   if (!detail::same_session(c.session, session))
     return grpc::Status(StatusCode::PERMISSION_DENIED,
@@ -147,7 +147,7 @@ grpc::Status ParameterServer::Impl::checkpoint(const Caller& caller, const rpc::
     if (grpc::Status s = chief_only(caller, req->replica(), "Checkpoint"); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
-    if (phase != Phase::kRunning) return grpc::Status(StatusCode::FAILED_PRECONDITION, "Checkpoint before Init");
+    if (phase != Phase::kRunning) return detail::before_init("Checkpoint");
     if (grpc::Status s = authorize_locked(caller, 0, "Checkpoint", true); !s.ok()) return s;
     heard(0);
     if (sync) {

@@ -39,6 +39,7 @@
 #include "push_intake.h"
 #include "refusal_log.h"
 #include "replica_table.h"
+#include "restarted_ps.h"
 #include "scale_exchange.h"
 #include "sync_steps.h"
 #include "terngrad/comm/credentials.h"

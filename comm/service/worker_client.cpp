@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "chunks.h"
+#include "restarted_ps.h"
 #include "tls_credentials.h"
 #include "worker_service.h"
 
@@ -64,7 +65,7 @@ WorkerClient::Impl::Tracked WorkerClient::Impl::arm(grpc::ClientContext& ctx, bo
 }
 
 void WorkerClient::Impl::call(int p, const char* what, const std::function<grpc::Status()>& attempt) {
-  Clock::time_point first_failure{};
+  Clock::time_point first_failure{}, first_restart{};
   double backoff = 0.05;
   for (;;) {
     check_state();
@@ -74,6 +75,20 @@ void WorkerClient::Impl::call(int p, const char* what, const std::function<grpc:
       return;
     }
     check_state();  // the run ended while we waited (and the call was cancelled): say why
+    if (detail::says_ps_restarted(s) && rejoins_restarted_ps()) {
+      // The ps restarted empty: refilled by the chief, registered with again, asked again.
+      if (first_restart == Clock::time_point{}) first_restart = Clock::now();
+      const double waited = std::chrono::duration<double>(Clock::now() - first_restart).count();
+      if (waited > opt.ps_rejoin_window_s) {
+        const std::string msg = ps_name(p) + " restarted and was not refilled within " +
+                                std::to_string(static_cast<int>(opt.ps_rejoin_window_s)) + " s (" + what + ": " +
+                                s.error_message() + ")";
+        set_failure(msg);
+        throw PeerError(msg);
+      }
+      rejoin_restarted_ps(p, std::string(what) + ": " + s.error_message());
+      continue;
+    }
     if (s.error_code() == StatusCode::ABORTED) {
       const std::string msg = from_ps(p, s.error_message());
       set_failure(msg);
@@ -85,7 +100,13 @@ void WorkerClient::Impl::call(int p, const char* what, const std::function<grpc:
       throw RunEnded(s.error_message());
     }
     if (!detail::retryable(s.error_code())) {
-      const std::string msg = ps_name(p) + " refused " + what + ": " + s.error_message();
+      std::string msg = ps_name(p) + " refused " + what + ": " + s.error_message();
+      if (detail::says_ps_restarted(s) && sync) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (joined)
+          msg += " (it restarted, and with it the step's pushes and sums are gone: a sync run cannot refill it; "
+                 "restart every task, and the replicas resume from the chief's latest checkpoint)";
+      }
       set_failure(msg);
       throw PeerError(msg);
     }

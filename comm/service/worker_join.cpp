@@ -3,6 +3,8 @@
 // Register (worker_service.h).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -105,18 +107,23 @@ void WorkerClient::Impl::init_ps(int p, int64_t global_step, const InitTensors* 
   });
 }
 
+rpc::RegisterRequest WorkerClient::Impl::register_request() const {
+  rpc::RegisterRequest req;
+  req.set_replica(static_cast<uint32_t>(replica));
+  req.set_fingerprint(fingerprint);
+  req.set_label(opt.label);
+  return req;
+}
+
 int64_t WorkerClient::Impl::register_with(int p) {
   const auto wait_until =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.peer_timeout_s + 5));
+  const rpc::RegisterRequest req = register_request();
   for (;;) {
     rpc::RegisterReply reply;
     call(p, "Register", [&] {
       grpc::ClientContext ctx;
       const auto armed = arm(ctx);
-      rpc::RegisterRequest req;
-      req.set_replica(static_cast<uint32_t>(replica));
-      req.set_fingerprint(fingerprint);
-      req.set_label(opt.label);
       message_sent += req.ByteSizeLong();
       reply.Clear();
       const grpc::Status s = stubs[p]->Register(&ctx, req, &reply);
@@ -131,6 +138,59 @@ int64_t WorkerClient::Impl::register_with(int p) {
     if (reply.ready()) return reply.global_step();
   }
 }
+
+bool WorkerClient::Impl::register_once(int p) {
+  const rpc::RegisterRequest req = register_request();
+  rpc::RegisterReply reply;
+  call(p, "Register", [&] {
+    grpc::ClientContext ctx;
+    const auto armed = arm(ctx);
+    message_sent += req.ByteSizeLong();
+    reply.Clear();
+    return stubs[p]->Register(&ctx, req, &reply);
+  });
+  message_received += reply.ByteSizeLong();
+  return !reply.waiting_init();
+}
+
+bool WorkerClient::Impl::rejoins_restarted_ps() {
+  std::lock_guard<std::mutex> lock(mu);
+  return !sync && opt.ps_rejoin_window_s > 0 && joined;
+}
+
+void WorkerClient::Impl::rejoin_restarted_ps(int p, const std::string& refusal) {
+  std::lock_guard<std::mutex> one(rejoin_mu);
+  const auto until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.ps_rejoin_window_s));
+  std::fprintf(stderr, "replica %d (%s): %s restarted (%s); %s\n", replica, opt.label.c_str(), ps_name(p).c_str(),
+               refusal.c_str(),
+               replica == 0 ? "initializing it again with this chief's values and slots"
+                            : "registering with it again once the chief has initialized it");
+  if (replica == 0) {
+    if (!refill) {
+      const std::string msg = ps_name(p) + " restarted and this chief has no values to refill it with";
+      set_failure(msg);
+      throw PeerError(msg);
+    }
+    // The streamed pull's writes wait (sm) while refill() reads the values they land in.
+    std::lock_guard<std::mutex> values(sm);
+    const InitTensors init = refill();
+    int64_t step = 0;
+    for (int64_t s : async_steps) step = std::max(step, s);
+    init_ps(p, step, &init);
+  }
+  // A repeated rejoin (another call met the same restart) registers again: the same session, no change.
+  while (!register_once(p)) {
+    if (Clock::now() > until) {
+      const std::string msg = ps_name(p) + " restarted and the chief did not initialize it again within " +
+                              std::to_string(static_cast<int>(opt.ps_rejoin_window_s)) + " s";
+      set_failure(msg);
+      throw PeerError(msg);
+    }
+  }
+}
+
+void WorkerClient::set_ps_refill(std::function<InitTensors()> refill) { impl_->refill = std::move(refill); }
 
 int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
   Impl& m = *impl_;
@@ -147,6 +207,7 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.step_for_beat = step;
+    m.joined = true;
   }
   return step;
 }

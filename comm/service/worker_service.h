@@ -294,6 +294,20 @@ struct WorkerClient::Impl {
   // The chief's Init of ps p: the header, then the tensors its run needs.
   void init_ps(int p, int64_t global_step, const InitTensors* init);
 
+  // Async (ClientOptions::ps_rejoin_window_s): a ps that restarted, found by
+  // a call's refusal (restarted_ps.h). The chief refills it (refill), every
+  // replica registers with it again; one rejoin at a time. joined: join()
+  // has returned (before that a ps waiting for Init is only early).
+  std::function<InitTensors()> refill;
+  std::mutex rejoin_mu;
+  bool joined = false;
+  bool rejoins_restarted_ps();
+  void rejoin_restarted_ps(int p, const std::string& refusal);
+  rpc::RegisterRequest register_request() const;
+  // One Register with ps p that binds this process's session (it waits for
+  // the chief's Init, not for the other replicas); false while p waits for Init.
+  bool register_once(int p);
+
   // Registers with ps p and waits until every replica has; returns the run's
   // global step as p says. Without a cluster secret, a restarted replica may
   // register only once the ps has counted its previous process as gone

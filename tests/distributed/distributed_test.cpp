@@ -480,6 +480,53 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   EXPECT_NE(refused.output.find("(restart 2 of 2)"), std::string::npos) << refused.output;
 }
 
+// A ps that restarts (issue 36). Async: it comes back empty, refuses the
+// replicas' calls ("before Init"), and the chief initializes it again with
+// the values it last pulled and the slots of its last checkpoint; every
+// replica registers with it again and retries the call. No other task
+// restarts, the run ends with exactly --max_steps, and it trains about as
+// well as an unfaulted run (what that ps applied between the chief's last
+// pull and its death is lost). Sync: the step's pushes and sums are gone
+// with it; the replicas say so and what to do.
+TEST_F(Distributed, RestartedPsIsRefilledInAsyncRuns) {
+  const std::string async_flags = "--sync_replicas=false --save_interval_steps=100 --eval_interval_steps=0";
+  const Proc straight = cluster("ps-straight", "--num_ps=2 --num_workers=1", model_flags(800, async_flags));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  for (int killed : {0, 1}) {
+    const std::string name = "ps-restarted-" + std::to_string(killed);
+    const Proc r = cluster(name, "--num_ps=2 --num_workers=1 --kill_task=ps:" + std::to_string(killed) +
+                                     " --kill_after_secs=3 --restart_failed=1",
+                           model_flags(800, async_flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string ps = "ps " + std::to_string(killed);
+    EXPECT_NE(r.output.find(ps + " was killed by signal 9 (Killed); starting it again"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("chief 0 was"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("chief 0 exited with status 1"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("worker 0 exited with status 1"), std::string::npos) << r.output;
+    std::ifstream clog(dir_ / name / "logs" / "chief-0.log");
+    const std::string chief_log((std::istreambuf_iterator<char>(clog)), std::istreambuf_iterator<char>());
+    EXPECT_NE(chief_log.find(ps + " at "), std::string::npos) << chief_log;
+    EXPECT_NE(chief_log.find("initializing it again with this chief's values and slots"), std::string::npos)
+        << chief_log;
+    std::ifstream wlog(dir_ / name / "logs" / "worker-0.log");
+    const std::string worker_log((std::istreambuf_iterator<char>(wlog)), std::istreambuf_iterator<char>());
+    EXPECT_NE(worker_log.find("registering with it again"), std::string::npos) << worker_log;
+    auto result = [&](const std::string& run) {
+      std::ifstream f(dir_ / run / "result.json");
+      return terngrad::json::parse_strict(std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+    };
+    EXPECT_EQ(result(name).at("steps"), 800);
+    EXPECT_NEAR(result(name).at("top1").get<double>(), result("ps-straight").at("top1").get<double>(), 0.02);
+  }
+  const Proc sync = cluster("ps-restarted-sync", "--num_ps=1 --num_workers=1 --kill_task=ps:0 --kill_after_secs=4 "
+                                                 "--restart_failed=1",
+                            model_flags(100000, "--save_interval_steps=100"));
+  EXPECT_NE(sync.exit_code, 0) << sync.output;
+  std::ifstream slog(dir_ / "ps-restarted-sync" / "logs" / "chief-0.log");
+  const std::string sync_log((std::istreambuf_iterator<char>(slog)), std::istreambuf_iterator<char>());
+  EXPECT_NE(sync_log.find("a sync run cannot refill it"), std::string::npos) << sync_log;
+}
+
 // The supervisor's and the rejoin window's flags: a bad value is refused
 // by name before anything starts.
 TEST_F(Distributed, RestartAndRejoinFlagsAreCheckedByName) {

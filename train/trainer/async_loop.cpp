@@ -18,14 +18,14 @@ class AsyncLoop final : public ReplicaLoop {
  public:
   explicit AsyncLoop(const Replica& r) : r_(r), cfg_(r.s.cfg()) {}
 
-  // The chief seeds the ps with the session's state (initial or restored).
+  // The chief seeds the ps with the session's state (initial or restored),
+  // and a ps that restarts later with the same: the values it last pulled
+  // (the session's weights) and the slots of its last checkpoint.
   int64_t join(int64_t restored) override {
-    comm::WorkerClient::InitTensors init;
-    for (const Param& p : r_.s.params().params) init.values.push_back(p.value.data);
-    // Slots are named "<variable>/<slot>" ("conv1/weights/Momentum").
-    for (auto& [name, tensor] : r_.s.optimizer().slots())
-      init.slots[name.substr(name.rfind('/') + 1)].push_back(tensor->data);
-    return r_.client.join(restored, r_.chief ? &init : nullptr);
+    if (!r_.chief) return r_.client.join(restored, nullptr);
+    r_.client.set_ps_refill([this] { return session_state(); });
+    const comm::WorkerClient::InitTensors init = session_state();
+    return r_.client.join(restored, &init);
   }
 
   int64_t train(int64_t first, ReplicaRun& run) override {
@@ -90,6 +90,15 @@ class AsyncLoop final : public ReplicaLoop {
     if (!std::isfinite(loss))
       throw std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global));
     return loss;
+  }
+
+  comm::WorkerClient::InitTensors session_state() {
+    comm::WorkerClient::InitTensors init;
+    for (const Param& p : r_.s.params().params) init.values.push_back(p.value.data);
+    // Slots are named "<variable>/<slot>" ("conv1/weights/Momentum").
+    for (auto& [name, tensor] : r_.s.optimizer().slots())
+      init.slots[name.substr(name.rfind('/') + 1)].push_back(tensor->data);
+    return init;
   }
 
   // The trained values and the optimizer's slots from the ps, into the session.

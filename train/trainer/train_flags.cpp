@@ -207,6 +207,9 @@ std::vector<Flag> cluster_flags() {
       {"rejoin_window_steps", "sync: the ps keeps this many steps' sums so a restarted replica catches up from the "
                               "chief's latest checkpoint (>= --save_interval_steps; 0: no rejoin)",
        TG_INT(rejoin_window_steps)},
+      {"ps_rejoin_window_secs", "async: a ps that restarted is refilled from the chief's values while the replicas "
+                                "wait up to this long (0: it ends the run)",
+       TG_DBL(ps_rejoin_window_secs)},
       {"startup_timeout_secs", "every task must join within this", TG_DBL(startup_timeout_secs)},
       {"rpc_timeout_secs", "deadline of one request to a ps", TG_DBL(rpc_timeout_secs)},
       {"secret_file", "file with the run's cluster secret or this task's key (else $TG_CLUSTER_SECRET)",
@@ -299,6 +302,8 @@ void validate(const TrainConfig& c) {
           "--replicas_to_aggregate must be -1 (all) or >= 1, got " + std::to_string(c.replicas_to_aggregate));
   require(c.rejoin_window_steps >= 0 && c.rejoin_window_steps <= 100000,
           "--rejoin_window_steps must be in [0, 100000], got " + std::to_string(c.rejoin_window_steps));
+  require(c.ps_rejoin_window_secs >= 0 && c.ps_rejoin_window_secs <= 86400,
+          "--ps_rejoin_window_secs must be in [0, 86400], got " + std::to_string(c.ps_rejoin_window_secs));
   require(c.peer_timeout_secs > 0 && c.startup_timeout_secs > 0 && c.rpc_timeout_secs > 0,
           "--peer_timeout_secs, --startup_timeout_secs and --rpc_timeout_secs must be > 0");
   require(c.min_shard_bytes >= 256, "--min_shard_bytes must be >= 256, got " + std::to_string(c.min_shard_bytes));

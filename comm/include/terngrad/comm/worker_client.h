@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,6 +42,10 @@ struct ClientOptions {
   // push past it (they are answered as dropped), so concurrent replicas
   // cannot carry the run beyond it. 0: no limit.
   int64_t last_step = 0;
+  // Async: how long a call that met a ps which restarted (empty) waits for
+  // it to be refilled (set_ps_refill) and this replica registered with it
+  // again, before it ends the run. 0: a restarted ps ends the run at once.
+  double ps_rejoin_window_s = 0;
 };
 
 // What went over the wire from this replica's point of view.
@@ -75,6 +80,19 @@ class WorkerClient {
   // tensors, or a sync run's server states). Then every replica registers
   // and waits until all have joined. Returns the run's global step.
   int64_t join(int64_t global_step, const InitTensors* init = nullptr);
+
+  // Async, the chief (before join): what a ps that restarted is refilled
+  // with. A ps killed and started again (a pod's restart) is empty: it
+  // refuses a replica's calls as "before Init", then as "not registered".
+  // With options.ps_rejoin_window_s > 0, the call that meets it does not end
+  // the run: the chief initializes the ps again with refill()'s tensors
+  // (join()'s: every variable's values and slots, whole; the ps takes its
+  // shards) at the latest global step this replica pulled, every replica
+  // registers with it again, and the call is retried. What that ps applied
+  // since the values and slots refill() returns is lost (the run's other
+  // ps keep theirs). refill runs on the thread of the call that met the ps,
+  // with the streamed pull's writes held off, while that call waits.
+  void set_ps_refill(std::function<InitTensors()> refill);
 
   // Sync scale sharing: the max over replicas of each variable's local scale.
   // With `variables`, only those (local_scales[i] is variables[i]'s; the

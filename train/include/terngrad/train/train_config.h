@@ -79,6 +79,9 @@ struct TrainConfig {
   // restarted replica catches up from the chief's latest checkpoint to the
   // run's step (0: it cannot rejoin; make it >= --save_interval_steps).
   int64_t rejoin_window_steps = 0;
+  // Async: a ps that restarted (empty) is refilled from the chief's values
+  // and slots while the replicas wait up to this long (0: it ends the run).
+  double ps_rejoin_window_secs = 120;
   double startup_timeout_secs = 120;  // every task must have joined within this
   double rpc_timeout_secs = 30;     // deadline of one request
   // Who may talk to the ps tasks (comm/credentials.h, comm/tls.h): a file
