@@ -72,6 +72,13 @@ inline void require_buffer(const void* p, unsigned long long count, const char* 
                                                 std::to_string(count) + " " + unit);
 }
 
+// A tg_dtype this API knows (TG_ERR_INVALID_ARGUMENT naming it otherwise).
+inline void require_dtype(tg_dtype dtype) {
+  if (dtype != TG_FLOAT32 && dtype != TG_FLOAT16 && dtype != TG_BFLOAT16)
+    throw ApiError(TG_ERR_INVALID_ARGUMENT, "dtype " + std::to_string(static_cast<int>(dtype)) +
+                                                " is not TG_FLOAT32 (0), TG_FLOAT16 (1) or TG_BFLOAT16 (2)");
+}
+
 // Throws TG_ERR_BUFFER_TOO_SMALL unless capacity >= the payload size for n.
 void require_payload_capacity(const comm::GradientCodec& codec, uint64_t n, size_t capacity);
 

@@ -61,19 +61,12 @@ struct Gradient {
 };
 
 Gradient gradient(const void* p, uint64_t n, tg_dtype dtype) {
-  switch (dtype) {
-    case TG_FLOAT32:
-      return {values(static_cast<const float*>(p), n, "grad"), std::nullopt};
-    case TG_FLOAT16:
-    case TG_BFLOAT16: {
-      require_buffer(p, n, "grad", "elements");
-      const auto type = dtype == TG_FLOAT16 ? terngrad::quantize::HalfType::kFloat16
-                                            : terngrad::quantize::HalfType::kBFloat16;
-      return {{}, terngrad::quantize::HalfTensor{{static_cast<const uint16_t*>(p), static_cast<size_t>(n)}, type}};
-    }
-  }
-  throw ApiError(TG_ERR_INVALID_ARGUMENT, "dtype " + std::to_string(static_cast<int>(dtype)) +
-                                              " is not TG_FLOAT32 (0), TG_FLOAT16 (1) or TG_BFLOAT16 (2)");
+  require_dtype(dtype);
+  if (dtype == TG_FLOAT32) return {values(static_cast<const float*>(p), n, "grad"), std::nullopt};
+  require_buffer(p, n, "grad", "elements");
+  const auto type =
+      dtype == TG_FLOAT16 ? terngrad::quantize::HalfType::kFloat16 : terngrad::quantize::HalfType::kBFloat16;
+  return {{}, terngrad::quantize::HalfTensor{{static_cast<const uint16_t*>(p), static_cast<size_t>(n)}, type}};
 }
 
 terngrad::comm::EncodeContext context(uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "capi_internal.h"
@@ -81,6 +82,83 @@ void decode_device(tg_codec& h, const uint8_t* d_payload, size_t payload_bytes, 
                            dense_for(h), s);
 }
 
+// A device gradient of tg_dtype: float32, or halves for terngrad's codec.
+struct DeviceGradient {
+  const float* floats = nullptr;
+  std::optional<qc::DeviceHalves> halves;
+};
+
+DeviceGradient device_gradient(const tg_codec& h, const void* d_grad, uint64_t n, tg_dtype dtype) {
+  if (dtype == TG_FLOAT32) {
+    require_buffer(static_cast<const float*>(d_grad), n, "d_grad", "elements");
+    return {static_cast<const float*>(d_grad), std::nullopt};
+  }
+  require_dtype(dtype);
+  if (h.kind != CodecKind::kTernGrad)
+    throw ApiError(TG_ERR_UNSUPPORTED, "codec " + h.codec->spec() +
+                                           " takes float32 device gradients only (16-bit ones: terngrad); widen "
+                                           "the gradient to float32 first");
+  require_buffer(d_grad, n, "d_grad", "elements");
+  const auto type = dtype == TG_FLOAT16 ? terngrad::quantize::HalfType::kFloat16
+                                        : terngrad::quantize::HalfType::kBFloat16;
+  return {nullptr, qc::DeviceHalves{static_cast<const uint16_t*>(d_grad), n, type}};
+}
+
+tg_status local_scale_device(const char* fn, tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
+                             void* stream, float* out_scale) {
+  return guarded(fn, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    require(out_scale, "out_scale");
+    state_of(h);  // refuses codecs without a device path
+    const DeviceGradient g = device_gradient(h, d_grad, n, dtype);
+    if (h.kind != CodecKind::kTernGrad) {
+      *out_scale = 0.0f;  // fp32 / fp16 have no scale, as on the host
+      return;
+    }
+    const cudaStream_t s = stream_of(stream);
+    qc::Workspace& ws = workspace_for(h, n, s);
+    if (g.halves)
+      qc::stats_async(*g.halves, ws, s);
+    else
+      qc::stats_async(g.floats, n, ws, s);
+    *out_scale = terngrad::quantize::local_scale(ws.stats(s), h.clip);
+  });
+}
+
+tg_status encode_device(const char* fn, tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
+                        uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale, uint8_t* d_out,
+                        size_t capacity, void* stream, size_t* out_written) {
+  return guarded(fn, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    state_of(h);
+    const DeviceGradient g = device_gradient(h, d_grad, n, dtype);
+    require_payload_capacity(*h.codec, n, capacity);
+    require(d_out, "d_out");
+    const cudaStream_t s = stream_of(stream);
+    if (h.kind == CodecKind::kTernGrad) {
+      terngrad::quantize::EncodeParams p;
+      p.clip_factor = h.clip;
+      p.seed = seed;
+      p.step = step;
+      p.tensor_id = tensor_id;
+      p.rounding = h.rounding;
+      p.stream = h.stream;  // format version 1 or 2, as the host codec
+      // As the host codec: share_scale=0 ignores a shared scale.
+      if (h.share_scale && shared_scale != nullptr) p.shared_scale = *shared_scale;
+      if (g.halves)
+        qc::encode_async(*g.halves, p, d_out, capacity, workspace_for(h, n, s), s);
+      else
+        qc::encode_async(g.floats, n, p, d_out, capacity, workspace_for(h, n, s), s);
+    } else {
+      uint8_t header[terngrad::comm::detail::kDenseHeaderBytes];
+      // Capacity was checked above for the whole payload.
+      terngrad::comm::detail::write_dense_header_bytes(dense_type(h), n, header);
+      terngrad::capi::cuda::dense_encode_async(dense_type(h), header, g.floats, n, d_out, s);
+    }
+    if (out_written != nullptr) *out_written = h.codec->payload_bytes(n);
+  });
+}
+
 }  // namespace
 
 }  // namespace terngrad::capi
@@ -95,51 +173,35 @@ int tg_cuda_available(void) { return qc::device_available() ? 1 : 0; }
 
 tg_status tg_codec_local_scale_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
                                       void* stream, float* out_scale) {
-  return guarded(__func__, Operation::kOther, [&] {
-    tg_codec& h = handle_of(codec);
-    require(out_scale, "out_scale");
-    require_buffer(d_grad, n, "d_grad", "elements");
-    state_of(h);  // refuses codecs without a device path
-    if (h.kind != CodecKind::kTernGrad) {
-      *out_scale = 0.0f;  // fp32 / fp16 have no scale, as on the host
-      return;
-    }
-    const cudaStream_t s = stream_of(stream);
-    qc::Workspace& ws = workspace_for(h, n, s);
-    qc::stats_async(d_grad, n, ws, s);
-    *out_scale = terngrad::quantize::local_scale(ws.stats(s), h.clip);
-  });
+  return local_scale_device(__func__, codec, d_grad, n, TG_FLOAT32, stream, out_scale);
+}
+
+tg_status tg_codec_local_scale_device_typed(tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
+                                            void* stream, float* out_scale) {
+  return local_scale_device(__func__, codec, d_grad, n, dtype, stream, out_scale);
 }
 
 tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, uint64_t n,
                                  uint32_t tensor_id, uint32_t step, uint64_t seed,
                                  const float* shared_scale, uint8_t* d_out, size_t capacity,
                                  void* stream, size_t* out_written) {
+  return encode_device(__func__, codec, d_grad, n, TG_FLOAT32, tensor_id, step, seed, shared_scale, d_out, capacity,
+                       stream, out_written);
+}
+
+tg_status tg_codec_encode_device_typed(tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
+                                       uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale,
+                                       uint8_t* d_out, size_t capacity, void* stream, size_t* out_written) {
+  return encode_device(__func__, codec, d_grad, n, dtype, tensor_id, step, seed, shared_scale, d_out, capacity,
+                       stream, out_written);
+}
+
+tg_status tg_codec_device_takes(const tg_codec_t* codec, tg_dtype dtype, int* out_takes) {
   return guarded(__func__, Operation::kOther, [&] {
-    tg_codec& h = handle_of(codec);
-    state_of(h);
-    require_buffer(d_grad, n, "d_grad", "elements");
-    require_payload_capacity(*h.codec, n, capacity);
-    require(d_out, "d_out");
-    const cudaStream_t s = stream_of(stream);
-    if (h.kind == CodecKind::kTernGrad) {
-      terngrad::quantize::EncodeParams p;
-      p.clip_factor = h.clip;
-      p.seed = seed;
-      p.step = step;
-      p.tensor_id = tensor_id;
-      p.rounding = h.rounding;
-      p.stream = h.stream;  // format version 1 or 2, as the host codec
-      // As the host codec: share_scale=0 ignores a shared scale.
-      if (h.share_scale && shared_scale != nullptr) p.shared_scale = *shared_scale;
-      qc::encode_async(d_grad, n, p, d_out, capacity, workspace_for(h, n, s), s);
-    } else {
-      uint8_t header[terngrad::comm::detail::kDenseHeaderBytes];
-      // Capacity was checked above for the whole payload.
-      terngrad::comm::detail::write_dense_header_bytes(dense_type(h), n, header);
-      terngrad::capi::cuda::dense_encode_async(dense_type(h), header, d_grad, n, d_out, s);
-    }
-    if (out_written != nullptr) *out_written = h.codec->payload_bytes(n);
+    const tg_codec& h = handle_of(codec);
+    require(out_takes, "out_takes");
+    require_dtype(dtype);
+    *out_takes = h.kind == CodecKind::kTernGrad || (h.kind != CodecKind::kOther && dtype == TG_FLOAT32);
   });
 }
 

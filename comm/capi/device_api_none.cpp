@@ -49,4 +49,21 @@ tg_status tg_codec_decode_accumulate_device(tg_codec_t*, const uint8_t*, size_t,
 
 tg_status tg_codec_device_check(tg_codec_t*, void*) { return unsupported(__func__); }
 
+tg_status tg_codec_local_scale_device_typed(tg_codec_t*, const void*, uint64_t, tg_dtype, void*, float*) {
+  return unsupported(__func__);
+}
+
+tg_status tg_codec_encode_device_typed(tg_codec_t*, const void*, uint64_t, tg_dtype, uint32_t, uint32_t, uint64_t,
+                                       const float*, uint8_t*, size_t, void*, size_t*) {
+  return unsupported(__func__);
+}
+
+tg_status tg_codec_device_takes(const tg_codec_t* codec, tg_dtype, int* out_takes) {
+  return terngrad::capi::guarded(__func__, terngrad::capi::Operation::kOther, [&] {
+    terngrad::capi::handle_of(codec);
+    terngrad::capi::require(out_takes, "out_takes");
+    *out_takes = 0;
+  });
+}
+
 }  // extern "C"

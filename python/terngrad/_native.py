@@ -107,6 +107,11 @@ def _declare(lib):
        size, dbl, dbl, dbl, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(dbl))
     # Device pointers (CUDA builds; elsewhere they return TG_ERR_UNSUPPORTED).
     stream = ctypes.c_void_p
+    fn("tg_codec_local_scale_device_typed", _c_tg_status, _codec_p, ctypes.c_void_p, u64, ctypes.c_int, stream,
+       ctypes.POINTER(ctypes.c_float))
+    fn("tg_codec_encode_device_typed", _c_tg_status, _codec_p, ctypes.c_void_p, u64, ctypes.c_int, u32, u32, u64,
+       ctypes.POINTER(ctypes.c_float), _u8_p, size, stream, ctypes.POINTER(size))
+    fn("tg_codec_device_takes", _c_tg_status, _codec_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int))
     fn("tg_codec_local_scale_device", _c_tg_status, _codec_p, _f32_p, u64, stream, ctypes.POINTER(ctypes.c_float))
     fn("tg_codec_encode_device", _c_tg_status, _codec_p, _f32_p, u64, u32, u32, u64,
        ctypes.POINTER(ctypes.c_float), _u8_p, size, stream, ctypes.POINTER(size))

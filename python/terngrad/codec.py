@@ -128,6 +128,16 @@ def _grad_view(x, name):
                     (name, _describe(x)))
 
 
+def _cuda_grad_view(grad):
+    """(address, element count, tg_dtype) of a contiguous CUDA gradient of
+    float32, float16 or bfloat16."""
+    kind = str(grad.dtype).replace("torch.", "")
+    if kind not in _GRAD_DTYPES:
+        raise TypeError("grad must be float32, float16 or bfloat16, got %s" % grad.dtype)
+    ptr, n = _cuda_view(grad, "grad", kind, grad.device)
+    return ptr, n, _GRAD_DTYPES[kind]
+
+
 def _byte_view(p, name, writable):
     """(address, byte count, keepalive) of a uint8 buffer."""
     view = _array_view(p, name, "uint8", writable)
@@ -232,8 +242,9 @@ class Codec:
         """This worker's scale for grad (0.0 for fp32/fp16)."""
         out = ctypes.c_float()
         if _is_cuda(grad):
-            ptr, n = _cuda_view(grad, "grad", "float32", grad.device)
-            check(lib.tg_codec_local_scale_device(self._h(), ptr, n, _stream_of(grad.device), ctypes.byref(out)))
+            ptr, n, dtype = _cuda_grad_view(grad)
+            check(lib.tg_codec_local_scale_device_typed(self._h(), ptr, n, dtype, _stream_of(grad.device),
+                                                        ctypes.byref(out)))
             return out.value
         ptr, n, dtype = _grad_view(grad, "grad")
         check(lib.tg_codec_local_scale_typed(self._h(), ptr, n, dtype, ctypes.byref(out)))
@@ -269,18 +280,29 @@ class Codec:
 
     def _encode_device(self, grad, tensor_id, step, seed, shared_scale, out, check):
         import torch
-        ptr, n = _cuda_view(grad, "grad", "float32", grad.device)
+        ptr, n, dtype = _cuda_grad_view(grad)
         if out is None:
             out = torch.empty(self.payload_bytes(n), dtype=torch.uint8, device=grad.device)
         optr, cap = _cuda_view(out, "out", "uint8", grad.device)
         scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
         written = ctypes.c_size_t()
         stream = _stream_of(grad.device)
-        _native.check(lib.tg_codec_encode_device(self._h(), ptr, n, tensor_id, step, seed, scale, optr, cap,
-                                                 stream, ctypes.byref(written)))
+        _native.check(lib.tg_codec_encode_device_typed(self._h(), ptr, n, dtype, tensor_id, step, seed, scale, optr,
+                                                       cap, stream, ctypes.byref(written)))
         if check:
             _native.check(lib.tg_codec_device_check(self._h(), stream))
         return out if written.value == cap else out.reshape(-1)[:written.value]
+
+    def device_takes(self, dtype):
+        """Whether local_scale and encode take CUDA gradients of dtype
+        (torch.float32, torch.float16 or torch.bfloat16) directly: terngrad
+        any of them, fp32 and fp16 float32 only; False without CUDA."""
+        kind = str(dtype).replace("torch.", "")
+        if kind not in _GRAD_DTYPES:
+            raise TypeError("device_takes: %s is not float32, float16 or bfloat16" % dtype)
+        out = ctypes.c_int()
+        check(lib.tg_codec_device_takes(self._h(), _GRAD_DTYPES[kind], ctypes.byref(out)))
+        return bool(out.value)
 
     def device_check(self, tensor):
         """Waits for PyTorch's current stream on tensor's CUDA device and

@@ -9,8 +9,9 @@ byte-counting copy of PyTorch's default all-reduce to compare it with.
 
 What terngrad_hook does with each gradient bucket (a flat float32 tensor;
 a float16 or bfloat16 bucket is encoded as it is, the encoders reading its
-halves with the bytes of their float32 values, and gets the result back in
-its dtype, on CUDA through a float32 working copy; a CUDA bucket is encoded
+halves with the bytes of their float32 values (on CUDA terngrad's; the
+others through a float32 working copy), and gets the result back in its
+dtype; a CUDA bucket is encoded
 and decoded on its device, with the same bytes as on the CPU, and its
 collectives get CUDA tensors, as NCCL needs):
   1. scale = codec.local_scale(bucket); all_reduce(scale, MAX): scale sharing,
@@ -274,21 +275,22 @@ def _begin_bucket(state, bucket, hook):
     grad, out, codec, shared). A 16-bit CPU bucket (AMP, bf16 training) is
     encoded as it is (the encoders read float16 and bfloat16: the bytes of
     its float32 values) and the result, summed in float32, goes back in its
-    dtype (_to_bucket); a 16-bit CUDA bucket goes through a float32 working
-    copy (the device encoders take float32). Any other dtype is refused
-    before a collective starts."""
+    dtype (_to_bucket); so is a CUDA one where the codec's device encoder
+    reads halves (terngrad's, Codec.device_takes), else it goes through a
+    float32 working copy. Any other dtype is refused before a collective
+    starts."""
     group = state._group()
     buffer = bucket.buffer()
-    if buffer.dtype == torch.float32:
-        grad = out = buffer
-    elif buffer.dtype in _SIXTEEN_BIT and buffer.is_cuda:
-        grad = out = buffer.float()
-    elif buffer.dtype in _SIXTEEN_BIT:
-        grad, out = buffer, torch.empty(buffer.numel(), dtype=torch.float32)
-    else:
+    if buffer.dtype not in (torch.float32,) + _SIXTEEN_BIT:
         raise TypeError("%s: bucket %d holds %s gradients; TernGrad takes float32, float16 and bfloat16" %
                         (hook, bucket.index(), buffer.dtype))
     codec = state.codec_for(bucket)
+    if buffer.dtype == torch.float32:
+        grad = out = buffer
+    elif buffer.is_cuda and not codec.device_takes(buffer.dtype):
+        grad = out = buffer.float()
+    else:
+        grad, out = buffer, torch.empty(buffer.numel(), dtype=torch.float32, device=buffer.device)
     shared = None
     if codec.wants_shared_scale:
         # On the bucket's device: NCCL reduces CUDA tensors only.

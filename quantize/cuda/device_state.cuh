@@ -10,6 +10,9 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -312,6 +315,36 @@ struct FinishParams {
 };
 void launch_stats(const float* d_x, uint64_t n, const FinishParams& fp, Workspace& ws,
                   cudaStream_t stream, uint32_t op);
+
+// What the statistics and the 2-bit pack kernels read: float32, or 16-bit
+// halves (half_input.h) widened as they are loaded, exactly, so that every
+// result is the float32 path's on the widened tensor.
+enum class InputKind : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+struct DeviceInput {
+  const void* data = nullptr;
+  InputKind kind = InputKind::kFloat32;
+  // The input starting at element `offset` (a slice of it).
+  DeviceInput at(uint64_t offset) const {
+    const size_t bytes = kind == InputKind::kFloat32 ? 4 : 2;
+    return {static_cast<const uint8_t*>(data) + offset * bytes, kind};
+  }
+};
+void launch_stats(const DeviceInput& x, uint64_t n, const FinishParams& fp, Workspace& ws, cudaStream_t stream,
+                  uint32_t op);
+
+#ifdef __CUDACC__
+// Element i of an input of kind K as float32 (a half's value, exactly).
+template <InputKind K>
+__device__ __forceinline__ float load_input(const void* x, uint64_t i) {
+  if constexpr (K == InputKind::kFloat32) {
+    return static_cast<const float*>(x)[i];
+  } else if constexpr (K == InputKind::kBFloat16) {
+    return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<const uint16_t*>(x)[i]));
+  }
+}
+#endif
 
 // ---- packed payloads (packed_kernels.cu) ----
 

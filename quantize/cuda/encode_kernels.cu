@@ -20,12 +20,14 @@ namespace {
 
 constexpr int kPackBlock = 256;
 
-// One body byte per thread per grid-stride step. kVec: x is 16-byte aligned,
-// so a full byte's four elements are one float4 load.
-template <bool kVec>
+// One body byte per thread per grid-stride step, reading an input of kind K
+// (float32, or halves widened as loaded). kVec (float32 only): x is 16-byte
+// aligned, so a full byte's four elements are one float4 load.
+template <InputKind K, bool kVec>
 __global__ void __launch_bounds__(kPackBlock)
-    pack_kernel(const float* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
+    pack_kernel(const void* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
                 const Workspace::Device* dev, RngStream rng, bool nearest) {
+  static_assert(!kVec || K == InputKind::kFloat32, "the float4 loads read float32");
   // Stats found NaN/Inf or the shared scale was refused (or an earlier,
   // unchecked operation failed): the header was not written, neither is the body.
   if (error_pending(dev)) return;
@@ -42,30 +44,47 @@ __global__ void __launch_bounds__(kPackBlock)
     const uint64_t i = 4 * k;  // i < n since k < body_bytes(n)
     float v0, v1, v2, v3;
     if (kVec && i + 3 < n) {
-      const float4 f = reinterpret_cast<const float4*>(x)[k];
+      const float4 f = static_cast<const float4*>(x)[k];
       v0 = f.x;
       v1 = f.y;
       v2 = f.z;
       v3 = f.w;
     } else {
       // Absent elements pass 0.0f and become the zero padding.
-      v0 = x[i];
-      v1 = i + 1 < n ? x[i + 1] : 0.0f;
-      v2 = i + 2 < n ? x[i + 2] : 0.0f;
-      v3 = i + 3 < n ? x[i + 3] : 0.0f;
+      v0 = load_input<K>(x, i);
+      v1 = i + 1 < n ? load_input<K>(x, i + 1) : 0.0f;
+      v2 = i + 2 < n ? load_input<K>(x, i + 2) : 0.0f;
+      v3 = i + 3 < n ? load_input<K>(x, i + 3) : 0.0f;
     }
     body[k] = nearest ? encode_byte_nearest(v0, v1, v2, v3, q) : encode_byte(v0, v1, v2, v3, q, rng, k);
   }
 }
 
-template <bool kVec>
-void launch_pack(const float* d_x, uint64_t n, uint8_t* body, const Workspace::Device* dev,
-                 const RngStream& rng, bool nearest, cudaStream_t stream) {
-  static const int resident =
-      resident_blocks(reinterpret_cast<const void*>(&pack_kernel<kVec>), kPackBlock);
+template <InputKind K, bool kVec>
+void launch_pack_of(const void* d_x, uint64_t n, uint8_t* body, const Workspace::Device* dev, const RngStream& rng,
+                    bool nearest, cudaStream_t stream) {
+  static const int resident = resident_blocks(reinterpret_cast<const void*>(&pack_kernel<K, kVec>), kPackBlock);
   const unsigned grid = grid_for(body_bytes(n), kPackBlock, resident);
-  pack_kernel<kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng, nearest);
+  pack_kernel<K, kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng, nearest);
   TG_CHECK_LAUNCH("pack_kernel");
+}
+
+void launch_pack(const DeviceInput& x, uint64_t n, uint8_t* body, const Workspace::Device* dev, const RngStream& rng,
+                 bool nearest, cudaStream_t stream) {
+  switch (x.kind) {
+    case InputKind::kFloat32:
+      if (reinterpret_cast<uintptr_t>(x.data) % alignof(float4) == 0)
+        launch_pack_of<InputKind::kFloat32, true>(x.data, n, body, dev, rng, nearest, stream);
+      else
+        launch_pack_of<InputKind::kFloat32, false>(x.data, n, body, dev, rng, nearest, stream);
+      return;
+    case InputKind::kFloat16:
+      launch_pack_of<InputKind::kFloat16, false>(x.data, n, body, dev, rng, nearest, stream);
+      return;
+    case InputKind::kBFloat16:
+      launch_pack_of<InputKind::kBFloat16, false>(x.data, n, body, dev, rng, nearest, stream);
+      return;
+  }
 }
 
 }  // namespace
@@ -83,7 +102,7 @@ struct DeviceScales {
 
 // Statistics of d_stats[0, n_stats), then the payload of d_x[0, n): the whole
 // tensor (d_x == d_stats) or the slice of it at params.element_offset.
-void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint64_t n,
+void encode_impl(const detail::DeviceInput& d_stats, uint64_t n_stats, const detail::DeviceInput& d_x, uint64_t n,
                  const EncodeParams& params, const DeviceScales& device_scales, uint8_t* d_out,
                  size_t out_capacity, Workspace& ws, cudaStream_t stream, const char* fn) {
   using detail::fail;
@@ -92,7 +111,11 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
     fail(Errc::kInvalidArgument, name + ": n = " + std::to_string(n_stats) +
                                      " exceeds the workspace's max_elements " +
                                      std::to_string(ws.max_elements()));
-  detail::require_device_pointer(d_stats, n_stats, alignof(float), (name + ": d_x").c_str());
+  const bool halves = d_stats.kind != detail::InputKind::kFloat32;
+  detail::require_device_pointer(d_stats.data, n_stats, halves ? 2 : alignof(float), (name + ": d_x").c_str());
+  if (halves && params.packing != Packing::k2Bit)
+    fail(Errc::kInvalidArgument, name + ": 16-bit inputs take the 2-bit packing on the device (packing " +
+                                     packing_name(params.packing) + "): widen them to float32 first");
   if (params.element_offset % 4 != 0)
     fail(Errc::kInvalidArgument, name + ": element_offset must be a multiple of 4, got " +
                                      std::to_string(params.element_offset));
@@ -145,15 +168,17 @@ void encode_impl(const float* d_stats, uint64_t n_stats, const float* d_x, uint6
   if (n == 0) return;  // header-only payload
   const RngStream rng{params.seed, params.step, params.tensor_id, params.element_offset / 4, params.stream};
   if (params.packing != Packing::k2Bit) {
-    detail::launch_packed_encode(d_x, n, params.packing == Packing::kEntropy, rng, fp.nearest, d_out, ws, stream,
-                                 op);
+    detail::launch_packed_encode(static_cast<const float*>(d_x.data), n, params.packing == Packing::kEntropy, rng,
+                                 fp.nearest, d_out, ws, stream, op);
     return;
   }
-  uint8_t* body = d_out + kHeaderBytes;
-  if (reinterpret_cast<uintptr_t>(d_x) % alignof(float4) == 0)
-    detail::launch_pack<true>(d_x, n, body, ws.device(), rng, fp.nearest, stream);
-  else
-    detail::launch_pack<false>(d_x, n, body, ws.device(), rng, fp.nearest, stream);
+  detail::launch_pack(d_x, n, d_out + kHeaderBytes, ws.device(), rng, fp.nearest, stream);
+}
+
+detail::DeviceInput floats(const float* d_x) { return {d_x, detail::InputKind::kFloat32}; }
+
+detail::DeviceInput input_of(const DeviceHalves& x) {
+  return {x.data, x.type == HalfType::kFloat16 ? detail::InputKind::kFloat16 : detail::InputKind::kBFloat16};
 }
 
 // Host checks of the device-scale arguments, before anything is enqueued.
@@ -186,35 +211,37 @@ void check_slice(uint64_t n_whole, uint64_t count, const EncodeParams& params, c
 
 void encode_async(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out,
                   size_t out_capacity, Workspace& ws, cudaStream_t stream) {
-  encode_impl(d_x, n, d_x, n, params, DeviceScales{}, d_out, out_capacity, ws, stream, "encode_async");
+  encode_impl(floats(d_x), n, floats(d_x), n, params, DeviceScales{}, d_out, out_capacity, ws, stream,
+              "encode_async");
 }
 
 size_t encode(const float* d_x, uint64_t n, const EncodeParams& params, uint8_t* d_out, size_t out_capacity,
               Workspace& ws, cudaStream_t stream) {
-  encode_impl(d_x, n, d_x, n, params, DeviceScales{}, d_out, out_capacity, ws, stream, "encode");
+  encode_impl(floats(d_x), n, floats(d_x), n, params, DeviceScales{}, d_out, out_capacity, ws, stream, "encode");
   return ws.encoded_bytes(stream);
 }
 
 size_t encode_slice(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
                     uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
   check_slice(n_whole, count, params, "encode_slice");
-  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, DeviceScales{}, d_out,
-              out_capacity, ws, stream, "encode_slice");
+  encode_impl(floats(d_whole), n_whole, floats(d_whole + params.element_offset), count, params, DeviceScales{},
+              d_out, out_capacity, ws, stream, "encode_slice");
   return ws.encoded_bytes(stream);
 }
 
 void encode_slice_async(const float* d_whole, uint64_t n_whole, uint64_t count, const EncodeParams& params,
                         uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
   check_slice(n_whole, count, params, "encode_slice_async");
-  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, DeviceScales{}, d_out,
-              out_capacity, ws, stream, "encode_slice_async");
+  encode_impl(floats(d_whole), n_whole, floats(d_whole + params.element_offset), count, params, DeviceScales{},
+              d_out, out_capacity, ws, stream, "encode_slice_async");
 }
 
 void encode_shared_async(const float* d_x, uint64_t n, const EncodeParams& params, const float* d_scales,
                          uint32_t num_scales, uint8_t* d_out, size_t out_capacity, Workspace& ws,
                          cudaStream_t stream) {
   const DeviceScales scales = device_scales_arg(params, d_scales, num_scales, "encode_shared_async");
-  encode_impl(d_x, n, d_x, n, params, scales, d_out, out_capacity, ws, stream, "encode_shared_async");
+  encode_impl(floats(d_x), n, floats(d_x), n, params, scales, d_out, out_capacity, ws, stream,
+              "encode_shared_async");
 }
 
 void encode_slice_shared_async(const float* d_whole, uint64_t n_whole, uint64_t count,
@@ -222,8 +249,30 @@ void encode_slice_shared_async(const float* d_whole, uint64_t n_whole, uint64_t 
                                uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
   check_slice(n_whole, count, params, "encode_slice_shared_async");
   const DeviceScales scales = device_scales_arg(params, d_scales, num_scales, "encode_slice_shared_async");
-  encode_impl(d_whole, n_whole, d_whole + params.element_offset, count, params, scales, d_out,
+  encode_impl(floats(d_whole), n_whole, floats(d_whole + params.element_offset), count, params, scales, d_out,
               out_capacity, ws, stream, "encode_slice_shared_async");
+}
+
+void stats_async(const DeviceHalves& x, Workspace& ws, cudaStream_t stream) {
+  if (x.size > ws.max_elements())
+    detail::fail(Errc::kInvalidArgument, "stats_async: n = " + std::to_string(x.size) +
+                                             " exceeds the workspace's max_elements " +
+                                             std::to_string(ws.max_elements()));
+  detail::require_device_pointer(x.data, x.size, 2, "stats_async: d_x");
+  detail::launch_stats(input_of(x), x.size, detail::FinishParams{}, ws, stream, detail::next_op_id());
+}
+
+void encode_async(const DeviceHalves& x, const EncodeParams& params, uint8_t* d_out, size_t out_capacity,
+                  Workspace& ws, cudaStream_t stream) {
+  encode_impl(input_of(x), x.size, input_of(x), x.size, params, DeviceScales{}, d_out, out_capacity, ws, stream,
+              "encode_async");
+}
+
+void encode_slice_async(const DeviceHalves& whole, uint64_t count, const EncodeParams& params, uint8_t* d_out,
+                        size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  check_slice(whole.size, count, params, "encode_slice_async");
+  encode_impl(input_of(whole), whole.size, input_of(whole).at(params.element_offset), count, params, DeviceScales{},
+              d_out, out_capacity, ws, stream, "encode_slice_async");
 }
 
 }  // namespace terngrad::quantize::cuda

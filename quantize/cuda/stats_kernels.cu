@@ -46,8 +46,9 @@ __device__ __forceinline__ unsigned non_finite_class(uint32_t bits) {
   return (bits >> 31) ? kNonFiniteNegInf : kNonFinitePosInf;
 }
 
+template <InputKind K>
 __global__ void __launch_bounds__(kStatsBlock)
-    chunk_stats_kernel(const float* __restrict__ x, uint64_t n, uint64_t chunks,
+    chunk_stats_kernel(const void* __restrict__ x, uint64_t n, uint64_t chunks,
                        double* __restrict__ part_sum, double* __restrict__ part_sq,
                        Workspace::Device* dev, uint32_t op) {
   const unsigned lane = threadIdx.x % 32;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kStatsBlock)
 
   if (chunk < chunks) {  // warp-uniform: the shuffles below see all 32 lanes
     const uint64_t first = chunk * kStatsChunk;
-    const float* lane_x = x + first + lane;
+    const uint64_t lane_x = first + lane;  // this lane's first element
     double sum = 0.0;
     double sum_sq = 0.0;
     if (first + kStatsChunk <= n) {
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(kStatsBlock)
       for (int j0 = 0; j0 < kLaneIters; j0 += kLoadBatch) {
         float v[kLoadBatch];
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) v[u] = lane_x[(j0 + u) * kStatsLanes];
+        for (int u = 0; u < kLoadBatch; ++u) v[u] = load_input<K>(x, lane_x + uint64_t(j0 + u) * kStatsLanes);
 #pragma unroll
         for (int u = 0; u < kLoadBatch; ++u) {
           const double d = v[u];
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kStatsBlock)
       for (int j = 0; j < kLaneIters; ++j) {
         const uint64_t e = lane + uint64_t(j) * kStatsLanes;
         if (e < present) {
-          const float f = lane_x[j * kStatsLanes];
+          const float f = load_input<K>(x, lane_x + uint64_t(j) * kStatsLanes);
           const double d = f;
           sum += d;
           sum_sq = fma(d, d, sum_sq);
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kStatsBlock)
       for (int j = 0; j < kLaneIters; ++j) {
         const uint64_t e = lane + uint64_t(j) * kStatsLanes;
         if (e >= present) break;
-        const uint32_t bits = float_bits(lane_x[j * kStatsLanes]);
+        const uint32_t bits = float_bits(load_input<K>(x, lane_x + uint64_t(j) * kStatsLanes));
         if ((bits & kAbsMask) >= kExpAllOnes) {
           record_keyed_error(dev, op, Errc::kNonFinite, ((first + e) << 2) | non_finite_class(bits));
           break;
@@ -224,21 +225,39 @@ __global__ void __launch_bounds__(64) finish_stats_kernel(FinishKernelArgs a) {
 
 }  // namespace
 
-void launch_stats(const float* d_x, uint64_t n, const FinishParams& fp, Workspace& ws,
-                  cudaStream_t stream, uint32_t op) {
+void launch_stats(const DeviceInput& x, uint64_t n, const FinishParams& fp, Workspace& ws, cudaStream_t stream,
+                  uint32_t op) {
   const Partials parts = partials_of(ws);
   const uint64_t chunks = stats_chunks(n);
   if (chunks > 0) {
     const uint64_t blocks = (chunks + kWarpsPerStatsBlock - 1) / kWarpsPerStatsBlock;
     if (blocks > 0x7FFFFFFFull)
       fail(Errc::kInvalidArgument, "tensor of " + std::to_string(n) + " elements is too large");
-    chunk_stats_kernel<<<static_cast<unsigned>(blocks), kStatsBlock, 0, stream>>>(
-        d_x, n, chunks, parts.sum, parts.sum_sq, ws.device(), op);
+    const unsigned grid = static_cast<unsigned>(blocks);
+    switch (x.kind) {
+      case InputKind::kFloat32:
+        chunk_stats_kernel<InputKind::kFloat32><<<grid, kStatsBlock, 0, stream>>>(x.data, n, chunks, parts.sum,
+                                                                                  parts.sum_sq, ws.device(), op);
+        break;
+      case InputKind::kFloat16:
+        chunk_stats_kernel<InputKind::kFloat16><<<grid, kStatsBlock, 0, stream>>>(x.data, n, chunks, parts.sum,
+                                                                                  parts.sum_sq, ws.device(), op);
+        break;
+      case InputKind::kBFloat16:
+        chunk_stats_kernel<InputKind::kBFloat16><<<grid, kStatsBlock, 0, stream>>>(x.data, n, chunks, parts.sum,
+                                                                                   parts.sum_sq, ws.device(), op);
+        break;
+    }
     TG_CHECK_LAUNCH("chunk_stats_kernel");
   }
   const FinishKernelArgs args{parts.sum, parts.sum_sq, chunks, n, ws.device(), op, fp};
   finish_stats_kernel<<<1, 64, 0, stream>>>(args);
   TG_CHECK_LAUNCH("finish_stats_kernel");
+}
+
+void launch_stats(const float* d_x, uint64_t n, const FinishParams& fp, Workspace& ws, cudaStream_t stream,
+                  uint32_t op) {
+  launch_stats(DeviceInput{d_x, InputKind::kFloat32}, n, fp, ws, stream, op);
 }
 
 }  // namespace detail

@@ -142,6 +142,54 @@ static void compare_codec(const char* spec, uint64_t n) {
   tg_codec_destroy(dev);
 }
 
+/* 16-bit device gradients (the *_device_typed calls): terngrad's payload of
+ * a bfloat16 or float16 gradient equals the host's of the same halves, and
+ * so of their float32 values; fp32 refuses them, as tg_codec_device_takes says. */
+static void compare_typed(const char* spec, tg_dtype dtype, uint64_t n) {
+  tg_codec_t* host = NULL;
+  tg_codec_t* dev = NULL;
+  CHECK(tg_codec_create(spec, &host) == TG_OK && tg_codec_create(spec, &dev) == TG_OK);
+  uint16_t* h = malloc(2 * n + 2);
+  for (uint64_t i = 0; i < n; ++i) {
+    const float x = sample(i, 0);
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    /* bfloat16: truncated; float16: a small exact-in-half pattern around 1e-2. */
+    h[i] = dtype == TG_BFLOAT16 ? (uint16_t)(bits >> 16) : (uint16_t)(0x2000 + (i * 2654435761u) % 0x0C00);
+  }
+  int takes = -1;
+  CHECK(tg_codec_device_takes(dev, dtype, &takes) == TG_OK);
+  size_t bytes = 0;
+  CHECK(tg_codec_payload_bytes(host, n, &bytes) == TG_OK);
+  uint16_t* d_g = dev_alloc(2 * n + 2);
+  uint8_t* d_p = dev_alloc(bytes);
+  to_dev(d_g + 1, h, 2 * n); /* 2-byte aligned, not 4 */
+  float hs = 0, ds = 0;
+  CHECK(tg_codec_local_scale_typed(host, h, n, dtype, &hs) == TG_OK);
+  const tg_status st = tg_codec_local_scale_device_typed(dev, d_g + 1, n, dtype, NULL, &ds);
+  if (!takes) {
+    CHECK(st == TG_ERR_UNSUPPORTED);
+    CHECK(strstr(tg_last_error_message(), "float32 device gradients only") != NULL);
+  } else {
+    CHECK(st == TG_OK && memcmp(&hs, &ds, 4) == 0);
+    uint8_t* hp = malloc(bytes);
+    uint8_t* dp = malloc(bytes);
+    size_t hw = 0, dw = 0;
+    CHECK(tg_codec_encode_typed(host, h, n, dtype, 2, 8, 99, &hs, hp, bytes, &hw) == TG_OK);
+    CHECK(tg_codec_encode_device_typed(dev, d_g + 1, n, dtype, 2, 8, 99, &ds, d_p, bytes, NULL, &dw) == TG_OK);
+    CHECK(tg_codec_device_check(dev, NULL) == TG_OK);
+    to_host(dp, d_p, bytes);
+    CHECK(hw == dw && memcmp(hp, dp, hw) == 0);
+    free(hp);
+    free(dp);
+  }
+  cudaFree(d_g);
+  cudaFree(d_p);
+  free(h);
+  tg_codec_destroy(host);
+  tg_codec_destroy(dev);
+}
+
 int main(void) {
   if (!tg_cuda_built() || !tg_cuda_available()) {
     printf("capi_cuda_test: SKIPPED, %s\n",
@@ -154,6 +202,12 @@ int main(void) {
   static const uint64_t sizes[] = {0, 1, 5, 1000, 100003, 1u << 20};
   for (size_t s = 0; s < sizeof specs / sizeof specs[0]; ++s)
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) compare_codec(specs[s], sizes[k]);
+  static const char* typed_specs[] = {"terngrad", "terngrad:round=nearest", "fp32"};
+  for (size_t s = 0; s < sizeof typed_specs / sizeof typed_specs[0]; ++s)
+    for (size_t k = 1; k < sizeof sizes / sizeof sizes[0]; ++k) {
+      compare_typed(typed_specs[s], TG_BFLOAT16, sizes[k]);
+      compare_typed(typed_specs[s], TG_FLOAT16, sizes[k]);
+    }
   printf("capi_cuda_test: %d checks, %d failed\n", g_checks, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

@@ -88,6 +88,36 @@ def check_codec():
     else:
         raise AssertionError("encode_slices took a CUDA tensor")
     print("codec: %d specs x %d sizes: GPU == CPU (scale, payload, decode, accumulate)" % (len(SPECS), len(SIZES)))
+    check_sixteen_bit()
+
+
+def check_sixteen_bit():
+    """16-bit CUDA gradients: terngrad's device encoder reads the halves and
+    writes the CPU's bytes of the same halves (themselves the bytes of their
+    float32 values); fp32 and fp16 take float32 device gradients only, as
+    device_takes says, and the hook then widens the bucket first."""
+    gen = torch.Generator().manual_seed(2)
+    for dtype in (torch.bfloat16, torch.float16):
+        for spec in ("terngrad", "terngrad:round=nearest"):
+            host, dev = terngrad.Codec(spec), terngrad.Codec(spec)
+            assert dev.device_takes(dtype), "%s: device_takes(%s) is False" % (spec, dtype)
+            for n in SIZES:
+                x = (torch.randn(n, generator=gen) * 1e-3).to(dtype)
+                what = "%s %s n=%d" % (spec, dtype, n)
+                s_host, s_dev = host.local_scale(x), dev.local_scale(x.cuda())
+                assert s_host == s_dev == host.local_scale(x.float()), "%s: local scales differ" % what
+                kw = dict(tensor_id=2, step=5, seed=13, shared_scale=s_host * 1.25)
+                p_host, p_dev = host.encode(x, **kw), dev.encode(x.cuda(), **kw)
+                assert torch.equal(p_host, p_dev.cpu()), "%s: the GPU payload differs from the CPU's" % what
+        for spec in ("fp32", "fp16"):
+            assert not terngrad.Codec(spec).device_takes(dtype), "%s: device_takes(%s) is True" % (spec, dtype)
+            try:
+                terngrad.Codec(spec).encode(torch.zeros(8, dtype=dtype, device="cuda"))
+            except terngrad.TernGradError as e:
+                assert "float32 device gradients only" in str(e), str(e)
+            else:
+                raise AssertionError("%s took a %s CUDA gradient" % (spec, dtype))
+    print("16-bit CUDA gradients: terngrad GPU == CPU; fp32/fp16 refuse them by name")
 
 
 class WeightFreeGradients(torch.nn.Module):

@@ -23,6 +23,8 @@
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/cuda.h"
 #include "terngrad/quantize/format.h"
+#include "terngrad/quantize/fp16.h"
+#include "terngrad/quantize/half_input.h"
 
 namespace tq = terngrad::quantize;
 namespace tc = terngrad::quantize::cuda;
@@ -320,6 +322,73 @@ TEST_F(CudaCodec, EncodeSliceMatchesCpuSlice) {
   DeviceBytes dout(tq::max_encoded_bytes(8));
   EXPECT_THROW(tc::encode_slice_async(dx.at<float>(), n, 8, bad, dout.at<uint8_t>(), tq::max_encoded_bytes(8), ws,
                                       stream_),
+               CodecError);
+}
+
+// 16-bit inputs (tc::DeviceHalves): stats and payloads of the widened
+// tensor, against the CPU codec reading the same halves (half_input.h, itself
+// tested against the float32 encode): stochastic and nearest rounding, whole
+// tensors and slices, odd sizes and 2-byte-aligned (not 4-byte) inputs; a
+// non-finite half is refused and the packed formats are refused by name.
+TEST_F(CudaCodec, SixteenBitInputsMatchTheCpuBytes) {
+  const size_t kMax = (size_t{1} << 20) + 3;
+  tc::Workspace ws(kMax);
+  for (tq::HalfType type : {tq::HalfType::kFloat16, tq::HalfType::kBFloat16})
+    for (size_t n : kSizes) {
+      const auto x = gradient(n, 5000 + n);
+      std::vector<uint16_t> h(n);
+      for (size_t i = 0; i < n; ++i)
+        h[i] = type == tq::HalfType::kFloat16 ? tq::fp16::from_float(x[i])
+                                               : static_cast<uint16_t>(bits_of(x[i]) >> 16);
+      const tq::HalfTensor host{h, type};
+      DeviceBytes dh(2 * n + 2);
+      uint16_t* hp = dh.at<uint16_t>(2);  // 2-byte aligned, not 4
+      upload(hp, h, stream_);
+      const tc::DeviceHalves dev{hp, n, type};
+      for (tq::Rounding rounding : {tq::Rounding::kStochastic, tq::Rounding::kNearest}) {
+        SCOPED_TRACE(std::string(tq::half_type_name(type)) + " n = " + std::to_string(n) +
+                     (rounding == tq::Rounding::kNearest ? " nearest" : ""));
+        tq::EncodeParams p;
+        p.seed = 31 + n;
+        p.step = 4;
+        p.tensor_id = 6;
+        p.rounding = rounding;
+        std::vector<uint8_t> cpu(tq::max_encoded_bytes(n));
+        tq::encode(host, p, cpu);
+        DeviceBytes dout(cpu.size());
+        tc::encode_async(dev, p, dout.at<uint8_t>(), cpu.size(), ws, stream_);
+        ws.check(stream_);
+        EXPECT_TRUE(same_stats(tq::compute_stats(host), ws.stats(stream_)));
+        EXPECT_TRUE(same_bits(cpu, download(dout.at<uint8_t>(), cpu.size(), stream_)));
+        if (n < 8) continue;
+        p.element_offset = 4 * (n / 8);  // a slice with the whole tensor's statistics
+        const uint64_t count = n - p.element_offset;
+        std::vector<uint8_t> cpu_slice(tq::max_encoded_bytes(count));
+        tq::encode_with_stats(host.subspan(p.element_offset, count), tq::compute_stats(host), p, cpu_slice);
+        DeviceBytes dslice(cpu_slice.size());
+        tc::encode_slice_async(dev, count, p, dslice.at<uint8_t>(), cpu_slice.size(), ws, stream_);
+        ws.check(stream_);
+        EXPECT_TRUE(same_bits(cpu_slice, download(dslice.at<uint8_t>(), cpu_slice.size(), stream_)));
+      }
+    }
+  std::vector<uint16_t> bad(5000, 0x3C00);  // 1.0 in float16
+  bad[4321] = 0x7C00;                      // +Inf
+  DeviceBytes db(2 * bad.size());
+  upload(db.at<uint16_t>(), bad, stream_);
+  DeviceBytes dout(tq::max_encoded_bytes(bad.size()));
+  tc::encode_async(tc::DeviceHalves{db.at<uint16_t>(), bad.size(), tq::HalfType::kFloat16}, tq::EncodeParams{},
+                   dout.at<uint8_t>(), tq::max_encoded_bytes(bad.size()), ws, stream_);
+  try {
+    ws.check(stream_);
+    FAIL() << "no error";
+  } catch (const CodecError& e) {
+    EXPECT_EQ(e.code(), Errc::kNonFinite);
+    EXPECT_NE(std::string(e.what()).find("4321"), std::string::npos) << e.what();
+  }
+  tq::EncodeParams entropy;
+  entropy.packing = tq::Packing::kEntropy;
+  EXPECT_THROW(tc::encode_async(tc::DeviceHalves{db.at<uint16_t>(), bad.size(), tq::HalfType::kFloat16}, entropy,
+                                dout.at<uint8_t>(), tq::max_encoded_bytes(bad.size()), ws, stream_),
                CodecError);
 }
 

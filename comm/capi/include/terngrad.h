@@ -292,6 +292,22 @@ TG_API tg_status tg_codec_encode_device(tg_codec_t* codec, const float* d_grad, 
                                         const float* shared_scale, uint8_t* d_out,
                                         size_t capacity, void* stream, size_t* out_written);
 
+/* As tg_codec_local_scale_device / tg_codec_encode_device on a device
+ * gradient of any tg_dtype (2-byte aligned for 16 bits): float16 and
+ * bfloat16 gradients give the bytes of their float32 values, read as they
+ * are (no float32 copy). 16-bit device gradients are taken by terngrad's
+ * 2-bit codec; the others refuse them (TG_ERR_UNSUPPORTED), which
+ * tg_codec_device_takes() tells beforehand. */
+TG_API tg_status tg_codec_local_scale_device_typed(tg_codec_t* codec, const void* d_grad, uint64_t n,
+                                                   tg_dtype dtype, void* stream, float* out_scale);
+TG_API tg_status tg_codec_encode_device_typed(tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
+                                              uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                              const float* shared_scale, uint8_t* d_out, size_t capacity,
+                                              void* stream, size_t* out_written);
+/* *out_takes = 1 if the device functions take this codec's gradients of
+ * dtype (a CUDA build; terngrad any dtype, fp32 and fp16 float32 only), else 0. */
+TG_API tg_status tg_codec_device_takes(const tg_codec_t* codec, tg_dtype dtype, int* out_takes);
+
 /* As tg_codec_decode / tg_codec_decode_accumulate on device memory. */
 TG_API tg_status tg_codec_decode_device(tg_codec_t* codec, const uint8_t* d_payload,
                                         size_t payload_bytes, float* d_out, uint64_t n,

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "terngrad/quantize/codec.h"
+#include "terngrad/quantize/half_input.h"
 
 namespace terngrad::quantize::cuda {
 
@@ -162,6 +163,22 @@ void decode_accumulate_any_async(const uint8_t* d_payload, size_t payload_bytes,
                                  Workspace& ws, cudaStream_t stream);
 void accumulate_counts_any_async(const uint8_t* d_payload, size_t payload_bytes, int16_t* d_counts, uint64_t n,
                                  Workspace& ws, cudaStream_t stream);
+
+// 16-bit tensors on the device (half_input.h): n halves of `type` at data
+// (2-byte aligned). Every call below is its float32 namesake's on the
+// widened tensor, bit for bit (and so the CPU's); the kernels widen each
+// element as they load it, so no float32 copy is made. The 2-bit packing
+// only (kInvalidArgument for the others: widen first).
+struct DeviceHalves {
+  const uint16_t* data = nullptr;
+  uint64_t size = 0;
+  HalfType type = HalfType::kBFloat16;
+};
+void stats_async(const DeviceHalves& x, Workspace& ws, cudaStream_t stream);
+void encode_async(const DeviceHalves& x, const EncodeParams& params, uint8_t* d_out, size_t out_capacity,
+                  Workspace& ws, cudaStream_t stream);
+void encode_slice_async(const DeviceHalves& whole, uint64_t count, const EncodeParams& params, uint8_t* d_out,
+                        size_t out_capacity, Workspace& ws, cudaStream_t stream);
 
 // Starts a new shared-scale sum in `ws` without a check(): the next
 // accumulate_counts_async takes its payload's scale as the sum's. Lets one
