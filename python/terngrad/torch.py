@@ -51,6 +51,8 @@ per element plus the 40-byte header and the 4-byte scale per bucket; a
 variable-size codec its 8-byte length plus the longest payload (padding
 included) per bucket.
 """
+import concurrent.futures
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -79,6 +81,12 @@ class _CountingState:
     def _end_bucket(self, bucket):
         if bucket.is_last():
             self.iteration += 1
+
+    def _worker(self):
+        """in_background()'s one thread: buckets in the order handed over."""
+        if getattr(self, "_executor", None) is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="terngrad-hook")
+        return self._executor
 
     def bytes_per_step(self):
         return self.bytes_sent / max(self.iteration, 1)
@@ -449,6 +457,38 @@ def _pad_to_longest(state, group, world, payload):
     return padded, lengths
 
 
+def in_background(hook):
+    """The hook run off the backward pass: its whole work, collectives
+    included, on one worker thread of the state, and the returned future
+    completed from there, so the backward pass goes on computing the next
+    buckets' gradients while a bucket is encoded, exchanged and summed.
+
+        ddp.register_comm_hook(state, tgt.in_background(tgt.terngrad_reduce_scatter_hook))
+
+    The thread takes the buckets in the order DDP hands them over, one at a
+    time, so every rank issues the same collectives in the same order, and the
+    results are the hook's own, bit for bit (tested). The encoders and the
+    collectives release the GIL. CUDA buckets run inline (their work is
+    ordered on the caller's stream already)."""
+    def background_hook(state, bucket):
+        if bucket.buffer().is_cuda:
+            return hook(state, bucket)
+        fut = torch.futures.Future()
+
+        def job():
+            try:
+                fut.set_result(hook(state, bucket).wait())
+            except BaseException as e:  # handed to whoever waits on the bucket (DDP)
+                fut.set_exception(e)
+
+        state._worker().submit(job)
+        return fut
+
+    background_hook.__name__ = hook.__name__ + "_in_background"
+    background_hook.__doc__ = "%s, run by in_background()." % hook.__name__
+    return background_hook
+
+
 def auto_variant(world, is_cuda, reduce_scatter_from=4):
     """The hook terngrad_auto_hook runs for a bucket: terngrad_hook (the
     all-gather) for CUDA buckets, the only variant with a device path, and
@@ -476,5 +516,5 @@ def terngrad_auto_hook(state, bucket):
     return hook(state, bucket)
 
 
-__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "auto_variant", "chunk_bounds", "reshard_state_dicts",
-           "terngrad_auto_hook", "terngrad_hook", "terngrad_reduce_scatter_hook"]
+__all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "auto_variant", "chunk_bounds", "in_background",
+           "reshard_state_dicts", "terngrad_auto_hook", "terngrad_hook", "terngrad_reduce_scatter_hook"]

@@ -16,6 +16,8 @@ processes, gloo (uneven slices, 3-bit sums).
 4. bf16 and fp16 buckets, both hooks: the result in the bucket's dtype is the
    float32 copy's result cast to it, bit for bit; float64 is refused by name.
 5. terngrad_auto_hook runs the variant auto_variant picks, bit for bit.
+6. in_background(hook), in DDP training: the same averaged gradients and
+   final weights as the hook itself, bit for bit, both hooks, ef(...) too.
 Exits 77 (ctest SKIP) without torch.
 """
 import os
@@ -163,11 +165,30 @@ def check_auto_hook(rank):
         assert "reduce_scatter_from" in str(e), str(e)
 
 
+def check_in_background(rank):
+    """in_background: every bucket's averaged gradient and the final weights
+    equal the hook's own run, bit for bit (the buckets overlap the backward
+    pass, one at a time on the worker thread, in the order handed over)."""
+    for hook in (tgt.terngrad_hook, tgt.terngrad_reduce_scatter_hook):
+        for spec in ("terngrad", "ef(terngrad:round=nearest)"):
+            own, bg = [], []
+            m1, _ = run(rank, spec, hook, own)
+            m2, state = run(rank, spec, tgt.in_background(hook), bg)
+            assert len(own) == len(bg) > 0, (len(own), len(bg))
+            for a, b in zip(own, bg):
+                assert (a[0], a[1]) == (b[0], b[1]) and torch.equal(a[3], b[3]), (
+                    "%s %s bucket %d step %d: in_background differs" % (hook.__name__, spec, a[0], a[1]))
+            for p1, p2 in zip(m1.parameters(), m2.parameters()):
+                assert torch.equal(p1, p2), "%s %s: in_background trained other weights" % (hook.__name__, spec)
+            assert state.iteration == STEPS, state.iteration
+
+
 def worker(rank, tmp):
     dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "init"), rank=rank, world_size=WORLD)
     try:
         check_sixteen_bit_buckets(rank)
         check_auto_hook(rank)
+        check_in_background(rank)
         for spec in ("terngrad", "ef(terngrad:round=nearest)"):
             ag, rs = [], []
             run(rank, spec, tgt.terngrad_hook, ag)
