@@ -23,6 +23,8 @@ What it does (root only; without root it stops at once):
        terngrad     terngrad.torch.terngrad_hook (all-gather of 2-bit payloads)
        terngrad_rs  terngrad.torch.terngrad_reduce_scatter_hook (sums without decoding)
        ef, ef_rs    the same two with spec ef(terngrad:round=nearest)
+       *_bg         terngrad_bg, terngrad_rs_bg, ef_rs_bg: the hook under
+                    terngrad.torch.in_background (overlapping the backward pass)
      on random data (an MLP of about 4.2M parameters, labels from a fixed
      teacher) or on Fashion-MNIST (--data fashion-mnist: an MLP of 3.2M
      parameters, each rank its own shard of every global batch; the test
@@ -52,7 +54,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 PREFIX = "tgddp-"
 PORT = 29500
 MAX_WORLD = 8
-MODES = ["allreduce", "fp16", "powersgd", "terngrad", "terngrad_rs", "ef", "ef_rs"]
+MODES = ["allreduce", "fp16", "powersgd", "terngrad", "terngrad_rs", "ef", "ef_rs", "terngrad_rs_bg", "ef_rs_bg",
+         "terngrad_bg"]
 EF_SPEC = "ef(terngrad:round=nearest)"
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 PROBE_PORT = 5601
@@ -269,9 +272,11 @@ def register_hook(ddp, mode, model):
         ddp.register_comm_hook(state, powersgd.powerSGD_hook)
         return None
     import terngrad.torch as tgt
-    spec = EF_SPEC if mode in ("ef", "ef_rs") else "terngrad"
+    spec = EF_SPEC if mode.startswith("ef") else "terngrad"
     state = tgt.TernGradState(spec=spec, seed=1, module=model)
-    ddp.register_comm_hook(state, tgt.terngrad_reduce_scatter_hook if mode.endswith("_rs") else tgt.terngrad_hook)
+    base = mode[:-3] if mode.endswith("_bg") else mode
+    hook = tgt.terngrad_reduce_scatter_hook if base.endswith("_rs") else tgt.terngrad_hook
+    ddp.register_comm_hook(state, tgt.in_background(hook) if mode.endswith("_bg") else hook)
     return state
 
 
@@ -558,7 +563,10 @@ def environment():
 LABELS = {"allreduce": "all-reduce (PyTorch default)", "fp16": "`fp16_compress_hook` (PyTorch)",
           "powersgd": "`powerSGD_hook`, rank 4 (PyTorch)", "terngrad": "TernGrad, all-gather (`terngrad_hook`)",
           "terngrad_rs": "TernGrad, reduce-scatter (`terngrad_reduce_scatter_hook`)",
-          "ef": "`%s`, all-gather" % EF_SPEC, "ef_rs": "`%s`, reduce-scatter" % EF_SPEC}
+          "ef": "`%s`, all-gather" % EF_SPEC, "ef_rs": "`%s`, reduce-scatter" % EF_SPEC,
+          "terngrad_bg": "TernGrad, all-gather, `in_background`",
+          "terngrad_rs_bg": "TernGrad, reduce-scatter, `in_background`",
+          "ef_rs_bg": "`%s`, reduce-scatter, `in_background`" % EF_SPEC}
 
 
 def write_outputs(doc, out_dir, rate_text, tag=""):
