@@ -52,12 +52,14 @@ variable-size codec its 8-byte length plus the longest payload (padding
 included) per bucket.
 """
 import concurrent.futures
+import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import ef_state
+from . import ddp_choice, ef_state
+from .choice import auto_candidates
 from .codec import Codec
 
 _STATE_FORMAT = "terngrad.TernGradState/1"
@@ -123,9 +125,18 @@ class TernGradState(_CountingState):
     parameter names state_dict() and load_state_dict() use.
     reduce_scatter_from: the world size from which terngrad_auto_hook takes
     the reduce-scatter variant (auto_variant).
+    spec="auto" or "auto(<spec>,...)" (terngrad_auto_hook): each bucket
+    layout travels as fp32, fp16 or ef(terngrad:round=nearest) (or the
+    named candidates), whichever terngrad.ddp_choice's model of DDP's
+    collectives says is fastest for its size on this link; link_rate ("1gbit",
+    or bytes/s) gives the link, else it is measured on the group at the
+    first decision. Rank 0 decides and broadcasts; state.choices lists each
+    decision. A layout that goes fp32 or fp16 first sends the error-feedback
+    residuals its parameters still owe (added to its gradient).
     """
 
-    def __init__(self, process_group=None, spec="terngrad", seed=0, module=None, reduce_scatter_from=4):
+    def __init__(self, process_group=None, spec="terngrad", seed=0, module=None, reduce_scatter_from=4,
+                 link_rate=None):
         super().__init__(process_group)
         if not 0 <= seed < (1 << 48):
             raise ValueError("seed must be in [0, 2^48), got %d" % seed)
@@ -141,24 +152,45 @@ class TernGradState(_CountingState):
         self._codecs = {}
         self._sizes = {}    # layout -> the parameters' element counts
         self._pending = {}  # id(parameter) -> ef_state.ParamState, not yet in a bucket's codec
-        Codec(spec).close()  # a bad spec fails here, not inside backward()
+        self.auto = spec.startswith("auto")
+        if self.auto:
+            # Checked here (an unknown candidate, one an all-reduce cannot
+            # take), not inside backward(); the worker-side half of each, as
+            # in async runs (a DDP rank keeps no server state).
+            self.candidates = auto_candidates(spec, sync=False)
+            self.link_rate = None if link_rate is None else (
+                float(link_rate) if isinstance(link_rate, (int, float)) else ddp_choice.parse_rate(link_rate))
+            self.choices = []   # one dict per decision: elements, chosen spec, estimates
+            self._chosen = {}   # layout -> spec
+            self._costs = None
+        else:
+            if link_rate is not None:
+                raise ValueError("link_rate is for spec=\"auto\" (this state's spec is %r)" % spec)
+            Codec(spec).close()  # a bad spec fails here, not inside backward()
 
-    def codec_for(self, bucket):
-        """The codec of this bucket's layout; a new layout takes over the
-        residuals of its parameters (see the module doc)."""
+    def _layout_of(self, bucket):
         params = bucket.parameters()
         layout = tuple(id(p) for p in params)
-        codec = self._codecs.get(layout)
-        if codec is not None:
-            return codec
         sizes = [p.numel() for p in params]
         if sum(sizes) != bucket.buffer().numel():
             raise ValueError("terngrad_hook: bucket %d holds %d elements, its %d parameters %d" %
                              (bucket.index(), bucket.buffer().numel(), len(sizes), sum(sizes)))
+        return layout, sizes
+
+    def _release_overlapping(self, layout):
         wanted = set(layout)
         for old in [k for k in self._codecs if wanted.intersection(k)]:
             self._release(old)
-        codec = Codec(self.spec)
+
+    def codec_for(self, bucket):
+        """The codec of this bucket's layout; a new layout takes over the
+        residuals of its parameters (see the module doc)."""
+        layout, sizes = self._layout_of(bucket)
+        codec = self._codecs.get(layout)
+        if codec is not None:
+            return codec
+        self._release_overlapping(layout)
+        codec = Codec(self.spec_for(bucket) if self.auto else self.spec)
         parts = [self._pending.pop(k, None) for k in layout]
         if any(part is not None for part in parts):
             momentum = any(part is not None and part.momentum is not None for part in parts)
@@ -167,6 +199,50 @@ class TernGradState(_CountingState):
         self._codecs[layout] = codec
         self._sizes[layout] = sizes
         return codec
+
+    def spec_for(self, bucket):
+        """spec="auto": the spec this bucket's layout travels with, decided at
+        its first bucket (a collective on the group: every rank calls it for
+        the same bucket, as every hook does)."""
+        layout, sizes = self._layout_of(bucket)
+        spec = self._chosen.get(layout)
+        if spec is not None:
+            return spec
+        group = self._group()
+        world = dist.get_world_size(group)
+        buffer = bucket.buffer()
+        if self.link_rate is None:
+            self.link_rate = _measure_link(group, world, buffer.device)
+        # A CUDA bucket: the candidates its device can encode (all-reduces always).
+        candidates = [c for c in self.candidates if c in ("fp32", "fp16") or not buffer.is_cuda or
+                      Codec(c).device_takes(buffer.dtype)]
+        choice = torch.zeros(1, dtype=torch.int64, device=buffer.device)
+        n = sum(sizes)
+        estimates = None
+        if dist.get_rank(group) == 0:
+            if self._costs is None:
+                self._costs = ddp_choice.Costs(self.candidates, world)
+            best, estimates = ddp_choice.choose(candidates, n, world, self.link_rate, self._costs,
+                                                self.reduce_scatter_from)
+            choice[0] = best
+        dist.broadcast(choice, 0, group=group)
+        spec = candidates[int(choice.item())]
+        self._chosen[layout] = spec
+        self.choices.append({"bucket": bucket.index(), "elements": n, "spec": spec, "world": world,
+                             "link_bytes_per_s": self.link_rate, "estimated_s": estimates})
+        return spec
+
+    def flush_residuals(self, bucket):
+        """The error-feedback residuals this bucket's parameters still owe
+        (their earlier layouts' codecs released), as one float32 tensor of
+        the bucket's size, or None; they are no longer kept."""
+        layout, sizes = self._layout_of(bucket)
+        self._release_overlapping(layout)
+        parts = [self._pending.pop(k, None) for k in layout]
+        if all(part is None for part in parts):
+            return None
+        return torch.from_numpy(np.concatenate(
+            [part.residual if part is not None else np.zeros(n, np.float32) for part, n in zip(parts, sizes)]))
 
     def _parts(self, layout):
         """The ef(...) residuals of a layout's codec by parameter, or None
@@ -307,6 +383,24 @@ def _begin_bucket(state, bucket, hook):
         dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
         shared = float(scale.item())
     return group, buffer, grad, out, codec, shared
+
+
+def _measure_link(group, world, device):
+    """The group's link rate in bytes/s per rank and direction, from the
+    best of three all-reduces of 8 MiB (after one to warm up): a ring
+    all-reduce moves 2 (W-1)/W of the tensor each way."""
+    probe = torch.zeros(ddp_choice.PROBE_BYTES // 4, dtype=torch.float32, device=device)
+    dist.all_reduce(probe, group=group)
+    best = float("inf")
+    for _ in range(3):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        dist.all_reduce(probe, group=group)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * (world - 1) / world * ddp_choice.PROBE_BYTES / best
 
 
 def _to_bucket(buffer, out):
@@ -510,10 +604,38 @@ def terngrad_auto_hook(state, bucket):
     """DDP communication hook: terngrad_hook or terngrad_reduce_scatter_hook,
     as auto_variant picks for this group's size and the bucket's device.
     Every rank picks the same (same world size, same device type), so the
-    replicas stay bit-identical; a bucket keeps its variant for the run."""
+    replicas stay bit-identical; a bucket keeps its variant for the run.
+    With TernGradState(spec="auto"), each bucket layout first takes the
+    codec the state chooses for it (TernGradState, terngrad.ddp_choice): fp32
+    and fp16 go by all-reduce (fp32 exactly as PyTorch's default), a
+    compressed codec by the variant above."""
+    if state.auto:
+        spec = state.spec_for(bucket)
+        if spec in ("fp32", "fp16"):
+            return _dense_all_reduce(state, bucket, spec)
     world = dist.get_world_size(state._group())
     hook = auto_variant(world, bucket.buffer().is_cuda, state.reduce_scatter_from)
     return hook(state, bucket)
+
+
+def _dense_all_reduce(state, bucket, spec):
+    """An auto layout that travels uncompressed: the residuals its
+    parameters still owe are added first, then PyTorch's all-reduce of the
+    bucket / W (fp16: of its float16 cast, as fp16_compress_hook)."""
+    group = state._group()
+    world = dist.get_world_size(group)
+    buffer = bucket.buffer()
+    owed = state.flush_residuals(bucket)
+    if owed is not None:
+        buffer.add_(owed.to(device=buffer.device, dtype=buffer.dtype))
+    if spec == "fp32":  # in the bucket's own dtype, as PyTorch's default
+        return allreduce_hook(state, bucket)
+    half = buffer.to(torch.float16).div_(world)
+    state._count(half)
+    state.bytes_received += 2 * (world - 1) * half.numel() * half.element_size() // world
+    fut = dist.all_reduce(half, group=group, async_op=True).get_future()
+    state._end_bucket(bucket)
+    return fut.then(lambda f: buffer.copy_(f.value()[0]))
 
 
 __all__ = ["AllReduceState", "TernGradState", "allreduce_hook", "auto_variant", "chunk_bounds", "in_background",

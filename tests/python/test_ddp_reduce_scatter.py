@@ -18,6 +18,11 @@ processes, gloo (uneven slices, 3-bit sums).
 5. terngrad_auto_hook runs the variant auto_variant picks, bit for bit.
 6. in_background(hook), in DDP training: the same averaged gradients and
    final weights as the hook itself, bit for bit, both hooks, ef(...) too.
+7. spec="auto": on a fast link a bucket goes fp32, bit for bit PyTorch's
+   all-reduce; on a slow one ef(terngrad:round=nearest), bit for bit that
+   codec's hook; a layout that goes fp32 after an ef one first sends the
+   residuals its parameters owe; every rank takes rank 0's choice; bad
+   candidates and rates are refused by name.
 Exits 77 (ctest SKIP) without torch.
 """
 import os
@@ -183,12 +188,72 @@ def check_in_background(rank):
             assert state.iteration == STEPS, state.iteration
 
 
+class TwoParamBucket(Bucket):
+    def __init__(self, tensor, params, index=0):
+        super().__init__(tensor, None)
+        self._params, self._index = params, index
+
+    def parameters(self):
+        return self._params
+
+    def index(self):
+        return self._index
+
+
+def check_auto_codec(rank):
+    """The decisions below do not hang on the measured costs: at 100 Gbit/s
+    the latency of the compressed path's extra collectives alone makes fp32
+    faster for 5003 elements, at 1 Mbit/s its bytes alone make it 10x slower."""
+    ef = terngrad.auto_candidates("auto(%s)" % "ef(terngrad:round=nearest)", sync=False)[0]
+    gen = torch.Generator().manual_seed(20 + rank)
+    param = torch.nn.Parameter(torch.empty(5003))
+    g = torch.randn(5003, generator=gen) * 1e-3
+    fast = tgt.TernGradState(spec="auto", link_rate="100gbit", seed=4)
+    got = tgt.terngrad_auto_hook(fast, Bucket(g.clone(), param)).wait()
+    want = tgt.allreduce_hook(tgt.AllReduceState(), Bucket(g.clone(), param)).wait()
+    assert fast.choices[0]["spec"] == "fp32", fast.choices
+    assert torch.equal(got, want), "auto at 100 Gbit/s is not PyTorch's all-reduce"
+    slow = tgt.TernGradState(spec="auto", link_rate="1mbit", seed=4)
+    got = tgt.terngrad_auto_hook(slow, Bucket(g.clone(), param)).wait()
+    want = tgt.terngrad_auto_hook(tgt.TernGradState(spec=ef, seed=4), Bucket(g.clone(), param)).wait()
+    assert slow.choices[0]["spec"] == ef, slow.choices
+    assert torch.equal(got, want), "auto at 1 Mbit/s is not the ef hook"
+    # A layout of ef (two parameters), then one of them alone over a fast link:
+    # it goes fp32 and first adds the residual it owes.
+    p1, p2 = torch.nn.Parameter(torch.empty(3000)), torch.nn.Parameter(torch.empty(2003))
+    tgt.terngrad_auto_hook(slow, TwoParamBucket(g.clone(), [p1, p2])).wait()
+    owed = slow._parts(tuple(id(p) for p in (p1, p2)))[0].residual.copy()
+    assert np.abs(owed).max() > 0
+    slow.link_rate = 1e13
+    g1 = torch.randn(3000, generator=gen) * 1e-3
+    got = tgt.terngrad_auto_hook(slow, TwoParamBucket(g1.clone(), [p1], index=1)).wait()
+    want = tgt.allreduce_hook(tgt.AllReduceState(), Bucket(g1 + torch.from_numpy(owed), p1)).wait()
+    assert slow.choices[-1]["spec"] == "fp32" and torch.equal(got, want), "the owed residual was not sent"
+    assert id(p1) not in slow._pending, "the residual is still kept after it was sent"
+    # The link measured on the group; every rank runs rank 0's choice.
+    measured = tgt.TernGradState(spec="auto(fp32,terngrad)", seed=4)
+    tgt.terngrad_auto_hook(measured, Bucket(g.clone(), param)).wait()
+    assert measured.link_rate > 0
+    mine = torch.tensor([measured.candidates.index(measured.choices[0]["spec"])])
+    everyone = [torch.empty_like(mine) for _ in range(WORLD)]
+    dist.all_gather(everyone, mine)
+    assert all(int(e) == int(mine) for e in everyone), "the ranks chose differently"
+    for bad, says in (({"spec": "auto(fp32,zstd)"}, "zstd"), ({"spec": "auto", "link_rate": "fast"}, "fast"),
+                      ({"spec": "terngrad", "link_rate": "1gbit"}, "link_rate")):
+        try:
+            tgt.TernGradState(**bad)
+            raise AssertionError("accepted %r" % bad)
+        except (ValueError, terngrad.TernGradError) as e:
+            assert says in str(e), str(e)
+
+
 def worker(rank, tmp):
     dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "init"), rank=rank, world_size=WORLD)
     try:
         check_sixteen_bit_buckets(rank)
         check_auto_hook(rank)
         check_in_background(rank)
+        check_auto_codec(rank)
         for spec in ("terngrad", "ef(terngrad:round=nearest)"):
             ag, rs = [], []
             run(rank, spec, tgt.terngrad_hook, ag)
