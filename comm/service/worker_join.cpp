@@ -107,51 +107,39 @@ void WorkerClient::Impl::init_ps(int p, int64_t global_step, const InitTensors* 
   });
 }
 
-rpc::RegisterRequest WorkerClient::Impl::register_request() const {
+rpc::RegisterReply WorkerClient::Impl::register_call(int p) {
+  const auto wait_until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.peer_timeout_s + 5));
   rpc::RegisterRequest req;
   req.set_replica(static_cast<uint32_t>(replica));
   req.set_fingerprint(fingerprint);
   req.set_label(opt.label);
-  return req;
-}
-
-int64_t WorkerClient::Impl::register_with(int p) {
-  const auto wait_until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.peer_timeout_s + 5));
-  const rpc::RegisterRequest req = register_request();
-  for (;;) {
-    rpc::RegisterReply reply;
-    call(p, "Register", [&] {
-      grpc::ClientContext ctx;
-      const auto armed = arm(ctx);
-      message_sent += req.ByteSizeLong();
-      reply.Clear();
-      const grpc::Status s = stubs[p]->Register(&ctx, req, &reply);
-      if (s.error_code() == StatusCode::ALREADY_EXISTS && Clock::now() < wait_until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        reply.Clear();  // not ready: ask again
-        return grpc::Status::OK;
-      }
-      return s;
-    });
-    message_received += reply.ByteSizeLong();
-    if (reply.ready()) return reply.global_step();
-  }
-}
-
-bool WorkerClient::Impl::register_once(int p) {
-  const rpc::RegisterRequest req = register_request();
   rpc::RegisterReply reply;
   call(p, "Register", [&] {
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
     message_sent += req.ByteSizeLong();
     reply.Clear();
-    return stubs[p]->Register(&ctx, req, &reply);
+    const grpc::Status s = stubs[p]->Register(&ctx, req, &reply);
+    if (s.error_code() == StatusCode::ALREADY_EXISTS && Clock::now() < wait_until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      reply.Clear();  // not ready: ask again
+      return grpc::Status::OK;
+    }
+    return s;
   });
   message_received += reply.ByteSizeLong();
-  return !reply.waiting_init();
+  return reply;
 }
+
+int64_t WorkerClient::Impl::register_with(int p) {
+  for (;;) {
+    const rpc::RegisterReply reply = register_call(p);
+    if (reply.ready()) return reply.global_step();
+  }
+}
+
+bool WorkerClient::Impl::register_once(int p) { return !register_call(p).waiting_init(); }
 
 bool WorkerClient::Impl::rejoins_restarted_ps() {
   std::lock_guard<std::mutex> lock(mu);

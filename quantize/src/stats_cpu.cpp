@@ -138,44 +138,39 @@ TensorStats stats_of_sum(std::span<const float> a, std::span<const float> b) {
 }
 
 // 16-bit inputs (half_input.h): each chunk widened into this thread's
-// 16 KiB buffer, then the float32 kernel, so the float32 call's bits.
-TensorStats compute_stats(HalfTensor x) {
+// 16 KiB buffer (and the residual added, for error feedback), then the
+// float32 kernel, so the float32 call's bits.
+namespace {
+TensorStats stats_of_halves(HalfTensor g, const float* residual) {
   auto* kernel = detail::kernels().chunk_sums;
+  auto* add = detail::kernels().add_f32;
+  auto widened = [&](uint64_t begin, uint64_t len, float* out) {
+    widen(g.subspan(begin, len), std::span<float>(out, len));
+    if (residual != nullptr) add(out, residual + begin, out, len);
+  };
   return reduce_chunks(
-      x.size(),
+      g.size(),
       [&](uint64_t begin, uint64_t len) {
         thread_local float chunk[kStatsChunk];
-        widen(x.subspan(begin, len), std::span<float>(chunk, len));
+        widened(begin, len, chunk);
         return kernel(chunk, len);
       },
       [&] {
-        std::vector<float> w(x.size());
-        widen(x, w);
-        throw_non_finite(w.data(), w.size());
+        std::vector<float> p(g.size());
+        widened(0, g.size(), p.data());
+        throw_non_finite(p.data(), p.size());
       });
 }
+}  // namespace
+
+TensorStats compute_stats(HalfTensor x) { return stats_of_halves(x, nullptr); }
 
 TensorStats stats_of_sum(HalfTensor g, std::span<const float> residual) {
   if (g.size() != residual.size())
     throw CodecError(Errc::kInvalidArgument, "stats_of_sum: the gradient has " + std::to_string(g.size()) +
                                                  " elements, the residual " + std::to_string(residual.size()) +
                                                  " (they must have one length)");
-  auto* kernel = detail::kernels().chunk_sums;
-  auto* add = detail::kernels().add_f32;
-  return reduce_chunks(
-      g.size(),
-      [&](uint64_t begin, uint64_t len) {
-        thread_local float sum[kStatsChunk];
-        widen(g.subspan(begin, len), std::span<float>(sum, len));
-        add(sum, residual.data() + begin, sum, len);
-        return kernel(sum, len);
-      },
-      [&] {
-        std::vector<float> s(g.size());
-        widen(g, s);
-        for (uint64_t i = 0; i < s.size(); ++i) s[i] = s[i] + residual[i];
-        throw_non_finite(s.data(), s.size());
-      });
+  return stats_of_halves(g, residual.data());
 }
 
 float local_scale(const TensorStats& stats, float clip_factor) {
