@@ -107,9 +107,12 @@ void WorkerClient::Impl::init_ps(int p, int64_t global_step, const InitTensors* 
   });
 }
 
-rpc::RegisterReply WorkerClient::Impl::register_call(int p) {
-  const auto wait_until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.peer_timeout_s + 5));
+Clock::time_point WorkerClient::Impl::register_deadline() const {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.peer_timeout_s + 5));
+}
+
+rpc::RegisterReply WorkerClient::Impl::register_call(int p, Clock::time_point wait_until) {
   rpc::RegisterRequest req;
   req.set_replica(static_cast<uint32_t>(replica));
   req.set_fingerprint(fingerprint);
@@ -133,13 +136,14 @@ rpc::RegisterReply WorkerClient::Impl::register_call(int p) {
 }
 
 int64_t WorkerClient::Impl::register_with(int p) {
+  const Clock::time_point wait_until = register_deadline();
   for (;;) {
-    const rpc::RegisterReply reply = register_call(p);
+    const rpc::RegisterReply reply = register_call(p, wait_until);
     if (reply.ready()) return reply.global_step();
   }
 }
 
-bool WorkerClient::Impl::register_once(int p) { return !register_call(p).waiting_init(); }
+bool WorkerClient::Impl::register_once(int p) { return !register_call(p, register_deadline()).waiting_init(); }
 
 bool WorkerClient::Impl::rejoins_restarted_ps() {
   std::lock_guard<std::mutex> lock(mu);

@@ -304,9 +304,10 @@ struct WorkerClient::Impl {
   bool rejoins_restarted_ps();
   void rejoin_restarted_ps(int p, const std::string& refusal);
   // One Register call with ps p (its long poll included); without a cluster
-  // secret, "already registered" is asked again until a little past the
-  // peer timeout (see register_with).
-  rpc::RegisterReply register_call(int p);
+  // secret, "already registered" is asked again until wait_until
+  // (register_deadline(): a little past the peer timeout; see register_with).
+  rpc::RegisterReply register_call(int p, Clock::time_point wait_until);
+  Clock::time_point register_deadline() const;
   // One Register with ps p that binds this process's session (it waits for
   // the chief's Init, not for the other replicas); false while p waits for Init.
   bool register_once(int p);
