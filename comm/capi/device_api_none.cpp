@@ -58,10 +58,11 @@ tg_status tg_codec_encode_device_typed(tg_codec_t*, const void*, uint64_t, tg_dt
   return unsupported(__func__);
 }
 
-tg_status tg_codec_device_takes(const tg_codec_t* codec, tg_dtype, int* out_takes) {
+tg_status tg_codec_device_takes(const tg_codec_t* codec, tg_dtype dtype, int* out_takes) {
   return terngrad::capi::guarded(__func__, terngrad::capi::Operation::kOther, [&] {
-    terngrad::capi::handle_of(codec);
+    handle_of(codec);
     terngrad::capi::require(out_takes, "out_takes");
+    terngrad::capi::require_dtype(dtype);
     *out_takes = 0;
   });
 }
