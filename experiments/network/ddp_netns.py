@@ -25,6 +25,8 @@ What it does (root only; without root it stops at once):
        ef, ef_rs    the same two with spec ef(terngrad:round=nearest)
        *_bg         terngrad_bg, terngrad_rs_bg, ef_rs_bg: the hook under
                     terngrad.torch.in_background (overlapping the backward pass)
+       auto         terngrad_auto_hook with TernGradState(spec="auto"): each bucket
+                    fp32, fp16 or ef(terngrad:round=nearest), the link measured
      on random data (an MLP of about 4.2M parameters, labels from a fixed
      teacher) or on Fashion-MNIST (--data fashion-mnist: an MLP of 3.2M
      parameters, each rank its own shard of every global batch; the test
@@ -55,7 +57,7 @@ PREFIX = "tgddp-"
 PORT = 29500
 MAX_WORLD = 8
 MODES = ["allreduce", "fp16", "powersgd", "terngrad", "terngrad_rs", "ef", "ef_rs", "terngrad_rs_bg", "ef_rs_bg",
-         "terngrad_bg"]
+         "terngrad_bg", "auto"]
 EF_SPEC = "ef(terngrad:round=nearest)"
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 PROBE_PORT = 5601
@@ -272,6 +274,10 @@ def register_hook(ddp, mode, model):
         ddp.register_comm_hook(state, powersgd.powerSGD_hook)
         return None
     import terngrad.torch as tgt
+    if mode == "auto":
+        state = tgt.TernGradState(spec="auto", seed=1, module=model)
+        ddp.register_comm_hook(state, tgt.terngrad_auto_hook)
+        return state
     spec = EF_SPEC if mode.startswith("ef") else "terngrad"
     state = tgt.TernGradState(spec=spec, seed=1, module=model)
     base = mode[:-3] if mode.endswith("_bg") else mode
@@ -380,7 +386,9 @@ def worker(args):
            "rx_bytes": after["rx_bytes"] - before["rx_bytes"], "replicas_identical": identical,
            "test_top1": accuracy,
            "hook_bytes_per_step": state.bytes_per_step() if state else None,
-           "hook_bytes_received_per_step": state.bytes_received / max(state.iteration, 1) if state else None}
+           "hook_bytes_received_per_step": state.bytes_received / max(state.iteration, 1) if state else None,
+           "auto_choices": getattr(state, "choices", None) if state is not None and getattr(state, "auto", False)
+           else None}
     with open(args.result, "w") as f:
         json.dump(out, f)
 
@@ -566,7 +574,8 @@ LABELS = {"allreduce": "all-reduce (PyTorch default)", "fp16": "`fp16_compress_h
           "ef": "`%s`, all-gather" % EF_SPEC, "ef_rs": "`%s`, reduce-scatter" % EF_SPEC,
           "terngrad_bg": "TernGrad, all-gather, `in_background`",
           "terngrad_rs_bg": "TernGrad, reduce-scatter, `in_background`",
-          "ef_rs_bg": "`%s`, reduce-scatter, `in_background`" % EF_SPEC}
+          "ef_rs_bg": "`%s`, reduce-scatter, `in_background`" % EF_SPEC,
+          "auto": "`TernGradState(spec=\"auto\")`, `terngrad_auto_hook`"}
 
 
 def write_outputs(doc, out_dir, rate_text, tag=""):

@@ -83,7 +83,8 @@ def _codec_seconds(spec, g, world):
         shared = codec.local_scale(g) if codec.wants_shared_scale else None
         payload = codec.encode(g, seed=1, shared_scale=shared)
         m = (g.size // world) // 4 * 4
-        piece = slicer.encode(g[:m], seed=2, shared_scale=shared)
+        piece_scale = slicer.local_scale(g[:m]) if slicer.wants_shared_scale else None  # the slice's own
+        piece = slicer.encode(g[:m], seed=2, shared_scale=piece_scale)
         out = np.zeros(g.size, np.float32)
 
         def once():
