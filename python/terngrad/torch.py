@@ -214,8 +214,10 @@ class TernGradState(_CountingState):
         if self.link_rate is None:
             self.link_rate = _measure_link(group, world, buffer.device)
         # A CUDA bucket: the candidates its device can encode (all-reduces always).
-        candidates = [c for c in self.candidates if c in ("fp32", "fp16") or not buffer.is_cuda or
-                      Codec(c).device_takes(buffer.dtype)]
+        def on_device(spec):
+            with Codec(spec) as c:
+                return c.device_takes(buffer.dtype)
+        candidates = [c for c in self.candidates if c in ("fp32", "fp16") or not buffer.is_cuda or on_device(c)]
         choice = torch.zeros(1, dtype=torch.int64, device=buffer.device)
         n = sum(sizes)
         estimates = None
