@@ -79,6 +79,11 @@ inline void require_dtype(tg_dtype dtype) {
                                                 " is not TG_FLOAT32 (0), TG_FLOAT16 (1) or TG_BFLOAT16 (2)");
 }
 
+// The half type of a 16-bit tg_dtype (TG_FLOAT16 or TG_BFLOAT16, checked by require_dtype()).
+inline quantize::HalfType half_type_of(tg_dtype dtype) {
+  return dtype == TG_FLOAT16 ? quantize::HalfType::kFloat16 : quantize::HalfType::kBFloat16;
+}
+
 // Throws TG_ERR_BUFFER_TOO_SMALL unless capacity >= the payload size for n.
 void require_payload_capacity(const comm::GradientCodec& codec, uint64_t n, size_t capacity);
 

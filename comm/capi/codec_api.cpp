@@ -64,9 +64,8 @@ Gradient gradient(const void* p, uint64_t n, tg_dtype dtype) {
   require_dtype(dtype);
   if (dtype == TG_FLOAT32) return {values(static_cast<const float*>(p), n, "grad"), std::nullopt};
   require_buffer(p, n, "grad", "elements");
-  const auto type =
-      dtype == TG_FLOAT16 ? terngrad::quantize::HalfType::kFloat16 : terngrad::quantize::HalfType::kBFloat16;
-  return {{}, terngrad::quantize::HalfTensor{{static_cast<const uint16_t*>(p), static_cast<size_t>(n)}, type}};
+  return {{}, terngrad::quantize::HalfTensor{{static_cast<const uint16_t*>(p), static_cast<size_t>(n)},
+                                             half_type_of(dtype)}};
 }
 
 terngrad::comm::EncodeContext context(uint32_t tensor_id, uint32_t step, uint64_t seed, const float* shared_scale) {

@@ -99,9 +99,7 @@ DeviceGradient device_gradient(const tg_codec& h, const void* d_grad, uint64_t n
                                            " takes float32 device gradients only (16-bit ones: terngrad); widen "
                                            "the gradient to float32 first");
   require_buffer(d_grad, n, "d_grad", "elements");
-  const auto type = dtype == TG_FLOAT16 ? terngrad::quantize::HalfType::kFloat16
-                                        : terngrad::quantize::HalfType::kBFloat16;
-  return {nullptr, qc::DeviceHalves{static_cast<const uint16_t*>(d_grad), n, type}};
+  return {nullptr, qc::DeviceHalves{static_cast<const uint16_t*>(d_grad), n, half_type_of(dtype)}};
 }
 
 tg_status local_scale_device(const char* fn, tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
