@@ -542,6 +542,9 @@ TEST_F(Distributed, RestartAndRejoinFlagsAreCheckedByName) {
   const Proc bad = in_process("bad-window", 1, model_flags(1, "--rejoin_window_steps=-1"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--rejoin_window_steps must be in [0, 100000], got -1"), std::string::npos) << bad.output;
+  const Proc bad_ps = in_process("bad-ps-window", 1, model_flags(1, "--ps_rejoin_window_secs=-5"));
+  EXPECT_NE(bad_ps.exit_code, 0);
+  EXPECT_NE(bad_ps.output.find("--ps_rejoin_window_secs must be in [0, 86400]"), std::string::npos) << bad_ps.output;
 }
 
 TEST_F(Distributed, GpuClusterTrainsTheInProcessGpuWeights) {
