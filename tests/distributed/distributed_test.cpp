@@ -450,8 +450,10 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   ASSERT_EQ(async_chief.exit_code, 0) << async_chief.output;
   EXPECT_NE(async_chief.output.find("chief 0 was killed by signal 9"), std::string::npos) << async_chief.output;
 
-  // Checkpoints 200 steps apart: the kill lands between two (it could land
-  // on one, where there is nothing to catch up, about 1 time in 100).
+  // Checkpoints 200 steps apart: the kill lands between two, or on one
+  // (about 1 time in 100): where the worker had written its codec state
+  // there, nothing to catch up; where it died between the chief's write
+  // and its own, it resumes from the checkpoint before and catches up.
   const std::string sync_flags = "--codec='ef(terngrad)' --save_interval_steps=200";
   const Proc straight = in_process("straight", 2, model_flags(1000, sync_flags));
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
@@ -462,7 +464,8 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   EXPECT_NE(rejoined.output.find("(restart 1 of 2)"), std::string::npos) << rejoined.output;
   std::ifstream wlog(dir_ / "rejoined" / "logs" / "worker-0.log");
   const std::string worker_log((std::istreambuf_iterator<char>(wlog)), std::istreambuf_iterator<char>());
-  EXPECT_NE(worker_log.find("caught up"), std::string::npos) << worker_log;
+  EXPECT_TRUE(worker_log.find("caught up") != std::string::npos ||
+              worker_log.find("nothing to catch up") != std::string::npos) << worker_log;
   expect_same_weights("straight", "rejoined");
   // The chief, too: its new process's Init changes nothing on the running ps
   // (it is told to register and catch up), and it finishes the run.

@@ -351,8 +351,9 @@ std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir) {
   return load_checkpoint(dir + "/" + found.front().second);
 }
 
-std::optional<Checkpoint> load_newest_intact_checkpoint(const std::string& dir,
-                                                         const std::function<void(const std::string&)>& warn) {
+std::optional<Checkpoint> load_newest_intact_checkpoint(
+    const std::string& dir, const std::function<void(const std::string&)>& warn,
+    const std::function<std::string(const Checkpoint&)>& why_unusable) {
   if (!fs::is_directory(dir)) return std::nullopt;
   // Candidates: what the index names first (it is the latest unless a crash
   // came between a checkpoint's rename and the index's), then every
@@ -381,17 +382,25 @@ std::optional<Checkpoint> load_newest_intact_checkpoint(const std::string& dir,
     const std::string path = dir + "/" + name;
     if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
   }
+  std::optional<Checkpoint> newest_intact;  // kept only while why_unusable passes over them
   for (const std::string& path : candidates) {
     if (!fs::exists(path)) {
       skip(index + " names " + path + ", which does not exist");
       continue;
     }
+    std::optional<Checkpoint> ck;
     try {
-      return load_checkpoint(path);
+      ck = load_checkpoint(path);
     } catch (const std::exception& e) {  // the loader's message names the file and what is wrong
       skip(std::string("corrupt checkpoint ") + e.what());
+      continue;
     }
+    const std::string why = why_unusable ? why_unusable(*ck) : std::string();
+    if (why.empty()) return ck;
+    warn(path + ": " + why);
+    if (!newest_intact) newest_intact = std::move(ck);
   }
+  if (newest_intact) return newest_intact;
   if (skipped.empty()) return std::nullopt;  // no checkpoint yet
   std::string all;
   for (const auto& why : skipped) all += (all.empty() ? "" : "; ") + why;

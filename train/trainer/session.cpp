@@ -491,11 +491,17 @@ int64_t TrainingSession::restore() {
   std::filesystem::create_directories(cfg_.train_dir);
   // A corrupt latest checkpoint costs the steps since the one before it,
   // not the run; the warning shows even with --quiet.
+  // A replica's own codec states are written beside the chief's checkpoint,
+  // not in it: a kill between the two writes leaves the newest checkpoint
+  // without them, and the one before (both kept) resumes bit for bit.
   bool fell_back = false;
-  auto ck = load_newest_intact_checkpoint(cfg_.train_dir, [&](const std::string& why) {
-    std::fprintf(stderr, "warning: %s; falling back to an earlier checkpoint\n", why.c_str());
-    fell_back = true;
-  });
+  auto ck = load_newest_intact_checkpoint(
+      cfg_.train_dir,
+      [&](const std::string& why) {
+        std::fprintf(stderr, "warning: %s; falling back to an earlier checkpoint\n", why.c_str());
+        fell_back = true;
+      },
+      [&](const Checkpoint& c) { return missing_codec_state(c); });
   if (!ck) return 0;
   load_weights(*ck);
   for (auto& [name, slot] : optimizer_->slots()) {
@@ -508,10 +514,8 @@ int64_t TrainingSession::restore() {
   optimizer_->load_state(opt->second);
   for (WorkerState& w : worker_) {
     w.batches->restore_after(ck->step);
-    // The worker's codec state: in the checkpoint (in-process runs, the
-    // chief's workers) or in its own file at the same step (other replicas).
     std::optional<Checkpoint> own;
-    const std::string own_path = checkpoint_path(codec_state_dir(cfg_.train_dir, w.global), ck->step);
+    const std::string own_path = own_codec_state_path(w, ck->step);
     for (size_t v = 0; v < w.codecs.size(); ++v) {
       const std::string name = codec_blob_name(w.global, v);
       const BlobMap* blobs = &ck->blobs;
@@ -521,7 +525,7 @@ int64_t TrainingSession::restore() {
       }
       if (auto it = blobs->find(name); it != blobs->end())
         w.codecs[v]->load_state(it->second);
-      else if (w.codecs[v]->config().error_feedback || w.codecs[v]->observes_aggregate())
+      else if (keeps_codec_state(*w.codecs[v]))
         std::fprintf(stderr,
                      "warning: worker %d, variable %zu (%s): no codec state (error-feedback residual, warm start) "
                      "for step %lld in %s or %s; its residual starts at zero\n",
@@ -536,6 +540,28 @@ int64_t TrainingSession::restore() {
   if (!cfg_.quiet || fell_back)
     std::fprintf(stderr, "resuming from %s at step %lld\n", ck->path.c_str(), static_cast<long long>(ck->step));
   return ck->step;
+}
+
+// The worker's codec state: in the checkpoint (in-process runs, the chief's
+// workers) or in its own file at the same step (other replicas).
+std::string TrainingSession::own_codec_state_path(const WorkerState& w, int64_t step) const {
+  return checkpoint_path(codec_state_dir(cfg_.train_dir, w.global), step);
+}
+
+bool TrainingSession::keeps_codec_state(const comm::GradientCodec& codec) {
+  return codec.config().error_feedback || codec.observes_aggregate();
+}
+
+std::string TrainingSession::missing_codec_state(const Checkpoint& ck) const {
+  for (const WorkerState& w : worker_) {
+    const std::string own_path = own_codec_state_path(w, ck.step);
+    for (size_t v = 0; v < w.codecs.size(); ++v)
+      if (keeps_codec_state(*w.codecs[v]) && !ck.blobs.count(codec_blob_name(w.global, v)) &&
+          !std::filesystem::exists(own_path))
+        return "no codec state of worker " + std::to_string(w.global) + " at its step (neither in it nor " + own_path +
+               ": the replica stopped between the two writes)";
+  }
+  return "";
 }
 
 void TrainingSession::load_weights(const Checkpoint& ck) {

@@ -277,6 +277,12 @@ class TrainingSession {
     std::vector<int32_t> labels;
   };
   void check_server_states(const std::string& path) const;
+  // Codecs whose state a resumed run needs (an error-feedback residual, a
+  // warm start); the file a non-chief replica keeps a worker's in; and, for
+  // restore(), why a checkpoint lacks one of this process's ("" if none).
+  static bool keeps_codec_state(const comm::GradientCodec& codec);
+  std::string own_codec_state_path(const WorkerState& w, int64_t step) const;
+  std::string missing_codec_state(const Checkpoint& ck) const;
   void make_codecs();  // the workers' codecs and pre-round sums, from plan_
   comm::DecodeContext decode_context(int64_t step, size_t v) const;
   BlobMap server_states_;

@@ -46,7 +46,12 @@ class SyncLoop final : public ReplicaLoop {
     comm::WorkerClient::InitTensors init;
     if (r_.chief && keeps_server_states(r_.s)) init.server_states = server_states_for_init(r_.s, r_.layout, restored);
     const int64_t global = r_.client.join(restored, r_.chief ? &init : nullptr);
-    if (global == restored) return global;
+    if (global == restored) {
+      if (restored > 0)
+        std::fprintf(stderr, "%s: the run is at this checkpoint's step %lld: nothing to catch up\n", r_.name.c_str(),
+                     static_cast<long long>(restored));
+      return global;
+    }
     if (global > restored && global - restored <= cfg_.rejoin_window_steps && r_.s.max_presum_rounds() == 0) {
       catch_up(restored, global);
       return global;

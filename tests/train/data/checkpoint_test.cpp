@@ -329,6 +329,33 @@ TEST(Checkpoint, FallsBackToTheNewestIntactCheckpointAndSaysWhy) {
   EXPECT_THROW(load_latest_checkpoint(t.path()), std::runtime_error);
 }
 
+// A caller's preference (why_unusable): intact checkpoints it passes over are
+// reported; when it takes none, the newest intact one is returned after all.
+TEST(Checkpoint, PassesOverIntactCheckpointsTheCallerCannotUse) {
+  TempDir t;
+  for (int64_t step : {1, 2, 3}) save_checkpoint(t.path(), step, sample_tensors(float(step)), sample_blobs());
+  std::vector<std::string> warnings;
+  auto warn = [&](const std::string& w) { warnings.push_back(w); };
+  auto below = [](int64_t limit) {
+    return [limit](const Checkpoint& c) { return c.step < limit ? "" : "step " + std::to_string(c.step) + " too new"; };
+  };
+  auto ck = load_newest_intact_checkpoint(t.path(), warn, below(2));
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->step, 1);
+  expect_equal(*ck, sample_tensors(1), sample_blobs());
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_CONTAINS(warnings[0], t / "ckpt-3.tgck" + ": step 3 too new");
+  EXPECT_CONTAINS(warnings[1], "ckpt-2.tgck: step 2 too new");
+  warnings.clear();
+  ck = load_newest_intact_checkpoint(t.path(), warn, below(0));
+  ASSERT_TRUE(ck.has_value());
+  EXPECT_EQ(ck->step, 3);
+  EXPECT_EQ(warnings.size(), 3u);
+  warnings.clear();
+  EXPECT_EQ(load_newest_intact_checkpoint(t.path(), warn, below(10))->step, 3);
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(Checkpoint, AnIndexNamingAMissingFileFallsBackToTheNewestFile) {
   TempDir t;
   save_checkpoint(t.path(), 7, sample_tensors(7), {});

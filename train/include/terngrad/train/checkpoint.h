@@ -69,8 +69,16 @@ std::optional<Checkpoint> load_latest_checkpoint(const std::string& dir);
 // checkpoint file that loads intact. Each one passed over is reported to
 // warn(), naming the file and why. nullopt when dir holds no checkpoint at
 // all; std::runtime_error listing every file and why when none is intact.
-std::optional<Checkpoint> load_newest_intact_checkpoint(const std::string& dir,
-                                                         const std::function<void(const std::string&)>& warn);
+//
+// why_unusable (optional) says why an intact checkpoint should not be resumed
+// from ("" when it can be): such a one is passed over, reported to warn(),
+// for the newest earlier one it accepts; when it accepts none, the newest
+// intact checkpoint is returned after all. (A restarted replica's own codec
+// state may lag the chief's newest checkpoint: the kill came between the two
+// writes.)
+std::optional<Checkpoint> load_newest_intact_checkpoint(
+    const std::string& dir, const std::function<void(const std::string&)>& warn,
+    const std::function<std::string(const Checkpoint&)>& why_unusable = nullptr);
 
 // "<dir>/ckpt-<step>.tgck".
 std::string checkpoint_path(const std::string& dir, int64_t step);
