@@ -33,7 +33,8 @@ grpc::Status ParameterServer::Impl::exchange_scales(const Caller& caller, Server
     case detail::ScaleExchange::Recorded::kNew: cv.notify_all(); break;
     case detail::ScaleExchange::Recorded::kRepeated: break;
   }
-  long_poll(lock, ctx, [&] { return !scales->kept(step) || scales->complete(step, vars); });
+  if (long_poll(lock, ctx, [&] { return !scales->kept(step) || scales->complete(step, vars); }))
+    return rewound("ExchangeScales", req->replica());
   if (ended()) return ended_status();
   if (!scales->kept(step)) return too_old();
   reply->set_ready(scales->complete(step, vars));
@@ -78,7 +79,8 @@ grpc::Status ParameterServer::Impl::exchange_presums(const Caller& caller, Serve
     case detail::PresumExchange::Recorded::kNew: cv.notify_all(); break;
     case detail::PresumExchange::Recorded::kRepeated: break;
   }
-  long_poll(lock, ctx, [&] { return !presums->kept(step) || presums->complete(step, round, vars); });
+  if (long_poll(lock, ctx, [&] { return !presums->kept(step) || presums->complete(step, round, vars); }))
+    return rewound("ExchangePresums", req->replica());
   if (ended()) return ended_status();
   if (!presums->kept(step)) return too_old();
   reply->set_ready(presums->complete(step, round, vars));

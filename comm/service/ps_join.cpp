@@ -27,9 +27,40 @@ grpc::Status ParameterServer::Impl::init(const Caller& caller, grpc::ServerReade
                             ? StatusCode::FAILED_PRECONDITION
                             : StatusCode::INVALID_ARGUMENT,
                         refusal->message);
-  std::lock_guard<std::mutex> lock(mu);
+  std::unique_lock<std::mutex> lock(mu);
+  if (phase == Phase::kRunning && plan.header.rewind_id() != 0) return rewind_locked(lock, caller, plan);
   if (phase != Phase::kWaitingInit) return init_again_locked(caller, plan.header, reply);
   return start_run_locked(caller, plan);
+}
+
+grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& lock, const Caller& caller,
+                                                  detail::InitPlan& plan) {
+  const rpc::InitHeader& h = plan.header;
+  if (h.fingerprint() != fingerprint)
+    return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
+  if (!sync)
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "Init: a rewind is for sync runs (an async run's restarted ps is refilled with the values)");
+  if (h.rewind_id() <= run_epoch) return grpc::Status::OK;  // taken already: a retried Init
+  const int64_t was = global_step_locked();
+  cv.wait(lock, [&] { return sums_in_flight == 0; });
+  // The shards' codecs stay (the push intake reads them without the lock;
+  // the layout is the same, its fingerprint says so).
+  std::vector<detail::ShardCoding> coding;
+  for (const Shard& sh : shards) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
+  const size_t keep = static_cast<size_t>(opt.keep_steps);
+  steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
+  steps->keep_pulled(opt.keep_pulled_steps);
+  scales.emplace(variables.size(), total, needed, keep);
+  presums.emplace(std::move(plan.presum_floats), total, needed, keep);
+  replicas.reset(total);
+  chief_session = caller.session;
+  run_epoch = h.rewind_id();
+  log("rewound by the chief from global step " + std::to_string(was) + " to " + std::to_string(h.global_step()) +
+      " (its latest checkpoint; rewind " + std::to_string(run_epoch) +
+      "): the steps in between are computed again, every replica registers again");
+  cv.notify_all();
+  return grpc::Status::OK;
 }
 
 grpc::Status ParameterServer::Impl::init_again_locked(const Caller& caller, const rpc::InitHeader& h,
@@ -86,10 +117,12 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   scales.emplace(variables.size(), total, needed, keep);
   presums.emplace(std::move(plan.presum_floats), total, needed, keep);
   replicas.reset(total);
+  run_epoch = h.rewind_id();  // a restarted ps that a rewind initializes
   phase = Phase::kRunning;
   log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
       std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
-      std::to_string(global_step_locked()));
+      std::to_string(global_step_locked()) +
+      (run_epoch ? " (the chief's rewind " + std::to_string(run_epoch) + " of the run)" : ""));
   cv.notify_all();
   return grpc::Status::OK;
 }
@@ -116,7 +149,7 @@ grpc::Status ParameterServer::Impl::register_replica(const Caller& caller, Serve
   if (caller.session.empty())
     return grpc::Status(StatusCode::INVALID_ARGUMENT, "Register: the call carries no session id (tg-session metadata)");
   std::unique_lock<std::mutex> lock(mu);
-  long_poll(lock, ctx, [&] { return phase != Phase::kWaitingInit; });
+  (void)long_poll(lock, ctx, [&] { return phase != Phase::kWaitingInit; });
   if (ended()) return ended_status();
   if (phase == Phase::kWaitingInit) {  // the chief has not initialized this ps yet
     reply->set_ready(false);
@@ -154,12 +187,15 @@ grpc::Status ParameterServer::Impl::register_replica(const Caller& caller, Serve
     case detail::ReplicaTable::Join::kSame: break;
   }
   cv.notify_all();
-  long_poll(lock, ctx, [&] { return unregistered().empty(); });
+  // A rewind meanwhile unregistered this replica too: the reply says it is
+  // missing, and it registers again.
+  (void)long_poll(lock, ctx, [&] { return unregistered().empty(); });
   if (ended()) return ended_status();
   const auto missing = unregistered();
   reply->set_ready(missing.empty());
   for (uint32_t m : missing) reply->add_missing(m);
   reply->set_global_step(global_step_locked());
+  reply->set_run_epoch(run_epoch);
   return grpc::Status::OK;
 }
 

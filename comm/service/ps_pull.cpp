@@ -47,7 +47,7 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
   }
   if (req->stream()) return stream_sums(ctx, req, writer, lock);
   const int64_t step = req->step();
-  long_poll(lock, ctx, [&] { return step < steps->global_step(); });
+  if (long_poll(lock, ctx, [&] { return step < steps->global_step(); })) return rewound("Pull", req->replica());
   if (ended() && !serves_after_finish(step)) return ended_status();
   if (step >= steps->global_step()) {
     out.mutable_header()->set_ready(false);
@@ -73,12 +73,13 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
     std::lock_guard<std::mutex> relock(mu);
     report_step_times_locked(out.mutable_header());
   }
+  const uint64_t epoch = run_epoch;
   if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
   for (size_t s = 0; s < agg.shards.size(); ++s)
     if (!write_shard(writer, s, agg.shards[s], false))
       return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
   std::lock_guard<std::mutex> relock(mu);
-  steps->pulled(held, req->replica());
+  if (run_epoch == epoch) steps->pulled(held, req->replica());  // else: a step of the steps a rewind dropped
   return grpc::Status::OK;
 }
 
@@ -128,16 +129,19 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
   if (deadline > now_sys)
     until = std::min(until, Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline - now_sys) -
                                 std::chrono::milliseconds(200));
+  const uint64_t epoch = run_epoch;
   for (;;) {
     std::vector<uint32_t> fresh;
     cv.wait_until(lock, until, [&] {
-      if (ended() || ctx->IsCancelled() || (agg.complete && sent_count == shards.size())) return true;
+      if (ended() || ctx->IsCancelled() || run_epoch != epoch || (agg.complete && sent_count == shards.size()))
+        return true;
       for (size_t s = 0; s < shards.size(); ++s)
         if (agg.ready[s] && !sent[s]) return true;
       return false;
     });
     if (ended() && !(agg.complete && serves_after_finish(step))) return ended_status();
     if (ctx->IsCancelled()) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    if (run_epoch != epoch) return rewound("Pull", req->replica());
     for (uint32_t s = 0; s < shards.size(); ++s)
       if (agg.ready[s] && !sent[s]) fresh.push_back(s);
     if (!fresh.empty()) {

@@ -70,15 +70,19 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
   // Summing is the slow part: outside the lock (sync_steps.h, SumJob).
   const detail::SyncSteps::SumJob job = steps->take_sums(pushed.accepted);
   if (!job.empty()) {
+    ++sums_in_flight;  // a rewind waits: the job reads *steps
     lock.unlock();
     const std::string error = steps->sum(job);
     lock.lock();
     if (!error.empty()) {
+      --sums_in_flight;
       fail_locked(error);
+      cv.notify_all();
       return ended_status();
     }
   }
   if (steps->settle(job)) cv.notify_all();
+  if (!job.empty() && --sums_in_flight == 0) cv.notify_all();
   reply->set_global_step(steps->global_step());
   return grpc::Status::OK;
 }

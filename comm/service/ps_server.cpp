@@ -103,9 +103,13 @@ grpc::Status ParameterServer::Impl::heartbeat(const Caller& caller, const rpc::H
   reply->set_global_step(global_step_locked());
   reply->set_finished(phase == Phase::kFinished);
   if (phase == Phase::kFailed) reply->set_failure("ps " + std::to_string(opt.task_index) + ": " + failure);
+  if (phase == Phase::kWaitingInit) reply->set_unknown_replica(true);
   if (phase != Phase::kRunning) return grpc::Status::OK;
   if (grpc::Status s = authorize_locked(caller, req->replica(), "Heartbeat", false); !s.ok()) return s;
-  if (replicas[req->replica()].session.empty()) return grpc::Status::OK;  // not registered yet
+  if (replicas[req->replica()].session.empty()) {  // not registered yet, or not since a rewind
+    reply->set_unknown_replica(true);
+    return grpc::Status::OK;
+  }
   heard(req->replica());
   if (req->done() && !replicas[req->replica()].done) {
     replicas[req->replica()].done = true;

@@ -126,6 +126,11 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 
   std::optional<CallAuthenticator> auth;  // with a cluster secret
   std::string chief_session;              // the session of the process that initialized this ps
+  // Sync rewinds (InitHeader.rewind_id): the id of the last one taken, and
+  // the sums running without the lock (a rewind waits for them: they read
+  // the SyncSteps it replaces).
+  uint64_t run_epoch = 0;
+  int sums_in_flight = 0;
   std::mutex log_mu;                      // guards refusals (logged outside mu)
   detail::RefusalLog refusals;
 
@@ -202,9 +207,13 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 
   std::vector<uint32_t> unregistered() const { return replicas.unregistered(); }
 
-  // Waits until pred() or the poll interval / the call's deadline / an end.
+  // Waits until pred() or the poll interval / the call's deadline / an end /
+  // a rewind. Returns whether the run was rewound meanwhile: what the caller
+  // read before waiting (its step, its registration) is then gone, and it
+  // answers with rewound().
   template <class Pred>
-  void long_poll(std::unique_lock<std::mutex>& lock, ServerContext* ctx, Pred pred) {
+  [[nodiscard]] bool long_poll(std::unique_lock<std::mutex>& lock, ServerContext* ctx, Pred pred) {
+    const uint64_t epoch = run_epoch;
     auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.poll_s));
     const auto deadline = ctx->deadline();
     const auto now_sys = std::chrono::system_clock::now();
@@ -213,7 +222,14 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
           std::chrono::duration_cast<Clock::duration>(deadline - now_sys) - std::chrono::milliseconds(200);
       until = std::min(until, Clock::now() + std::max(left, Clock::duration::zero()));
     }
-    cv.wait_until(lock, until, [&] { return pred() || ended() || ctx->IsCancelled(); });
+    cv.wait_until(lock, until, [&] { return pred() || ended() || ctx->IsCancelled() || run_epoch != epoch; });
+    return run_epoch != epoch;
+  }
+  // The answer to a call of `replica` that a rewind overtook: as to a replica
+  // that has not registered (restarted_ps.h), which is what it now is.
+  grpc::Status rewound(const char* call, uint32_t replica) const {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, std::string(call) + ": " + replica_name(replica) +
+                                                                   detail::kNotRegistered + " (the run was rewound)");
   }
 
   // --- the service ---
@@ -236,6 +252,13 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // hold weights of a later step than its checkpoint, and no ps can rewind
   // them).
   grpc::Status init_again_locked(const Caller& caller, const rpc::InitHeader& h, rpc::InitReply* reply);
+
+  // A sync run's rewind (InitHeader.rewind_id) on a running ps: its steps
+  // start again at the header's global step with the Init's server states,
+  // its exchanges are emptied, every replica must register again, and every
+  // call waiting on the old steps is answered rewound(). Waits for the sums
+  // in flight. A rewind id taken before (a retried Init) changes nothing.
+  grpc::Status rewind_locked(std::unique_lock<std::mutex>& lock, const Caller& caller, detail::InitPlan& plan);
 
   // The run begins with an accepted Init's layout.
   grpc::Status start_run_locked(const Caller& caller, detail::InitPlan& plan);

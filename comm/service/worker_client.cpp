@@ -34,6 +34,9 @@ void WorkerClient::Impl::check_state() {
   std::lock_guard<std::mutex> lock(mu);
   if (!failure.empty()) throw PeerError(failure);
   if (ended) throw RunEnded("the run finished (the chief shut the parameter servers down)");
+  if (rewind == Rewind::kNeeded)
+    throw PsRestarted("replica " + std::to_string(replica) +
+                      ": a ps restarted (or the chief rewound the run): the step cannot complete");
 }
 
 void WorkerClient::Impl::set_failure(const std::string& why) {
@@ -75,6 +78,15 @@ void WorkerClient::Impl::call(int p, const char* what, const std::function<grpc:
       return;
     }
     check_state();  // the run ended while we waited (and the call was cancelled): say why
+    if (detail::says_ps_restarted(s)) {
+      // Sync: the ps restarted empty, or the chief rewound the run; the loop
+      // rejoins the rewind (WorkerClient::rewind_run, rejoin_rewound_run).
+      std::lock_guard<std::mutex> lock(mu);
+      if (rewinds_sync_run_locked() && rewind != Rewind::kRejoining) {
+        need_rewind_locked();
+        throw PsRestarted(ps_name(p) + " restarted or the run was rewound (" + what + ": " + s.error_message() + ")");
+      }
+    }
     if (detail::says_ps_restarted(s) && rejoins_restarted_ps()) {
       // The ps restarted empty: refilled by the chief, registered with again, asked again.
       if (first_restart == Clock::time_point{}) first_restart = Clock::now();

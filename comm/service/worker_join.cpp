@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 using grpc::StatusCode;
 }  // namespace
 
-rpc::InitChunk WorkerClient::Impl::init_header(int p, int64_t global_step) const {
+rpc::InitChunk WorkerClient::Impl::init_header(int p, int64_t global_step, uint64_t rewind_id) const {
   rpc::InitChunk head;
   rpc::InitHeader* h = head.mutable_header();
   h->set_replica(0);
@@ -41,6 +41,7 @@ rpc::InitChunk WorkerClient::Impl::init_header(int p, int64_t global_step) const
   h->set_total_replicas(static_cast<uint32_t>(total));
   h->set_replicas_to_aggregate(static_cast<uint32_t>(needed));
   if (!sync) h->set_last_step(opt.last_step);
+  h->set_rewind_id(rewind_id);
   return head;
 }
 
@@ -91,13 +92,13 @@ bool WorkerClient::Impl::write_server_states(grpc::ClientWriter<rpc::InitChunk>&
   return ok;
 }
 
-void WorkerClient::Impl::init_ps(int p, int64_t global_step, const InitTensors* init) {
+void WorkerClient::Impl::init_ps(int p, int64_t global_step, const InitTensors* init, uint64_t rewind_id) {
   call(p, "Init", [&] {
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
     rpc::InitReply reply;
     auto w = stubs[p]->Init(&ctx, &reply);
-    const rpc::InitChunk head = init_header(p, global_step);
+    const rpc::InitChunk head = init_header(p, global_step, rewind_id);
     message_sent += head.ByteSizeLong();
     bool ok = w->Write(head);
     if (ok && !sync) ok = write_async_tensors(*w, p, *init);
@@ -135,11 +136,13 @@ rpc::RegisterReply WorkerClient::Impl::register_call(int p, Clock::time_point wa
   return reply;
 }
 
-int64_t WorkerClient::Impl::register_with(int p) {
+int64_t WorkerClient::Impl::register_with(int p) { return register_until_ready(p).global_step(); }
+
+rpc::RegisterReply WorkerClient::Impl::register_until_ready(int p) {
   const Clock::time_point wait_until = register_deadline();
   for (;;) {
-    const rpc::RegisterReply reply = register_call(p, wait_until);
-    if (reply.ready()) return reply.global_step();
+    rpc::RegisterReply reply = register_call(p, wait_until);
+    if (reply.ready()) return reply;
   }
 }
 
@@ -192,12 +195,15 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
     detail::for_each_ps(m.layout.num_ps, [&](int p) { m.init_ps(p, global_step, init); });
   }
   int64_t step = global_step;
+  std::vector<uint64_t> epochs(m.layout.num_ps, 0);
   detail::for_each_ps(m.layout.num_ps, [&](int p) {
-    const int64_t at = m.register_with(p);
-    if (p == 0) step = at;
+    const rpc::RegisterReply at = m.register_until_ready(p);
+    epochs[p] = at.run_epoch();
+    if (p == 0) step = at.global_step();
   });
   {
     std::lock_guard<std::mutex> lock(m.mu);
+    m.run_epoch = *std::max_element(epochs.begin(), epochs.end());
     m.step_for_beat = step;
     m.joined = true;
   }

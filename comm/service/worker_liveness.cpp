@@ -21,6 +21,7 @@ void WorkerClient::Impl::beat_loop(size_t p) {
   while (!stop_beat) {
     const int64_t step = step_for_beat;
     const bool is_done = done;
+    const uint64_t rejoined = rejoins;
     lock.unlock();
     rpc::HeartbeatRequest req;
     req.set_replica(static_cast<uint32_t>(replica));
@@ -42,6 +43,9 @@ void WorkerClient::Impl::beat_loop(size_t p) {
       last_heard[p] = Clock::now();
       if (!reply.failure().empty()) fail_locked(from_ps(static_cast<int>(p), reply.failure()));
       if (reply.finished()) ended = true;
+      // Asked before the last rejoin, the answer may predate it.
+      if (reply.unknown_replica() && rejoined == rejoins && rewinds_sync_run_locked() && rewind == Rewind::kNone)
+        need_rewind_locked();
     } else {
       beat_error[p] = s.error_message();
     }

@@ -173,7 +173,7 @@ struct WorkerClient::Impl {
     Tracked(Impl& m, grpc::ClientContext& ctx) : m_(m), ctx_(&ctx) {
       std::lock_guard<std::mutex> lock(m_.mu);
       m_.live_calls.insert(ctx_);
-      if (m_.cancel_calls) ctx_->TryCancel();  // gRPC cancels it as soon as it starts
+      if (m_.cancel_calls || m_.rewind == Rewind::kNeeded) ctx_->TryCancel();  // cancelled as soon as it starts
     }
     ~Tracked() {
       std::lock_guard<std::mutex> lock(m_.mu);
@@ -278,7 +278,7 @@ struct WorkerClient::Impl {
 
   // The Init header for ps p: the whole layout's variables, p's shards, the
   // run's settings.
-  rpc::InitChunk init_header(int p, int64_t global_step) const;
+  rpc::InitChunk init_header(int p, int64_t global_step, uint64_t rewind_id = 0) const;
 
   // One tensor of ps-local shard `local` (slot "" for values), in chunks.
   bool write_init_tensor(grpc::ClientWriter<rpc::InitChunk>& w, size_t local, const std::string& slot,
@@ -292,7 +292,7 @@ struct WorkerClient::Impl {
   bool write_server_states(grpc::ClientWriter<rpc::InitChunk>& w, int p, const InitTensors& init);
 
   // The chief's Init of ps p: the header, then the tensors its run needs.
-  void init_ps(int p, int64_t global_step, const InitTensors* init);
+  void init_ps(int p, int64_t global_step, const InitTensors* init, uint64_t rewind_id = 0);
 
   // Async (ClientOptions::ps_rejoin_window_s): a ps that restarted, found by
   // a call's refusal (restarted_ps.h). The chief refills it (refill), every
@@ -318,6 +318,29 @@ struct WorkerClient::Impl {
   // (peer_timeout of silence): until a little after that, "already
   // registered" means wait.
   int64_t register_with(int p);
+  rpc::RegisterReply register_until_ready(int p);
+
+  // Sync (ClientOptions::ps_rejoin_window_s > 0, after join()): a ps that
+  // does not know this replica (a call's refusal, restarted_ps.h, or a
+  // heartbeat's unknown_replica) means a ps restarted or the chief rewound
+  // the run. need_rewind_locked() marks it (rewind = kNeeded) and cancels
+  // the calls in flight; from then on check_state() throws PsRestarted until
+  // WorkerClient::rewind_run / rejoin_rewound_run (kRejoining) is done.
+  // rejoins counts those done, so a heartbeat answered across one is not
+  // taken for news. run_epoch: the rewind id every ps gave at the last
+  // registration. mu guards all four.
+  enum class Rewind { kNone, kNeeded, kRejoining };
+  Rewind rewind = Rewind::kNone;
+  uint64_t rejoins = 0;
+  uint64_t run_epoch = 0;
+  bool rewinds_sync_run_locked() const { return sync && opt.ps_rejoin_window_s > 0 && joined; }
+  void need_rewind_locked();
+  // The pipelined step a PsRestarted interrupted: its queued buckets
+  // dropped, the pushes in flight and the pullers waited for.
+  void abandon_pipelined_step();
+  // Registers with every ps until each is ready at the same global step and
+  // a rewind id above `after`; returns that step. Bounded by the window.
+  int64_t register_after_rewind(uint64_t after, const std::string& who);
 
   // ---- push ----
 

@@ -521,13 +521,48 @@ TEST_F(Distributed, RestartedPsIsRefilledInAsyncRuns) {
     EXPECT_EQ(result(name).at("steps"), 800);
     EXPECT_NEAR(result(name).at("top1").get<double>(), result("ps-straight").at("top1").get<double>(), 0.02);
   }
+  // Without a rewind (--ps_rejoin_window_secs=0) a sync run says why it ends.
   const Proc sync = cluster("ps-restarted-sync", "--num_ps=1 --num_workers=1 --kill_task=ps:0 --kill_after_secs=4 "
                                                  "--restart_failed=1",
-                            model_flags(100000, "--save_interval_steps=100"));
+                            model_flags(100000, "--save_interval_steps=100 --ps_rejoin_window_secs=0"));
   EXPECT_NE(sync.exit_code, 0) << sync.output;
   std::ifstream slog(dir_ / "ps-restarted-sync" / "logs" / "chief-0.log");
   const std::string sync_log((std::istreambuf_iterator<char>(slog)), std::istreambuf_iterator<char>());
   EXPECT_NE(sync_log.find("a sync run cannot refill it"), std::string::npos) << sync_log;
+}
+
+// A ps of a sync run that restarts (issue 36): it held only the step's
+// pushes and sums, and the replicas may stand on either side of that step.
+// The chief rewinds every ps (the restarted one and the one still running)
+// to its latest checkpoint, every replica restores it and computes the steps
+// since again: the run ends with the weights of an unfaulted run, bit for
+// bit, error-feedback residuals and server states included.
+TEST_F(Distributed, RestartedPsRewindsASyncRunToTheLatestCheckpoint) {
+  // Checkpoints every 50 steps: the kill (at about step 150-250) lands after the first.
+  const std::string flags = "--codec='ef(server_ef(terngrad))' --save_interval_steps=50 --eval_interval_steps=0";
+  // The unfaulted run of the same layout (two ps: server_ef re-encodes each
+  // shard's sum with its own scale, so the in-process trainer differs).
+  const Proc straight = cluster("rewind-straight", "--num_ps=2 --num_workers=1", model_flags(700, flags));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  for (int killed : {0, 1}) {
+    const std::string name = "rewound-" + std::to_string(killed);
+    const Proc r = cluster(name, "--num_ps=2 --num_workers=1 --kill_task=ps:" + std::to_string(killed) +
+                                     " --kill_after_secs=4 --restart_failed=1",
+                           model_flags(700, flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ps " + std::to_string(killed) + " was killed by signal 9 (Killed); starting it again"),
+              std::string::npos) << r.output;
+    for (const char* task : {"chief-0", "worker-0"}) {
+      std::ifstream f(dir_ / name / "logs" / (std::string(task) + ".log"));
+      const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      EXPECT_NE(log.find("going back to the chief's latest checkpoint"), std::string::npos) << task << ": " << log;
+      EXPECT_NE(log.find("the steps since are computed again"), std::string::npos) << task << ": " << log;
+    }
+    std::ifstream plog(dir_ / name / "logs" / ("ps-" + std::to_string(1 - killed) + ".log"));
+    const std::string running_ps((std::istreambuf_iterator<char>(plog)), std::istreambuf_iterator<char>());
+    EXPECT_NE(running_ps.find("rewound by the chief"), std::string::npos) << running_ps;
+    expect_same_weights("rewind-straight", name);
+  }
 }
 
 // The supervisor's and the rejoin window's flags: a bad value is refused

@@ -109,6 +109,9 @@ std::vector<std::pair<std::string, Tensor*>> Optimizer::slots() {
 
 std::vector<uint8_t> Optimizer::save_state() const { return detail::pack_state(name(), steps_); }
 
-void Optimizer::load_state(std::span<const uint8_t> blob) { steps_ = detail::unpack_state(name(), blob); }
+void Optimizer::load_state(std::span<const uint8_t> blob) {
+  steps_ = detail::unpack_state(name(), blob);
+  applied_.clear();  // a step applied by variable and abandoned (a sync run's rewind) is forgotten
+}
 
 }  // namespace terngrad::train

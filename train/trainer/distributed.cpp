@@ -146,7 +146,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   co.tls = tls_of(cfg);
   co.startup_timeout_s = cfg.startup_timeout_secs;  // a ps may come up after its replicas
   if (!cfg.sync_replicas) co.last_step = cfg.max_steps;  // async: the ps applies exactly max_steps
-  if (!cfg.sync_replicas) co.ps_rejoin_window_s = cfg.ps_rejoin_window_secs;
+  // A ps that restarts: async, refilled from the chief's values; sync, the
+  // run rewound to the chief's latest checkpoint (which it needs).
+  if (!cfg.sync_replicas || (!cfg.train_dir.empty() && cfg.save_interval_steps > 0))
+    co.ps_rejoin_window_s = cfg.ps_rejoin_window_secs;
   comm::WorkerClient client(c.ps_addresses(), layout, replica, cfg.sync_replicas, n, needed, co);
   const std::string me = replica_name(c, replica);
   if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());

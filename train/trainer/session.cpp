@@ -487,13 +487,44 @@ BlobMap TrainingSession::codec_states() const {
 }
 
 int64_t TrainingSession::restore() {
+  return restore_newest([&](const Checkpoint& c) { return missing_codec_state(c); });
+}
+
+int64_t TrainingSession::restore_for_rewind() {
+  // Every replica restores the checkpoint the chief picks: one whose step
+  // each of them holds its codec state of, when its codecs keep one (each
+  // writes its own as it passes the step; the three newest are kept).
+  const bool stateful = std::any_of(worker_[0].codecs.begin(), worker_[0].codecs.end(),
+                                    [](const auto& c) { return keeps_codec_state(*c); });
+  return restore_newest([&](const Checkpoint& c) {
+    std::string why = missing_codec_state(c);
+    for (int k = 0; why.empty() && stateful && k < num_workers_; ++k) {
+      if (std::find(workers_.begin(), workers_.end(), k) != workers_.end()) continue;
+      const std::string theirs = checkpoint_path(codec_state_dir(cfg_.train_dir, k), c.step);
+      if (!std::filesystem::exists(theirs))
+        why = "worker " + std::to_string(k) + " has not written its codec state of this step (" + theirs + ")";
+    }
+    return why;
+  });
+}
+
+void TrainingSession::restore_at(int64_t step) {
+  const std::string path = checkpoint_path(cfg_.train_dir, step);
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error("the run was rewound to step " + std::to_string(step) + " but " + path +
+                             " does not exist: every replica must see the chief's train_dir (same path, shared "
+                             "storage)");
+  restore_from(load_checkpoint(path), false);
+}
+
+int64_t TrainingSession::restore_newest(const std::function<std::string(const Checkpoint&)>& why_unusable) {
   if (cfg_.train_dir.empty()) return 0;
   std::filesystem::create_directories(cfg_.train_dir);
   // A corrupt latest checkpoint costs the steps since the one before it,
-  // not the run; the warning shows even with --quiet.
-  // A replica's own codec states are written beside the chief's checkpoint,
-  // not in it: a kill between the two writes leaves the newest checkpoint
-  // without them, and the one before (both kept) resumes bit for bit.
+  // not the run; the warning shows even with --quiet. So does one that
+  // lacks a codec state: a replica's own are written beside the chief's
+  // checkpoint, not in it, and a kill between the two writes leaves the
+  // newest without them; the one before (both kept) resumes bit for bit.
   bool fell_back = false;
   auto ck = load_newest_intact_checkpoint(
       cfg_.train_dir,
@@ -501,45 +532,52 @@ int64_t TrainingSession::restore() {
         std::fprintf(stderr, "warning: %s; falling back to an earlier checkpoint\n", why.c_str());
         fell_back = true;
       },
-      [&](const Checkpoint& c) { return missing_codec_state(c); });
+      why_unusable);
   if (!ck) return 0;
-  load_weights(*ck);
+  restore_from(*ck, fell_back);
+  return ck->step;
+}
+
+void TrainingSession::restore_from(const Checkpoint& ck, bool fell_back) {
+  load_weights(ck);
   for (auto& [name, slot] : optimizer_->slots()) {
-    auto it = ck->tensors.find(name);
-    if (it == ck->tensors.end()) throw std::runtime_error(ck->path + ": optimizer slot " + name + " missing");
+    auto it = ck.tensors.find(name);
+    if (it == ck.tensors.end()) throw std::runtime_error(ck.path + ": optimizer slot " + name + " missing");
     *slot = it->second;
   }
-  auto opt = ck->blobs.find("optimizer_state");
-  if (opt == ck->blobs.end()) throw std::runtime_error(ck->path + ": optimizer_state missing");
+  auto opt = ck.blobs.find("optimizer_state");
+  if (opt == ck.blobs.end()) throw std::runtime_error(ck.path + ": optimizer_state missing");
   optimizer_->load_state(opt->second);
   for (WorkerState& w : worker_) {
-    w.batches->restore_after(ck->step);
+    w.batches->restore_after(ck.step);
     std::optional<Checkpoint> own;
-    const std::string own_path = own_codec_state_path(w, ck->step);
+    const std::string own_path = own_codec_state_path(w, ck.step);
     for (size_t v = 0; v < w.codecs.size(); ++v) {
       const std::string name = codec_blob_name(w.global, v);
-      const BlobMap* blobs = &ck->blobs;
+      const BlobMap* blobs = &ck.blobs;
       if (!blobs->count(name) && std::filesystem::exists(own_path)) {
         if (!own) own = load_checkpoint(own_path);
         blobs = &own->blobs;
       }
-      if (auto it = blobs->find(name); it != blobs->end())
+      if (auto it = blobs->find(name); it != blobs->end()) {
         w.codecs[v]->load_state(it->second);
-      else if (keeps_codec_state(*w.codecs[v]))
+        continue;
+      }
+      w.codecs[v]->load_state({});  // fresh (a rewind restores a session that ran on)
+      if (keeps_codec_state(*w.codecs[v]))
         std::fprintf(stderr,
                      "warning: worker %d, variable %zu (%s): no codec state (error-feedback residual, warm start) "
                      "for step %lld in %s or %s; its residual starts at zero\n",
-                     w.global, v, plan_[v].c_str(), static_cast<long long>(ck->step), ck->path.c_str(),
+                     w.global, v, plan_[v].c_str(), static_cast<long long>(ck.step), ck.path.c_str(),
                      own_path.c_str());
     }
   }
   server_states_.clear();
-  for (const auto& [name, blob] : ck->blobs)
+  for (const auto& [name, blob] : ck.blobs)
     if (name.starts_with(kServerStatePrefix)) server_states_[name] = blob;
-  check_server_states(ck->path);
+  check_server_states(ck.path);
   if (!cfg_.quiet || fell_back)
-    std::fprintf(stderr, "resuming from %s at step %lld\n", ck->path.c_str(), static_cast<long long>(ck->step));
-  return ck->step;
+    std::fprintf(stderr, "resuming from %s at step %lld\n", ck.path.c_str(), static_cast<long long>(ck.step));
 }
 
 // The worker's codec state: in the checkpoint (in-process runs, the chief's

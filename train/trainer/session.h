@@ -156,6 +156,13 @@ class TrainingSession {
   // shadows; sampler positions when it holds them for this process's
   // workers, else derived from the step) and returns its step; 0 without one.
   int64_t restore();
+  // A sync cluster's rewind (a ps restarted; WorkerClient::rewind_run): the
+  // chief restores its newest checkpoint whose step every other replica
+  // holds its codec state of (0: none, nothing restored); every other
+  // replica then restores exactly that step's (restore_at; std::runtime_error
+  // when the file is missing or corrupt).
+  int64_t restore_for_rewind();
+  void restore_at(int64_t step);
   // Weights and EMA shadows of a checkpoint (what an evaluator needs).
   void load_weights(const Checkpoint& ck);
   // Writes a checkpoint of this process's state at `step` (atomic, keeps 3).
@@ -283,6 +290,8 @@ class TrainingSession {
   static bool keeps_codec_state(const comm::GradientCodec& codec);
   std::string own_codec_state_path(const WorkerState& w, int64_t step) const;
   std::string missing_codec_state(const Checkpoint& ck) const;
+  int64_t restore_newest(const std::function<std::string(const Checkpoint&)>& why_unusable);
+  void restore_from(const Checkpoint& ck, bool fell_back);
   void make_codecs();  // the workers' codecs and pre-round sums, from plan_
   comm::DecodeContext decode_context(int64_t step, size_t v) const;
   BlobMap server_states_;

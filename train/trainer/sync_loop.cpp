@@ -29,15 +29,7 @@ class SyncLoop final : public ReplicaLoop {
  public:
   explicit SyncLoop(const Replica& r) : r_(r), cfg_(r.s.cfg()), no_scales_(r.s.num_variables(), 0.0f) {
     for (size_t v = 0; v < r.s.num_variables(); ++v) wants_scales_ |= r.s.codec(0, v).wants_shared_scale();
-    // Multi-round codecs sum their pre-rounds over the replicas between the
-    // gradient and the encoding (a barrier of the whole step): such a run
-    // takes the sequential step.
-    // The overlapped step applies each variable as its sums arrive when it
-    // knows how many payloads a sum holds: every replica's (no backups).
-    const int all = r.s.cfg().num_nodes;
-    const int summed = cfg_.replicas_to_aggregate < 0 ? all : cfg_.replicas_to_aggregate;
-    if (r.step.overlaps_communication() && r.s.max_presum_rounds() == 0)
-      overlapped_.emplace(r.s, r.step, r.client, r.layout, r.wire, wants_scales_, summed == all ? all : 0);
+    make_overlapped();
   }
 
   int64_t join(int64_t restored) override {
@@ -96,34 +88,85 @@ class SyncLoop final : public ReplicaLoop {
 
   int64_t train(int64_t first, ReplicaRun& run) override {
     for (int64_t step = first; step < cfg_.max_steps; ++step) {
-      const auto t_step = Clock::now();
-      StepClock one;
-      one.steps = 1;
-      if (overlapped_) {
-        // 1.-4. overlapped: this step's gradient out, the last step's sums
-        // in and applied as the forward pass needs them (overlapped_step.h).
-        // Evaluations, checkpoints and the end read the weights: there the
-        // step's update is finished at once.
-        for (const OverlappedStep::Finished& done : overlapped_step(step, one, needs_weights_after(step + 1, run)))
-          after_update(done.step, done.sums, run);
-      } else {
-        // 1.-4. This replica's gradient out, the replicas' sums in, decoded.
-        const comm::WorkerClient::Sums got = sequential_step(step, one, run);
-        // 5. The same averaged update on every replica.
-        const auto t_apply = Clock::now();
-        r_.step.apply(step, static_cast<int>(got.contributions));
-        one.s[StepClock::kApply] += since(t_apply);
-        after_update(step, got, run);
+      try {
+        one_step(step, run);
+      } catch (const comm::PsRestarted& e) {
+        step = rewind(e.what(), step) - 1;  // the loop's ++ makes it the step rewound to
       }
-      one.s[StepClock::kStep] = since(t_step);
-      run.clock().add(one);
-      r_.client.report_step_times(one.ms());  // travels with the next step's first push
     }
     if (r_.chief) r_.step.state_into_session();  // for the final evaluation, checkpoint and export
     return cfg_.max_steps;
   }
 
  private:
+  // Multi-round codecs sum their pre-rounds over the replicas between the
+  // gradient and the encoding (a barrier of the whole step): such a run
+  // takes the sequential step. The overlapped step applies each variable as
+  // its sums arrive when it knows how many payloads a sum holds: every
+  // replica's (no backups).
+  void make_overlapped() {
+    const int all = cfg_.num_nodes;
+    const int summed = cfg_.replicas_to_aggregate < 0 ? all : cfg_.replicas_to_aggregate;
+    if (r_.step.overlaps_communication() && r_.s.max_presum_rounds() == 0)
+      overlapped_.emplace(r_.s, r_.step, r_.client, r_.layout, r_.wire, wants_scales_, summed == all ? all : 0);
+  }
+
+  // Steps 1-5 of one step and what follows its update.
+  void one_step(int64_t step, ReplicaRun& run) {
+    const auto t_step = Clock::now();
+    StepClock one;
+    one.steps = 1;
+    if (overlapped_) {
+      // 1.-4. overlapped: this step's gradient out, the last step's sums
+      // in and applied as the forward pass needs them (overlapped_step.h).
+      // Evaluations, checkpoints and the end read the weights: there the
+      // step's update is finished at once.
+      for (const OverlappedStep::Finished& done : overlapped_step(step, one, needs_weights_after(step + 1, run)))
+        after_update(done.step, done.sums, run);
+    } else {
+      // 1.-4. This replica's gradient out, the replicas' sums in, decoded.
+      const comm::WorkerClient::Sums got = sequential_step(step, one, run);
+      // 5. The same averaged update on every replica.
+      const auto t_apply = Clock::now();
+      r_.step.apply(step, static_cast<int>(got.contributions));
+      one.s[StepClock::kApply] += since(t_apply);
+      after_update(step, got, run);
+    }
+    one.s[StepClock::kStep] = since(t_step);
+    run.clock().add(one);
+    r_.client.report_step_times(one.ms());  // travels with the next step's first push
+  }
+
+  // A ps restarted (comm::PsRestarted): its step's pushes and sums are gone,
+  // and the replicas may stand on either side of that step. Every replica
+  // goes back to the chief's latest checkpoint (the chief rewinds every ps
+  // to its step) and computes the steps since again: each is a function of
+  // its step (batch, randomness, the same sums), so the run ends with the
+  // weights of an unfaulted run. Returns the step to go on from.
+  int64_t rewind(const std::string& why, int64_t was_at) {
+    const auto t0 = Clock::now();
+    std::fprintf(stderr, "%s: %s; going back to the chief's latest checkpoint\n", r_.name.c_str(), why.c_str());
+    overlapped_.reset();  // its pending step is abandoned (the client's, in the rewind calls)
+    int64_t at = 0;
+    if (r_.chief) {
+      const int64_t saved = r_.s.restore_for_rewind();
+      if (saved == 0)
+        throw comm::PeerError(r_.name + ": " + why + ", before this chief's first checkpoint: there is no step to " +
+                              "rewind the run to (--save_interval_steps); restart every task");
+      comm::WorkerClient::InitTensors init;
+      if (keeps_server_states(r_.s)) init.server_states = server_states_for_init(r_.s, r_.layout, saved);
+      at = r_.client.rewind_run(saved, &init);
+    } else {
+      at = r_.client.rejoin_rewound_run();
+      r_.s.restore_at(at);
+    }
+    r_.step.state_from_session();
+    make_overlapped();
+    std::fprintf(stderr, "%s: rewound from step %lld to %lld in %.1f s; the steps since are computed again\n",
+                 r_.name.c_str(), static_cast<long long>(was_at), static_cast<long long>(at), since(t0));
+    return at;
+  }
+
   // Whether anything reads the weights after `done` steps (so an overlapped
   // step's update cannot wait for the next forward pass).
   bool needs_weights_after(int64_t done, const ReplicaRun& run) const {

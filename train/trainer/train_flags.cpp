@@ -207,8 +207,9 @@ std::vector<Flag> cluster_flags() {
       {"rejoin_window_steps", "sync: the ps keeps this many steps' sums so a restarted replica catches up from the "
                               "chief's latest checkpoint (>= --save_interval_steps; 0: no rejoin)",
        TG_INT(rejoin_window_steps)},
-      {"ps_rejoin_window_secs", "async: a ps that restarted is refilled from the chief's values while the replicas "
-                                "wait up to this long (0: it ends the run)",
+      {"ps_rejoin_window_secs", "a ps that restarted is refilled (async: from the chief's values; sync: the run "
+                                "goes back to the chief's latest checkpoint) while the replicas wait up to this long "
+                                "(0: it ends the run)",
        TG_DBL(ps_rejoin_window_secs)},
       {"startup_timeout_secs", "every task must join within this", TG_DBL(startup_timeout_secs)},
       {"rpc_timeout_secs", "deadline of one request to a ps", TG_DBL(rpc_timeout_secs)},

@@ -42,9 +42,10 @@ struct ClientOptions {
   // push past it (they are answered as dropped), so concurrent replicas
   // cannot carry the run beyond it. 0: no limit.
   int64_t last_step = 0;
-  // Async: how long a call that met a ps which restarted (empty) waits for
-  // it to be refilled (set_ps_refill) and this replica registered with it
-  // again, before it ends the run. 0: a restarted ps ends the run at once.
+  // How long a call that met a ps which restarted (empty) waits for it to be
+  // refilled (async: set_ps_refill) or the run rewound (sync: rewind_run),
+  // and this replica registered with it again, before it ends the run. 0: a
+  // restarted ps ends the run at once.
   double ps_rejoin_window_s = 0;
 };
 
@@ -93,6 +94,22 @@ class WorkerClient {
   // ps keep theirs). refill runs on the thread of the call that met the ps,
   // with the streamed pull's writes held off, while that call waits.
   void set_ps_refill(std::function<InitTensors()> refill);
+
+  // Sync, with options.ps_rejoin_window_s > 0: a ps that restarted (empty)
+  // makes every call of the step throw PsRestarted (errors.h), on every
+  // replica (a call's refusal, or a heartbeat that the ps no longer knows
+  // it; the calls in flight are cancelled). Then:
+  //   the chief: rewind_run(step, init) with its latest checkpoint's step and
+  //     server states: every ps, the restarted and the running, goes back to
+  //     that step (the running ones drop their steps and registrations), and
+  //     the chief registers again;
+  //   every other replica: rejoin_rewound_run() waits (within the window)
+  //     until every ps has been rewound, registers again, and returns the step.
+  // Each then restores the chief's checkpoint of that step and goes on from
+  // there. Either throws PeerError when the window passes; a pipelined step
+  // in progress is abandoned first.
+  int64_t rewind_run(int64_t step, const InitTensors* init);
+  int64_t rejoin_rewound_run();
 
   // Sync scale sharing: the max over replicas of each variable's local scale.
   // With `variables`, only those (local_scales[i] is variables[i]'s; the

@@ -79,8 +79,10 @@ struct TrainConfig {
   // restarted replica catches up from the chief's latest checkpoint to the
   // run's step (0: it cannot rejoin; make it >= --save_interval_steps).
   int64_t rejoin_window_steps = 0;
-  // Async: a ps that restarted (empty) is refilled from the chief's values
-  // and slots while the replicas wait up to this long (0: it ends the run).
+  // A ps that restarted (empty) is refilled while the replicas wait up to
+  // this long (0: it ends the run): async, from the chief's values and
+  // slots; sync (with --train_dir and --save_interval_steps), every ps and
+  // replica goes back to the chief's latest checkpoint.
   double ps_rejoin_window_secs = 120;
   double startup_timeout_secs = 120;  // every task must have joined within this
   double rpc_timeout_secs = 30;     // deadline of one request
