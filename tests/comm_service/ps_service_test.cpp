@@ -244,6 +244,66 @@ TEST(PsService, ALastPullAfterTheChiefFinishedIsServed) {
   ps[0]->thread = std::thread([] {});
 }
 
+// A sync run's rewind (a ps restarted: WorkerClient::rewind_run): the chief
+// takes both ps back to step 1 while replica 1 waits in step 3's scale
+// exchange; that call is answered as a rewound one (PsRestarted), the
+// replica rejoins at step 1, and steps 1 and 2 run again with the sums they
+// had the first time.
+TEST(PsService, ARewindTakesEveryPsBackAndEveryReplicaRegistersAgain) {
+  std::vector<std::unique_ptr<PsTask>> ps;
+  for (int p = 0; p < 2; ++p) ps.push_back(std::make_unique<PsTask>(p, 2));
+  tc::PlacementOptions po;
+  po.min_shard_bytes = 64 * 1024;
+  const tc::Layout layout = tc::place_variables(variables(), 2, po);
+  std::promise<void> started_step_3;
+  std::vector<std::vector<std::vector<std::vector<float>>>> first(2), again(2);
+  std::vector<std::string> errors(2);
+  std::vector<int64_t> rejoined_at(2, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        tc::ClientOptions o = fast_client();
+        o.ps_rejoin_window_s = 20;
+        tc::WorkerClient c(addresses(ps), layout, r, true, 2, 2, o);
+        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+        for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
+        c.join(0);
+        for (int s = 0; s < 3; ++s) first[r].push_back(sync_step(c, r, s, codecs));
+        if (r == 1) {
+          // Step 3 waits for the chief's scales, which never come.
+          started_step_3.set_value();
+          EXPECT_THROW(sync_step(c, r, 3, codecs), tc::PsRestarted);
+          rejoined_at[r] = c.rejoin_rewound_run();
+        } else {
+          started_step_3.get_future().wait();
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));  // replica 1 waits on ps 0
+          const tc::WorkerClient::InitTensors none;
+          rejoined_at[r] = c.rewind_run(1, &none);
+        }
+        for (int s = 1; s < 3; ++s) again[r].push_back(sync_step(c, r, s, codecs));
+        c.finish(true);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "replica " << r;
+    EXPECT_EQ(rejoined_at[r], 1) << "replica " << r;
+    ASSERT_EQ(first[r].size(), 3u);
+    ASSERT_EQ(again[r].size(), 2u);
+    EXPECT_EQ(again[r][0], first[r][1]) << "replica " << r << ", step 1 again";
+    EXPECT_EQ(again[r][1], first[r][2]) << "replica " << r << ", step 2 again";
+  }
+  for (auto& p : ps) {
+    p->thread.join();
+    EXPECT_EQ(p->error, "");
+    p->thread = std::thread([] {});
+  }
+}
+
 TEST(PsService, SyncSumsEqualTheCodecAggregateInReplicaOrder) {
   const int replicas = 3, steps = 2;
   const auto sums = run_sync(1, replicas, steps);
