@@ -5,6 +5,7 @@
 //                        failure, the exchanges through ps 0, the public class
 //   worker_liveness.cpp  heartbeats (one thread per ps) and the watchdog
 //   worker_join.cpp      the chief's Init of each ps, every replica's Register
+//   worker_rewind.cpp    a sync run's rewind after a ps restarted
 //   worker_step.cpp      one step's pushes and pulls, plain and pipelined
 //   worker_reads.cpp     async values, checkpoints and server states
 // Never here: a codec's arithmetic (payloads arrive encoded) or a model.
