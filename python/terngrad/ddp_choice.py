@@ -19,7 +19,9 @@ candidate of least estimated time. The first candidate (fp32) stays unless
 another is 5% faster, as in tg-train. Costs are measured once per state on
 1M elements; the link rate is given (link_rate="1gbit") or measured by
 timing an all-reduce of 8 MiB on the group. Rank 0 decides and broadcasts
-its choice, so every rank runs the same collectives.
+its choice, so every rank runs the same collectives. Every recheck_steps
+steps the link is timed again; a rate more than REVISIT_FACTOR from the
+decided one has every bucket decided again (TernGradState).
 """
 import re
 import time
@@ -32,6 +34,7 @@ SAMPLE = 1 << 20          # elements the compute costs are timed on
 PROBE_BYTES = 8 << 20     # the all-reduce that measures the link
 LATENCY_S = 50e-6         # per collective step, when the link's own is not measured
 KEEP_FIRST = 0.95         # another candidate must beat the first by 5%
+REVISIT_FACTOR = 2.0      # a recheck's link rate this far from the decided one revisits the choice
 
 _UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
           "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}

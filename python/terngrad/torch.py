@@ -133,10 +133,18 @@ class TernGradState(_CountingState):
     first decision. Rank 0 decides and broadcasts; state.choices lists each
     decision. A layout that goes fp32 or fp16 first sends the error-feedback
     residuals its parameters still owe (added to its gradient).
+    recheck_steps (auto only; 0: never): every that many steps the link is
+    measured again on the group (an all-reduce of 8 MiB, at the first bucket
+    of the step, on every rank); when rank 0 finds it moved by more than 2x
+    from the rate of the last decisions (a job moved, a link degraded), every
+    layout is decided again at its next bucket with the new rate
+    (state.revisits lists each check that did so). A layout whose codec
+    changes carries its residuals over (into another ef codec) or sends them
+    (fp32, fp16), as a new layout does.
     """
 
     def __init__(self, process_group=None, spec="terngrad", seed=0, module=None, reduce_scatter_from=4,
-                 link_rate=None):
+                 link_rate=None, recheck_steps=1000):
         super().__init__(process_group)
         if not 0 <= seed < (1 << 48):
             raise ValueError("seed must be in [0, 2^48), got %d" % seed)
@@ -163,6 +171,13 @@ class TernGradState(_CountingState):
             self.choices = []   # one dict per decision: elements, chosen spec, estimates
             self._chosen = {}   # layout -> spec
             self._costs = None
+            if not isinstance(recheck_steps, int) or recheck_steps < 0:
+                raise ValueError("recheck_steps must be a whole number of steps >= 0, got %r" % (recheck_steps,))
+            self.recheck_steps = recheck_steps
+            self.revisits = []         # one dict per recheck that moved the decisions
+            self._decided_rate = None  # the link rate the current decisions were made for
+            self._rechecked_at = 0     # the iteration of the last recheck
+            self._revisited = {}       # layout -> its spec before the last revisit, until decided again
         else:
             if link_rate is not None:
                 raise ValueError("link_rate is for spec=\"auto\" (this state's spec is %r)" % spec)
@@ -205,6 +220,10 @@ class TernGradState(_CountingState):
         its first bucket (a collective on the group: every rank calls it for
         the same bucket, as every hook does)."""
         layout, sizes = self._layout_of(bucket)
+        if (self.recheck_steps and self.iteration > self._rechecked_at and
+                self.iteration % self.recheck_steps == 0):  # the first bucket of such a step
+            self._rechecked_at = self.iteration
+            self._recheck(bucket)
         spec = self._chosen.get(layout)
         if spec is not None:
             return spec
@@ -213,6 +232,7 @@ class TernGradState(_CountingState):
         buffer = bucket.buffer()
         if self.link_rate is None:
             self.link_rate = _measure_link(group, world, buffer.device)
+        self._decided_rate = self.link_rate
         # A CUDA bucket: the candidates its device can encode (all-reduces always).
         def on_device(spec):
             with Codec(spec) as c:
@@ -229,10 +249,35 @@ class TernGradState(_CountingState):
             choice[0] = best
         dist.broadcast(choice, 0, group=group)
         spec = candidates[int(choice.item())]
+        if layout in self._codecs and self._revisited.pop(layout, spec) != spec:
+            self._release(layout)  # its residuals go to the next codec, or are sent (flush_residuals)
         self._chosen[layout] = spec
         self.choices.append({"bucket": bucket.index(), "elements": n, "spec": spec, "world": world,
                              "link_bytes_per_s": self.link_rate, "estimated_s": estimates})
         return spec
+
+    def _recheck(self, bucket):
+        """Measures the link again (a collective: every rank is at the same
+        bucket of the same step); rank 0 compares it with the rate of the
+        current decisions and broadcasts its rate and verdict. Past 2x either
+        way, every layout is decided again at its next bucket."""
+        group = self._group()
+        world = dist.get_world_size(group)
+        device = bucket.buffer().device
+        measured = _measure_link(group, world, device)
+        verdict = torch.zeros(2, dtype=torch.float64, device=device)
+        if dist.get_rank(group) == 0:
+            old = self._decided_rate or measured
+            verdict[0] = measured
+            verdict[1] = 1.0 if max(measured / old, old / measured) > ddp_choice.REVISIT_FACTOR else 0.0
+        dist.broadcast(verdict, 0, group=group)
+        rate, revisit = float(verdict[0].item()), bool(verdict[1].item())
+        if revisit:
+            self.revisits.append({"step": self.iteration, "from_bytes_per_s": self._decided_rate,
+                                  "to_bytes_per_s": rate, "layouts": len(self._chosen)})
+            self.link_rate = rate
+            self._revisited.update(self._chosen)  # what each layout ran until now
+            self._chosen.clear()  # each layout decides again at its next bucket
 
     def flush_residuals(self, bucket):
         """The error-feedback residuals this bucket's parameters still owe
