@@ -54,6 +54,7 @@ grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& 
   scales.emplace(variables.size(), total, needed, keep);
   presums.emplace(std::move(plan.presum_floats), total, needed, keep);
   replicas.reset(total);
+  registrations_open = Clock::now();
   chief_session = caller.session;
   run_epoch = h.rewind_id();
   log("rewound by the chief from global step " + std::to_string(was) + " to " + std::to_string(h.global_step()) +

@@ -222,7 +222,7 @@ void ParameterServer::Impl::watch() {
 void ParameterServer::Impl::check_timeouts_locked(Clock::time_point now) {
   const auto name = [&](uint32_t r) { return replica_name(r); };
   const detail::ReplicaTable::Startup startup =
-      replicas.judge_startup(phase != Phase::kWaitingInit, started, now, opt.startup_timeout_s, name);
+      replicas.judge_startup(phase != Phase::kWaitingInit, registrations_open, now, opt.startup_timeout_s, name);
   if (startup.failure) fail_locked(*startup.failure);
   if (!startup.complete) return;
   const detail::ReplicaTable::Verdict v =

@@ -101,6 +101,10 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   Phase phase = Phase::kWaitingInit;
   std::string failure;
   const Clock::time_point started = Clock::now();
+  // Where the startup rule (every replica registered within the startup
+  // timeout) counts from: the ps's start, or its last rewind's (which
+  // unregisters every replica).
+  Clock::time_point registrations_open = started;
   // From the chief's Init.
   uint64_t fingerprint = 0;
   bool sync = true;

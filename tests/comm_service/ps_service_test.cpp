@@ -248,10 +248,11 @@ TEST(PsService, ALastPullAfterTheChiefFinishedIsServed) {
 // takes both ps back to step 1 while replica 1 waits in step 3's scale
 // exchange; that call is answered as a rewound one (PsRestarted), the
 // replica rejoins at step 1, and steps 1 and 2 run again with the sums they
-// had the first time.
+// had the first time. The rewind comes after the ps's startup timeout: the
+// replicas' registrations are counted from the rewind, not the ps's start.
 TEST(PsService, ARewindTakesEveryPsBackAndEveryReplicaRegistersAgain) {
   std::vector<std::unique_ptr<PsTask>> ps;
-  for (int p = 0; p < 2; ++p) ps.push_back(std::make_unique<PsTask>(p, 2));
+  for (int p = 0; p < 2; ++p) ps.push_back(std::make_unique<PsTask>(p, 2, nullptr, 20, /*startup_timeout=*/1.5));
   tc::PlacementOptions po;
   po.min_shard_bytes = 64 * 1024;
   const tc::Layout layout = tc::place_variables(variables(), 2, po);
@@ -277,7 +278,7 @@ TEST(PsService, ARewindTakesEveryPsBackAndEveryReplicaRegistersAgain) {
           rejoined_at[r] = c.rejoin_rewound_run();
         } else {
           started_step_3.get_future().wait();
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));  // replica 1 waits on ps 0
+          std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // replica 1 waits on ps 0
           const tc::WorkerClient::InitTensors none;
           rejoined_at[r] = c.rewind_run(1, &none);
         }
