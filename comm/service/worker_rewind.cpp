@@ -80,31 +80,25 @@ int64_t WorkerClient::Impl::register_after_rewind(uint64_t after, const std::str
   }
 }
 
+uint64_t WorkerClient::Impl::begin_rejoin() {
+  abandon_pipelined_step();
+  std::lock_guard<std::mutex> lock(mu);
+  rewind = Rewind::kRejoining;
+  return run_epoch;
+}
+
 int64_t WorkerClient::rewind_run(int64_t step, const InitTensors* init) {
   Impl& m = *impl_;
   if (m.replica != 0 || !m.sync) throw std::logic_error("rewind_run: the chief of a sync run only");
-  m.abandon_pipelined_step();
-  uint64_t id = 0;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.rewind = Impl::Rewind::kRejoining;
-    id = m.run_epoch + 1;
-  }
-  detail::for_each_ps(m.layout.num_ps, [&](int p) { m.init_ps(p, step, init, id); });
-  return m.register_after_rewind(id - 1, "the chief");
+  const uint64_t before = m.begin_rejoin();
+  detail::for_each_ps(m.layout.num_ps, [&](int p) { m.init_ps(p, step, init, before + 1); });
+  return m.register_after_rewind(before, "the chief");
 }
 
 int64_t WorkerClient::rejoin_rewound_run() {
   Impl& m = *impl_;
   if (!m.sync) throw std::logic_error("rejoin_rewound_run: sync runs only");
-  m.abandon_pipelined_step();
-  uint64_t before = 0;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.rewind = Impl::Rewind::kRejoining;
-    before = m.run_epoch;
-  }
-  return m.register_after_rewind(before, "replica " + std::to_string(m.replica));
+  return m.register_after_rewind(m.begin_rejoin(), "replica " + std::to_string(m.replica));
 }
 
 }  // namespace terngrad::comm

@@ -339,6 +339,9 @@ struct WorkerClient::Impl {
   // The pipelined step a PsRestarted interrupted: its queued buckets
   // dropped, the pushes in flight and the pullers waited for.
   void abandon_pipelined_step();
+  // Both rewind calls begin so: the step abandoned, rewind = kRejoining;
+  // returns the rewind id this replica last registered under.
+  uint64_t begin_rejoin();
   // Registers with every ps until each is ready at the same global step and
   // a rewind id above `after`; returns that step. Bounded by the window.
   int64_t register_after_rewind(uint64_t after, const std::string& who);
