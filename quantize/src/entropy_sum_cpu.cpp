@@ -11,6 +11,7 @@
 #include "cpu_kernels.h"
 #include "entropy_payload.h"
 #include "packed_cpu.h"
+#include "thread_buffer.h"
 #include <cstring>
 #include "terngrad/quantize/entropy_format.h"
 #include "terngrad/quantize/ternary_math.h"
@@ -29,7 +30,8 @@ rans::Layout sum_layout(uint64_t n, uint32_t contributions) {
 // Codes block j from its count + R digits (count * g of them, padding
 // included): g digits per symbol, base a, and the digits' histogram.
 void code_digits(EntropyWriter& writer, const rans::Layout& l, uint64_t j, const uint8_t* digits) {
-  thread_local uint8_t syms[uint64_t{1} << rans::kEncoderBlockLog2];
+  struct Site;
+  uint8_t* syms = detail::thread_buffer<uint8_t, uint64_t{1} << rans::kEncoderBlockLog2, Site>();
   const uint32_t a = l.alphabet, g = l.group;
   const uint64_t count = l.block_symbols(j);
   uint32_t c[rans::kMaxAlphabet] = {};
@@ -80,7 +82,8 @@ size_t encode_sum_entropy(std::span<const int16_t> counts, float scale, uint32_t
   const uint64_t per_block = uint64_t{l.group} << l.block_log2;
   EntropyWriter writer(l);
   for_each_block(n, l.blocks(), [&](uint64_t j) {
-    thread_local uint8_t digits[kMaxBlockDigits];
+    struct Site;
+    uint8_t* digits = detail::thread_buffer<uint8_t, kMaxBlockDigits, Site>();
     const uint64_t e0 = j * per_block, span = l.block_symbols(j) * uint64_t{l.group};
     for (uint64_t i = 0; i < span; ++i)
       digits[i] = static_cast<uint8_t>(e0 + i < n ? counts[e0 + i] + r : r);  // padding: count 0
@@ -134,7 +137,8 @@ size_t sum_to_entropy(std::span<const std::span<const uint8_t>> payloads, const 
   const uint64_t per_block = uint64_t{l.group} << l.block_log2;  // elements; a multiple of 4
   EntropyWriter writer(l);
   for_each_block(n, l.blocks(), [&](uint64_t j) {
-    thread_local uint8_t digits[kMaxBlockDigits];
+    struct Site;
+    uint8_t* digits = detail::thread_buffer<uint8_t, kMaxBlockDigits, Site>();
     const uint64_t e0 = j * per_block, span = l.block_symbols(j) * uint64_t{l.group};
     const uint64_t e1 = std::min(n, e0 + span);
     std::memset(digits, 0, span + 8);

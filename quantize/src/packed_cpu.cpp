@@ -20,6 +20,7 @@
 #include "cpu_kernels.h"
 #include "entropy_payload.h"
 #include "messages.h"
+#include "thread_buffer.h"
 #include "terngrad/quantize/entropy_format.h"
 
 namespace terngrad::quantize::detail {
@@ -196,7 +197,8 @@ size_t write_packed(const PackedFields& f, Packing packing, std::span<uint8_t> o
   // Block b's codes in this thread's buffer, zeroed past them (the symbol
   // and count loops read whole words).
   const auto codes_of = [&](uint64_t b, uint64_t& len) -> const uint8_t* {
-    thread_local uint8_t codes[kBlockElements / 4 + 16];
+    struct Site;
+    uint8_t* codes = detail::thread_buffer<uint8_t, kBlockElements / 4 + 16, Site>();
     len = std::min(kBlockElements, n - b * kBlockElements);
     block_codes(b, len, codes);
     std::memset(codes + body_bytes(len), 0, 16);
@@ -219,7 +221,8 @@ size_t write_packed(const PackedFields& f, Packing packing, std::span<uint8_t> o
     const rans::Layout layout{n, 3, kBase3Elements, rans::encoder_lanes(nsym), rans::kEncoderBlockLog2};
     EntropyWriter writer(layout);
     for_each_block(n, blocks, [&](uint64_t b) {
-      thread_local uint8_t syms[kBlockSymbols];
+      struct Site;
+      uint8_t* syms = detail::thread_buffer<uint8_t, kBlockSymbols, Site>();
       uint64_t len;
       const uint8_t* codes = codes_of(b, len);
       const uint64_t bsym = base3_body_bytes(len);

@@ -10,6 +10,7 @@
 #include "terngrad/quantize/codec.h"
 #include "terngrad/quantize/error_feedback.h"
 #include "terngrad/quantize/half_input.h"
+#include "thread_buffer.h"
 
 namespace terngrad::quantize {
 namespace detail {
@@ -126,7 +127,8 @@ TensorStats stats_of_sum(std::span<const float> a, std::span<const float> b) {
   return reduce_chunks(
       n,
       [&](uint64_t begin, uint64_t len) {
-        thread_local float sum[kStatsChunk];
+        struct Site;
+        float* sum = detail::thread_buffer<float, kStatsChunk, Site>();
         add(pa + begin, pb + begin, sum, len);
         return kernel(sum, len);
       },
@@ -151,7 +153,8 @@ TensorStats stats_of_halves(HalfTensor g, const float* residual) {
   return reduce_chunks(
       g.size(),
       [&](uint64_t begin, uint64_t len) {
-        thread_local float chunk[kStatsChunk];
+        struct Site;
+        float* chunk = detail::thread_buffer<float, kStatsChunk, Site>();
         widened(begin, len, chunk);
         return kernel(chunk, len);
       },
