@@ -25,6 +25,8 @@
 // runs the server). State blob, little-endian:
 //   "TGSE" | u32 version = 1 | u64 n | n float32 residual
 // An empty state is a residual of zeros.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -50,6 +52,40 @@ constexpr size_t kStateHeaderBytes = kState.header_bytes;
 constexpr uint64_t kServerSeed = 0x5e7e5e7ef00dull;
 
 uint64_t server_seed(uint64_t begin) { return kServerSeed ^ (begin * 0x9E3779B97F4A7C15ull); }
+
+// The index of the first Inf or NaN among the little-endian floats of
+// `bytes`, or their count. A chunk at a time, by the largest magnitude's
+// bits (a max reduction, which vectorizes where an early exit would not);
+// a chunk that holds one is searched again.
+uint32_t magnitude_bits(const uint8_t* p) {
+  uint32_t bits;
+  if constexpr (std::endian::native == std::endian::little)
+    std::memcpy(&bits, p, 4);
+  else
+    bits = quantize::load_le32(p);
+  return bits & 0x7FFFFFFFu;
+}
+uint64_t first_non_finite_le(std::span<const uint8_t> bytes) {
+  constexpr uint64_t kChunk = 4096;
+  constexpr uint32_t kInf = 0x7F800000u;  // magnitudes from here up: Inf, NaN
+  const uint64_t n = bytes.size() / 4;
+  for (uint64_t b = 0; b < n; b += kChunk) {
+    const uint64_t e = std::min(n, b + kChunk);
+    uint32_t largest = 0;
+    for (uint64_t i = b; i < e; ++i) largest = std::max(largest, magnitude_bits(bytes.data() + 4 * i));
+    if (largest < kInf) continue;
+    for (uint64_t i = b; i < e; ++i)
+      if (magnitude_bits(bytes.data() + 4 * i) >= kInf) return i;
+  }
+  return n;
+}
+uint64_t first_non_finite(std::span<const float> x) {
+  if constexpr (std::endian::native == std::endian::little)
+    return first_non_finite_le({reinterpret_cast<const uint8_t*>(x.data()), 4 * x.size()});
+  for (uint64_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i])) return i;
+  return x.size();
+}
 
 class ServerErrorFeedbackCodec final : public ForwardingCodec {
  public:
@@ -124,8 +160,9 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
 
   void validate_aggregate_state(std::span<const uint8_t> state, uint64_t n) const override {
     check_state_frame(state, n);
-    for (uint64_t i = 0; i < n && !state.empty(); ++i)
-      if (!std::isfinite(load_float_le(state.data() + kStateHeaderBytes + 4 * i))) throw non_finite_residual(i);
+    if (state.empty()) return;
+    if (const uint64_t bad = first_non_finite_le(state.subspan(kStateHeaderBytes)); bad < n)
+      throw non_finite_residual(bad);
   }
 
   // What the server sent back: one payload of the codec.
@@ -143,33 +180,59 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   // payload with e' take two passes (terngrad/quantize/error_feedback.h).
   // e' is written 0 - (-p + d), ef()'s expression: p - d but for the sign of
   // a zero residual where p is -0.
+  // The residual is read and rewritten where the state blob holds it (its
+  // floats are little-endian, as this machine's): without a copy in and
+  // out, the step's memory traffic drops from about 44 to 28 bytes per
+  // element and two scalar loops go. A fresh slice's zeros are built aside
+  // and swapped in.
+  // Nothing changes before prepare_error_feedback() has accepted p (it
+  // throws on a non-finite sum); the encode after it does not throw.
   void fused_step(uint64_t n, const AggregateContext& ctx, std::vector<uint8_t>& state,
                   std::vector<uint8_t>& out) const {
-    residual_.assign(n, 0.0f);
-    if (!state.empty()) {
-      const uint8_t* e = state.data() + kStateHeaderBytes;
-      for (uint64_t i = 0; i < n; ++i) {
-        residual_[i] = load_float_le(e + 4 * i);
-        if (!std::isfinite(residual_[i])) throw non_finite_residual(i);  // nothing has changed yet
-      }
+    const bool fresh = state.empty();
+    std::vector<uint8_t>& blob = fresh ? fresh_ : state;
+    if (fresh) {
+      fresh_.assign(kStateHeaderBytes + 4 * n, 0);  // +0.0f is four zero bytes
+      write_state_header(kState, n, fresh_.data());
     }
+    std::span<float> residual = residual_of(blob, n);
+    if (const uint64_t bad = first_non_finite(residual); bad < n) throw non_finite_residual(bad);
     EncodeContext ec;
     ec.tensor_id = ctx.tensor_id;
     ec.step = ctx.step;
     ec.seed = server_seed(ctx.begin);
-    const float scale = encoder_->prepare_error_feedback(corrected_, residual_);  // throws on a non-finite sum
+    const float scale = encoder_->prepare_error_feedback(corrected_, residual);  // throws on a non-finite sum
     if (encoder_->wants_shared_scale()) ec.shared_scale = scale;
     sent_.resize(encoder_->payload_bytes(n));
     const ElementRange whole{0, n};
     const std::span<uint8_t> buffer(sent_);
-    encoder_->encode_slices_error_feedback(corrected_, ec, std::span(&whole, 1), std::span(&buffer, 1), residual_);
+    encoder_->encode_slices_error_feedback(corrected_, ec, std::span(&whole, 1), std::span(&buffer, 1), residual);
     sent_.resize(encoder_->encoded_size(sent_, n));  // a variable-size payload: the bytes it uses
-    // Commit: nothing below throws.
-    state.resize(kStateHeaderBytes + 4 * n);
-    write_state_header(kState, n, state.data());
-    uint8_t* e = state.data() + kStateHeaderBytes;
-    for (uint64_t i = 0; i < n; ++i) store_float_le(e + 4 * i, residual_[i]);
+    commit_residual(blob, residual);
+    if (fresh) state.swap(fresh_);
     out.assign(sent_.begin(), sent_.end());
+  }
+
+  // The blob's n residual floats as this machine's floats: the blob's own
+  // bytes on a little-endian machine, else a copy (written back by
+  // commit_residual()).
+  std::span<float> residual_of(std::vector<uint8_t>& blob, uint64_t n) const {
+    uint8_t* bytes = blob.data() + kStateHeaderBytes;
+    if constexpr (std::endian::native == std::endian::little) {
+      // The blob's storage comes from operator new (aligned for any float),
+      // and the header is 16 bytes: the floats are aligned.
+      return {reinterpret_cast<float*>(bytes), n};
+    } else {
+      residual_.resize(n);
+      for (uint64_t i = 0; i < n; ++i) residual_[i] = load_float_le(bytes + 4 * i);
+      return residual_;
+    }
+  }
+  void commit_residual(std::vector<uint8_t>& blob, std::span<const float> residual) const {
+    if constexpr (std::endian::native != std::endian::little) {
+      for (uint64_t i = 0; i < residual.size(); ++i)
+        store_float_le(blob.data() + kStateHeaderBytes + 4 * i, residual[i]);
+    }
   }
 
   // The header and length of a state for n elements (empty: fresh).
@@ -191,7 +254,7 @@ class ServerErrorFeedbackCodec final : public ForwardingCodec {
   std::unique_ptr<GradientCodec> encoder_;  // the server's own instance (codecs cache between calls)
   std::string spec_;
   mutable std::mutex mutex_;
-  mutable std::vector<uint8_t> summed_, sent_;
+  mutable std::vector<uint8_t> summed_, sent_, fresh_;
   mutable std::vector<float> corrected_, decoded_, residual_;
 };
 

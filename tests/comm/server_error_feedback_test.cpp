@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "codec_test_util.h"
@@ -222,4 +223,40 @@ TEST(ServerErrorFeedback, BadStatesAreRefusedAndNothingChanges) {
   } catch (const std::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("aggregate_step"), std::string::npos) << e.what();
   }
+}
+
+// The residual is checked in chunks of 4096 floats before the step touches
+// it in place: an Inf or NaN anywhere, the last element included, is named,
+// and the state and the output stay as they were.
+TEST(ServerErrorFeedback, ANonFiniteResidualFarIntoALargeStateIsNamedAndNothingChanges) {
+  constexpr size_t n = 3 * 4096 + 10;
+  auto plain = tc::make_codec("terngrad");
+  auto server = tc::make_codec("server_ef(terngrad:round=nearest)");
+  const auto payloads = worker_payloads(*plain, n, 2, 3);
+  const auto views = views_of(payloads);
+  std::vector<uint8_t> good, out;
+  server->aggregate_step(views, n, {1, 0, 0}, good, out);
+  ASSERT_EQ(good.size(), 16 + 4 * n);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (const auto& [at, value] : {std::pair<size_t, float>{4096 + 17, inf}, {2 * 4096, -inf}, {n - 1, nan}}) {
+    std::vector<uint8_t> s = good, o = {7};
+    std::memcpy(s.data() + 16 + 4 * at, &value, 4);
+    const std::vector<uint8_t> before = s;
+    try {
+      server->aggregate_step(views, n, {1, 1, 0}, s, o);
+      ADD_FAILURE() << "accepted a non-finite residual at " << at;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("element " + std::to_string(at) + " is not finite"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(s, before);
+    EXPECT_EQ(o, std::vector<uint8_t>{7});
+    EXPECT_THROW(server->validate_aggregate_state(before, n), std::invalid_argument);
+  }
+  // The good state still steps, and the same step from a copy of it gives the same bytes.
+  std::vector<uint8_t> s1 = good, s2 = good, o1, o2;
+  server->aggregate_step(views, n, {1, 1, 0}, s1, o1);
+  tc::make_codec("server_ef(terngrad:round=nearest)")->aggregate_step(views, n, {1, 1, 0}, s2, o2);
+  EXPECT_EQ(s1, s2);
+  EXPECT_EQ(o1, o2);
 }
