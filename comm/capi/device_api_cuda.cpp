@@ -1,8 +1,9 @@
 // The C API on device pointers (CUDA builds): terngrad through the CUDA
-// codec (quantize/cuda.h), fp32 and fp16 through dense_device.cu.
+// codec (quantize/cuda.h, cuda_sum.h), fp32 and fp16 through dense_device.cu.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,8 @@
 #include "cuda/dense_device.h"
 #include "dense_header.h"
 #include "terngrad/quantize/cuda.h"
+#include "terngrad/quantize/cuda_sum.h"
+#include "terngrad/quantize/ternary_sum.h"
 
 namespace terngrad::capi {
 
@@ -18,10 +21,18 @@ namespace qc = quantize::cuda;
 using comm::detail::DenseType;
 
 // Created on a handle's first device call: the terngrad codec's workspace
-// (grown when a larger tensor arrives) or the dense codecs' fault record.
+// (grown when a larger tensor arrives) or the dense codecs' fault record;
+// for the sums of a reduce-scatter, the int16 counts (grown, stream-ordered)
+// and the sum decoder's fault record.
 struct DeviceState {
   std::unique_ptr<qc::Workspace> workspace;
   std::unique_ptr<cuda::DenseDevice> dense;
+  int16_t* counts = nullptr;
+  uint64_t counts_capacity = 0;
+  std::unique_ptr<qc::SumDecoder> sums;
+  ~DeviceState() {
+    if (counts != nullptr) cudaFree(counts);  // waits for the device work that may still use it
+  }
 };
 
 void destroy_device_state(DeviceState* state) noexcept { delete state; }
@@ -64,6 +75,35 @@ DenseType dense_type(const tg_codec& h) {
   return h.kind == CodecKind::kFp32 ? DenseType::kFloat32 : DenseType::kFloat16;
 }
 
+// The reduce-scatter's sums on the device: terngrad's 2-bit payloads with
+// one shared scale, as the host's aggregate() sums them without decoding.
+void require_device_sum(const tg_codec& h, const char* what) {
+  if (h.kind != CodecKind::kTernGrad || !h.share_scale)
+    throw ApiError(TG_ERR_UNSUPPORTED, std::string(what) + " on the device takes terngrad with scale sharing (2-bit "
+                                           "packing, share_scale=1), whose payloads sum to integer counts; codec " +
+                                           h.codec->spec() + " sums on the host (tg_codec_aggregate)");
+}
+
+// n int16 counts on the stream: grown in stream order (the old buffer is
+// freed after the work queued before it).
+int16_t* counts_for(tg_codec& h, uint64_t n, cudaStream_t stream) {
+  DeviceState& s = state_of(h);
+  const auto cuda_try = [](cudaError_t err, const char* call) {
+    if (err == cudaSuccess) return;
+    (void)cudaGetLastError();
+    throw quantize::CodecError(quantize::Errc::kCuda, std::string(call) + " failed: " + cudaGetErrorString(err));
+  };
+  if (s.counts_capacity < n) {
+    if (s.counts != nullptr) cuda_try(cudaFreeAsync(s.counts, stream), "cudaFreeAsync (sum counts)");
+    s.counts = nullptr;
+    s.counts_capacity = 0;
+    cuda_try(cudaMallocAsync(reinterpret_cast<void**>(&s.counts), n * sizeof(int16_t), stream),
+             "cudaMallocAsync (sum counts)");
+    s.counts_capacity = n;
+  }
+  return s.counts;
+}
+
 void decode_device(tg_codec& h, const uint8_t* d_payload, size_t payload_bytes, float* d_out,
                    uint64_t n, void* stream, bool accumulate) {
   state_of(h);  // refuses codecs without a device path
@@ -102,6 +142,21 @@ DeviceGradient device_gradient(const tg_codec& h, const void* d_grad, uint64_t n
   return {nullptr, qc::DeviceHalves{static_cast<const uint16_t*>(d_grad), n, half_type_of(dtype)}};
 }
 
+// The terngrad handle's encode parameters for one call.
+terngrad::quantize::EncodeParams encode_params(const tg_codec& h, uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                               const float* shared_scale) {
+  terngrad::quantize::EncodeParams p;
+  p.clip_factor = h.clip;
+  p.seed = seed;
+  p.step = step;
+  p.tensor_id = tensor_id;
+  p.rounding = h.rounding;
+  p.stream = h.stream;  // format version 1 or 2, as the host codec
+  // As the host codec: share_scale=0 ignores a shared scale.
+  if (h.share_scale && shared_scale != nullptr) p.shared_scale = *shared_scale;
+  return p;
+}
+
 tg_status local_scale_device(const char* fn, tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
                              void* stream, float* out_scale) {
   return guarded(fn, Operation::kOther, [&] {
@@ -134,15 +189,7 @@ tg_status encode_device(const char* fn, tg_codec_t* codec, const void* d_grad, u
     require(d_out, "d_out");
     const cudaStream_t s = stream_of(stream);
     if (h.kind == CodecKind::kTernGrad) {
-      terngrad::quantize::EncodeParams p;
-      p.clip_factor = h.clip;
-      p.seed = seed;
-      p.step = step;
-      p.tensor_id = tensor_id;
-      p.rounding = h.rounding;
-      p.stream = h.stream;  // format version 1 or 2, as the host codec
-      // As the host codec: share_scale=0 ignores a shared scale.
-      if (h.share_scale && shared_scale != nullptr) p.shared_scale = *shared_scale;
+      const terngrad::quantize::EncodeParams p = encode_params(h, tensor_id, step, seed, shared_scale);
       if (g.halves)
         qc::encode_async(*g.halves, p, d_out, capacity, workspace_for(h, n, s), s);
       else
@@ -155,6 +202,42 @@ tg_status encode_device(const char* fn, tg_codec_t* codec, const void* d_grad, u
     }
     if (out_written != nullptr) *out_written = h.codec->payload_bytes(n);
   });
+}
+
+// Slices of one device gradient, each with the whole tensor's statistics
+// (terngrad: encode_slice_async per slice) or as the dense codecs encode
+// any range.
+void encode_slices_device(tg_codec& h, const DeviceGradient& g, uint64_t n, size_t count, const uint64_t* begins,
+                          const uint64_t* lengths, const terngrad::quantize::EncodeParams& base,
+                          uint8_t* const* d_outs, const size_t* capacities, cudaStream_t s, size_t* out_written) {
+  for (size_t i = 0; i < count; ++i) {
+    const std::string slice = "slice " + std::to_string(i);
+    if (begins[i] % 4 != 0)
+      throw ApiError(TG_ERR_INVALID_ARGUMENT, slice + " begins at " + std::to_string(begins[i]) +
+                                                  ", not a multiple of 4");
+    if (begins[i] > n || lengths[i] > n - begins[i])
+      throw ApiError(TG_ERR_INVALID_ARGUMENT, slice + " [" + std::to_string(begins[i]) + ", +" +
+                                                  std::to_string(lengths[i]) + ") lies outside the " +
+                                                  std::to_string(n) + "-element gradient");
+    require_payload_capacity(*h.codec, lengths[i], capacities[i]);
+    if (d_outs[i] == nullptr) throw ApiError(TG_ERR_INVALID_ARGUMENT, "d_outs[" + std::to_string(i) + "] is NULL");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (h.kind == CodecKind::kTernGrad) {
+      terngrad::quantize::EncodeParams p = base;
+      p.element_offset = begins[i];
+      qc::Workspace& ws = workspace_for(h, n, s);
+      if (g.halves)
+        qc::encode_slice_async(*g.halves, lengths[i], p, d_outs[i], capacities[i], ws, s);
+      else
+        qc::encode_slice_async(g.floats, n, lengths[i], p, d_outs[i], capacities[i], ws, s);
+    } else {
+      uint8_t header[terngrad::comm::detail::kDenseHeaderBytes];
+      terngrad::comm::detail::write_dense_header_bytes(dense_type(h), lengths[i], header);
+      terngrad::capi::cuda::dense_encode_async(dense_type(h), header, g.floats + begins[i], lengths[i], d_outs[i], s);
+    }
+    out_written[i] = h.codec->payload_bytes(lengths[i]);
+  }
 }
 
 }  // namespace
@@ -225,6 +308,101 @@ tg_status tg_codec_device_check(tg_codec_t* codec, void* stream) {
     const cudaStream_t s = stream_of(stream);
     if (h.device->workspace) h.device->workspace->check(s);
     if (h.device->dense) h.device->dense->check(s);
+    if (h.device->sums) h.device->sums->check(s);
+  });
+}
+
+static tg_status encode_slices_device_call(const char* fn, tg_codec_t* codec, const void* d_grad, uint64_t n,
+                                           tg_dtype dtype, size_t count, const uint64_t* begins,
+                                           const uint64_t* lengths, uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                           const float* shared_scale, uint8_t* const* d_outs,
+                                           const size_t* capacities, void* stream, size_t* out_written) {
+  return guarded(fn, Operation::kOther, [&] {
+    tg_codec& h = handle_of(codec);
+    state_of(h);  // refuses codecs without a device path
+    const DeviceGradient g = device_gradient(h, d_grad, n, dtype);
+    if (count == 0) return;
+    require(begins, "begins");
+    require(lengths, "lengths");
+    require(d_outs, "d_outs");
+    require(capacities, "capacities");
+    require(out_written, "out_written");
+    encode_slices_device(h, g, n, count, begins, lengths, encode_params(h, tensor_id, step, seed, shared_scale),
+                         d_outs, capacities, stream_of(stream), out_written);
+  });
+}
+
+tg_status tg_codec_encode_slices_device(tg_codec_t* codec, const float* d_grad, uint64_t n, size_t count,
+                                        const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                                        uint32_t step, uint64_t seed, const float* shared_scale,
+                                        uint8_t* const* d_outs, const size_t* capacities, void* stream,
+                                        size_t* out_written) {
+  return encode_slices_device_call(__func__, codec, d_grad, n, TG_FLOAT32, count, begins, lengths, tensor_id, step,
+                                   seed, shared_scale, d_outs, capacities, stream, out_written);
+}
+
+tg_status tg_codec_encode_slices_device_typed(tg_codec_t* codec, const void* d_grad, uint64_t n, tg_dtype dtype,
+                                              size_t count, const uint64_t* begins, const uint64_t* lengths,
+                                              uint32_t tensor_id, uint32_t step, uint64_t seed,
+                                              const float* shared_scale, uint8_t* const* d_outs,
+                                              const size_t* capacities, void* stream, size_t* out_written) {
+  return encode_slices_device_call(__func__, codec, d_grad, n, dtype, count, begins, lengths, tensor_id, step, seed,
+                                   shared_scale, d_outs, capacities, stream, out_written);
+}
+
+tg_status tg_codec_aggregate_device(tg_codec_t* codec, const uint8_t* const* d_payloads, const size_t* payload_bytes,
+                                    size_t count, uint64_t n, uint8_t* d_out, size_t capacity, void* stream,
+                                    size_t* out_length) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    tg_codec& h = handle_of(codec);
+    require_device_sum(h, "tg_codec_aggregate_device");
+    if (count == 0) throw ApiError(TG_ERR_INVALID_ARGUMENT, "count is 0: there is nothing to sum");
+    require(d_payloads, "d_payloads");
+    require(payload_bytes, "payload_bytes");
+    const size_t each = h.codec->payload_bytes(n);
+    for (size_t i = 0; i < count; ++i)
+      if (payload_bytes[i] != each)
+        throw ApiError(TG_ERR_MALFORMED_PAYLOAD, "payload " + std::to_string(i) + " has " +
+                                                     std::to_string(payload_bytes[i]) + " bytes; a 2-bit payload of " +
+                                                     std::to_string(n) + " elements has " + std::to_string(each));
+    const size_t bytes = terngrad::quantize::sum_payload_bytes(n, static_cast<uint32_t>(count));
+    if (out_length != nullptr) *out_length = bytes;
+    if (capacity < bytes)
+      throw ApiError(TG_ERR_BUFFER_TOO_SMALL, "capacity " + std::to_string(capacity) + " cannot hold the " +
+                                                  std::to_string(bytes) + "-byte sum");
+    const cudaStream_t s = stream_of(stream);
+    qc::Workspace& ws = workspace_for(h, n, s);
+    int16_t* counts = counts_for(h, n, s);
+    qc::sum_payloads_async(d_payloads, count, n, counts, d_out, capacity, ws, s);
+  });
+}
+
+tg_status tg_codec_decode_aggregate_device(tg_codec_t* codec, const uint8_t* d_aggregate, size_t aggregate_bytes,
+                                           float* d_out, uint64_t n, void* stream) {
+  return guarded(__func__, Operation::kDecode, [&] {
+    tg_codec& h = handle_of(codec);
+    require_device_sum(h, "tg_codec_decode_aggregate_device");
+    require(d_aggregate, "d_aggregate");
+    require_buffer(d_out, n, "d_out", "elements");
+    const cudaStream_t s = stream_of(stream);
+    // The header on the host (40 bytes; the stream is waited for), checked
+    // as read_sum_header() checks a host payload; the body is checked on the
+    // device as it is unpacked (tg_codec_device_check reports it).
+    std::array<uint8_t, terngrad::quantize::kHeaderBytes> header{};
+    const size_t have = std::min(aggregate_bytes, header.size());
+    if (cudaError_t err = cudaMemcpyAsync(header.data(), d_aggregate, have, cudaMemcpyDeviceToHost, s);
+        err != cudaSuccess || (err = cudaStreamSynchronize(s)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw terngrad::quantize::CodecError(terngrad::quantize::Errc::kCuda,
+                                           std::string("reading the sum's header: ") + cudaGetErrorString(err));
+    }
+    const terngrad::quantize::SumHeader sh = terngrad::quantize::read_sum_header(header, aggregate_bytes);
+    if (sh.count != n)
+      throw ApiError(TG_ERR_INVALID_ARGUMENT, "the sum holds " + std::to_string(sh.count) +
+                                                  " elements, d_out has " + std::to_string(n));
+    DeviceState& st = state_of(h);
+    if (!st.sums) st.sums = std::make_unique<qc::SumDecoder>();
+    st.sums->decode_async(d_aggregate, sh, d_out, s);
   });
 }
 

@@ -58,6 +58,27 @@ tg_status tg_codec_encode_device_typed(tg_codec_t*, const void*, uint64_t, tg_dt
   return unsupported(__func__);
 }
 
+tg_status tg_codec_encode_slices_device(tg_codec_t*, const float*, uint64_t, size_t, const uint64_t*, const uint64_t*,
+                                        uint32_t, uint32_t, uint64_t, const float*, uint8_t* const*, const size_t*,
+                                        void*, size_t*) {
+  return unsupported(__func__);
+}
+
+tg_status tg_codec_encode_slices_device_typed(tg_codec_t*, const void*, uint64_t, tg_dtype, size_t, const uint64_t*,
+                                              const uint64_t*, uint32_t, uint32_t, uint64_t, const float*,
+                                              uint8_t* const*, const size_t*, void*, size_t*) {
+  return unsupported(__func__);
+}
+
+tg_status tg_codec_aggregate_device(tg_codec_t*, const uint8_t* const*, const size_t*, size_t, uint64_t, uint8_t*,
+                                    size_t, void*, size_t*) {
+  return unsupported(__func__);
+}
+
+tg_status tg_codec_decode_aggregate_device(tg_codec_t*, const uint8_t*, size_t, float*, uint64_t, void*) {
+  return unsupported(__func__);
+}
+
 tg_status tg_codec_device_takes(const tg_codec_t* codec, tg_dtype dtype, int* out_takes) {
   return terngrad::capi::guarded(__func__, terngrad::capi::Operation::kOther, [&] {
     handle_of(codec);

@@ -118,6 +118,12 @@ def _declare(lib):
     fn("tg_codec_decode_device", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64, stream)
     fn("tg_codec_decode_accumulate_device", _c_tg_status, _codec_p, _u8_p, size, _f32_p, u64, stream)
     fn("tg_codec_device_check", _c_tg_status, _codec_p, stream)
+    fn("tg_codec_encode_slices_device_typed", _c_tg_status, _codec_p, vp, u64, dtype, size, ctypes.POINTER(u64),
+       ctypes.POINTER(u64), u32, u32, u64, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(vp), ctypes.POINTER(size),
+       stream, ctypes.POINTER(size))
+    fn("tg_codec_aggregate_device", _c_tg_status, _codec_p, ctypes.POINTER(vp), ctypes.POINTER(size), size, u64, vp,
+       size, stream, ctypes.POINTER(size))
+    fn("tg_codec_decode_aggregate_device", _c_tg_status, _codec_p, vp, size, vp, u64, stream)
 
 
 lib, _path = _load()

@@ -317,10 +317,13 @@ class Codec:
         """Encodes the slices grad[begins[i] : begins[i] + lengths[i]] (each
         begin a multiple of 4) with the whole tensor's statistics, scale and
         random draws, and returns their payloads (new uint8 arrays or tensors,
-        like grad): what a reduce-scatter sends, slice j to rank j."""
-        ptr, n, dtype = _grad_view(grad, "grad")
+        like grad): what a reduce-scatter sends, slice j to rank j. CUDA:
+        on PyTorch's current stream, checked before returning."""
         if len(begins) != len(lengths):
             raise ValueError("encode_slices: %d begins, %d lengths" % (len(begins), len(lengths)))
+        if _is_cuda(grad):
+            return self._encode_slices_device(grad, begins, lengths, tensor_id, step, seed, shared_scale)
+        ptr, n, dtype = _grad_view(grad, "grad")
         count = len(begins)
         outs = [_new_bytes(self.payload_bytes(int(m)), like=grad) for m in lengths]
         views = [_byte_view(o, "out", writable=True) for o in outs]
@@ -334,12 +337,35 @@ class Codec:
                                                seed, scale, c_outs, c_caps, written))
         return [o if written[i] == c_caps[i] else o.reshape(-1)[:written[i]] for i, o in enumerate(outs)]
 
+    def _encode_slices_device(self, grad, begins, lengths, tensor_id, step, seed, shared_scale):
+        import torch
+        ptr, n, dtype = _cuda_grad_view(grad)
+        count = len(begins)
+        outs = [torch.empty(self.payload_bytes(int(m)), dtype=torch.uint8, device=grad.device) for m in lengths]
+        views = [_cuda_view(o, "out", "uint8", grad.device) for o in outs]
+        c_begins = (ctypes.c_uint64 * max(count, 1))(*begins)
+        c_lengths = (ctypes.c_uint64 * max(count, 1))(*lengths)
+        c_outs = (ctypes.c_void_p * max(count, 1))(*[v[0] for v in views])
+        c_caps = (ctypes.c_size_t * max(count, 1))(*[v[1] for v in views])
+        written = (ctypes.c_size_t * max(count, 1))()
+        scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
+        stream = _stream_of(grad.device)
+        check(lib.tg_codec_encode_slices_device_typed(self._h(), ptr, n, dtype, count, c_begins, c_lengths, tensor_id,
+                                                      step, seed, scale, c_outs, c_caps, stream, written))
+        check(lib.tg_codec_device_check(self._h(), stream))
+        return outs
+
     def aggregate(self, payloads, n):
         """The sum of payloads of the same n elements as one payload (a new
         uint8 array or tensor, like the first payload): terngrad payloads with
-        one shared scale sum to integer counts without decoding."""
+        one shared scale sum to integer counts without decoding. CUDA
+        payloads (terngrad with scale sharing): summed on the device, on
+        PyTorch's current stream; errors found there are raised by
+        device_check()."""
         if not payloads:
             raise ValueError("aggregate: no payloads")
+        if _is_cuda(payloads[0]):
+            return self._aggregate_device(payloads, n)
         views = [_byte_view(p, "payloads[%d]" % i, writable=False) for i, p in enumerate(payloads)]
         c_ptrs = (ctypes.c_void_p * len(views))(*[v[0] for v in views])
         c_lens = (ctypes.c_size_t * len(views))(*[v[1] for v in views])
@@ -351,6 +377,22 @@ class Codec:
         check(lib.tg_codec_aggregate(self._h(), c_ptrs, c_lens, len(views), n, optr, cap,
                                      ctypes.byref(length)))
         return out.reshape(-1)[:length.value]
+
+    def _aggregate_device(self, payloads, n):
+        import torch
+        device = payloads[0].device
+        views = [_cuda_view(p, "payloads[%d]" % i, "uint8", device) for i, p in enumerate(payloads)]
+        c_ptrs = (ctypes.c_void_p * len(views))(*[v[0] for v in views])
+        c_lens = (ctypes.c_size_t * len(views))(*[v[1] for v in views])
+        size = self.aggregate_bytes(n, len(views))
+        if size is None:
+            raise ValueError("aggregate: the sum of CUDA payloads takes terngrad with scale sharing (%s sums on "
+                             "the host)" % self.spec)
+        out = torch.empty(size, dtype=torch.uint8, device=device)
+        length = ctypes.c_size_t()
+        check(lib.tg_codec_aggregate_device(self._h(), c_ptrs, c_lens, len(views), n, out.data_ptr(), size,
+                                            _stream_of(device), ctypes.byref(length)))
+        return out[:length.value]
 
     def aggregate_bytes(self, n, count):
         """The length aggregate() gives for count payloads of n elements
@@ -364,7 +406,14 @@ class Codec:
         return out.value or None
 
     def decode_aggregate(self, aggregate, out):
-        """out = the sum an aggregate() payload stands for. Returns out."""
+        """out = the sum an aggregate() payload stands for. Returns out.
+        CUDA: on the current stream (waits for it to read the sum's header);
+        errors in the body are raised by device_check()."""
+        if _is_cuda(out):
+            optr, n = _cuda_view(out, "out", "float32", out.device)
+            aptr, nbytes = _cuda_view(aggregate, "aggregate", "uint8", out.device)
+            check(lib.tg_codec_decode_aggregate_device(self._h(), aptr, nbytes, optr, n, _stream_of(out.device)))
+            return out
         return self._decode(lib.tg_codec_decode_aggregate, aggregate, out)
 
     def decode(self, payload, out=None, *, n=None, check=True):

@@ -507,10 +507,11 @@ def terngrad_reduce_scatter_hook(state, bucket):
     block (the bucket's gradient is final), and with them the lengths'
     all-gather where it is needed; step 5 is the returned future.
     """
-    if bucket.buffer().is_cuda:
-        raise ValueError("terngrad_reduce_scatter_hook: bucket %d is on %s; its slice encode and sum have no "
-                         "device path yet: use terngrad_hook for CUDA buckets" % (bucket.index(), bucket.buffer().device))
     group, buffer, grad, out, codec, shared = _begin_bucket(state, bucket, "terngrad_reduce_scatter_hook")
+    if grad.is_cuda and codec.aggregate_bytes(4, 2) is None:
+        raise ValueError("terngrad_reduce_scatter_hook: bucket %d is on %s and its codec %s sums on the host only; "
+                         "CUDA buckets sum on the device with terngrad and scale sharing (or use terngrad_hook)" %
+                         (bucket.index(), grad.device, codec.spec))
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
     begins, lengths = chunk_bounds(grad.numel(), world)
@@ -522,7 +523,7 @@ def terngrad_reduce_scatter_hook(state, bucket):
     else:
         recv_sizes = [codec.payload_bytes(lengths[rank])] * world
     send = torch.cat(payloads)
-    recv = torch.empty(sum(recv_sizes), dtype=torch.uint8)
+    recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=send.device)
     state._count(send)
     state.bytes_received += sum(s for j, s in enumerate(recv_sizes) if j != rank)
     dist.all_to_all_single(recv, send, recv_sizes, send_sizes, group=group)
@@ -544,6 +545,8 @@ def terngrad_reduce_scatter_hook(state, bucket):
         for j in range(world):
             if lengths[j]:
                 codec.decode_aggregate(gathered[j][:all_sizes[j]], out[begins[j]:begins[j] + lengths[j]])
+        if out.is_cuda:
+            codec.device_check(out)  # the sums' bodies, checked as they were unpacked
         return _to_bucket(buffer, out.div_(world))
 
     return fut.then(average)
@@ -632,8 +635,11 @@ def in_background(hook):
 
 def auto_variant(world, is_cuda, reduce_scatter_from=4):
     """The hook terngrad_auto_hook runs for a bucket: terngrad_hook (the
-    all-gather) for CUDA buckets, the only variant with a device path, and
-    below reduce_scatter_from ranks; terngrad_reduce_scatter_hook from there.
+    all-gather) for CUDA buckets and below reduce_scatter_from ranks;
+    terngrad_reduce_scatter_hook from there. (terngrad_reduce_scatter_hook
+    takes CUDA buckets too, summing on the device, but that path has been
+    compiled and not yet run on a GPU: the auto hook picks it for CUDA once
+    the GPU kit has checked it.)
 
     Why 4 by default (experiments/results/ddp/): at W = 2 the all-gather is
     faster (it receives fewer bits: 2.0 against 2.5); at W = 4 and 1 Gbit/s

@@ -1,11 +1,14 @@
-// Device decode of ternary sum payloads (cuda_sum.h). The body is a
-// little-endian bit stream of b-bit fields (b <= 16 since R <= 32767), so a
-// field touches at most three bytes; one thread per element reads them.
+// Ternary sum payloads on the device: their decode (cuda_sum.h) and the sum
+// of shared-scale payloads written as one (cuda.h, sum_payloads_async). The
+// body is a little-endian bit stream of b-bit fields (b <= 16 since R <=
+// 32767), so a field touches at most three bytes; one thread per element
+// reads them, and one thread per group of 8 fields (b whole bytes) writes them.
 #include <climits>
 #include <string>
 
 #include "device_state.cuh"
 #include "terngrad/device/grid_stride.cuh"
+#include "terngrad/quantize/cuda.h"
 #include "terngrad/quantize/cuda_sum.h"
 #include "terngrad/quantize/format.h"
 
@@ -53,6 +56,34 @@ unsigned grid(uint64_t n) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks > 65535ull * 8 ? 65535ull * 8 : blocks);
 }
 
+// The codec-2 sum of the counts accumulated in `dev` (count + R per field,
+// encode_sum()'s packing), with the first payload's tensor id, step and
+// scale in the header (all payloads carried that scale, or an error is
+// pending). Writes nothing while an error is pending in the workspace.
+// Group g covers fields [8g, 8g + 8): bytes [g b, g b + b) of the body, the
+// last group's cut at the body's end; fields past n are zero padding.
+__global__ void pack_sum_kernel(const int16_t* counts, uint64_t n, uint32_t r, uint32_t bits, const uint8_t* first,
+                                const Workspace::Device* dev, uint8_t* out) {
+  if (detail::error_pending(dev)) return;
+  const uint64_t body_bytes = (n * bits + 7) / 8;
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    write_sum_header_bits(out, n, header_scale_bits(first), r, static_cast<uint8_t>(bits),
+                          load_le32(first + kHeaderTensorIdOffset), load_le32(first + kHeaderStepOffset));
+  uint8_t* body = out + kHeaderBytes;
+  for (const uint64_t g : grid_stride_range((n + 7) / 8)) {
+    uint8_t bytes[18] = {};  // 8 fields of <= 16 bits, and the spill of the last one's shift
+    for (uint32_t f = 0; f < 8; ++f) {
+      const uint64_t e = 8 * g + f;
+      if (e >= n) break;
+      const uint32_t pos = f * bits, w = static_cast<uint32_t>(counts[e] + static_cast<int32_t>(r)) << (pos % 8);
+      bytes[pos / 8] |= static_cast<uint8_t>(w);
+      bytes[pos / 8 + 1] |= static_cast<uint8_t>(w >> 8);
+      bytes[pos / 8 + 2] |= static_cast<uint8_t>(w >> 16);
+    }
+    for (uint32_t k = 0; k < bits && g * bits + k < body_bytes; ++k) body[g * bits + k] = bytes[k];
+  }
+}
+
 }  // namespace
 
 SumDecoder::SumDecoder() {
@@ -97,6 +128,31 @@ void SumDecoder::check(cudaStream_t stream) {
     detail::fail(Errc::kInvalidCode, "ternary sum payload: nonzero padding bits in the last byte");
   detail::fail(Errc::kInvalidCode, "ternary sum payload: element " + std::to_string(bad) +
                                        " holds a field above 2R = " + std::to_string(max_field_));
+}
+
+void sum_payloads_async(const uint8_t* const* d_payloads, size_t count, uint64_t n, int16_t* d_counts,
+                        uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  const std::string name = "sum_payloads_async";
+  if (count == 0 || count > kMaxSumContributions)
+    detail::fail(Errc::kInvalidArgument, name + ": " + std::to_string(count) + " payloads (1 to " +
+                                             std::to_string(kMaxSumContributions) + ")");
+  if (d_payloads == nullptr) detail::fail(Errc::kInvalidArgument, name + ": d_payloads is null");
+  for (size_t j = 0; j < count; ++j)
+    if (d_payloads[j] == nullptr) detail::fail(Errc::kInvalidArgument, name + ": payload " + std::to_string(j) + " is null");
+  if (d_out == nullptr) detail::fail(Errc::kInvalidArgument, name + ": d_out is null");
+  const size_t bytes = sum_payload_bytes(n, static_cast<uint32_t>(count));
+  if (out_capacity < bytes)
+    detail::fail(Errc::kBufferTooSmall, name + ": d_out has " + std::to_string(out_capacity) + " bytes, the sum of " +
+                                            std::to_string(n) + " elements needs " + std::to_string(bytes));
+  if (n > 0) detail::require_device_pointer(d_counts, n, alignof(int16_t), (name + ": d_counts").c_str());
+  begin_counts_async(ws, stream);
+  if (n > 0) TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
+  // Each checks its payload's header (count n, scale equal to the first's), codes and padding.
+  for (size_t j = 0; j < count; ++j) accumulate_counts_async(d_payloads[j], max_encoded_bytes(n), d_counts, n, ws, stream);
+  const uint32_t r = static_cast<uint32_t>(count);
+  pack_sum_kernel<<<grid((n + 7) / 8), kBlock, 0, stream>>>(d_counts, n, r, sum_bits(r), d_payloads[0], ws.device(),
+                                                            d_out);
+  TG_CHECK_LAUNCH("pack_sum_kernel");
 }
 
 }  // namespace terngrad::quantize::cuda

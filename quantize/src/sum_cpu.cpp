@@ -76,13 +76,14 @@ bool unpack_range(const uint8_t* body, uint64_t e0, uint64_t e1, uint32_t bits, 
   return true;
 }
 
-SumHeader parse_sum_header(std::span<const uint8_t> payload) {
+// The header at p (at least min(payload_bytes, kHeaderBytes) bytes readable)
+// of a payload of payload_bytes bytes.
+SumHeader parse_sum_header(const uint8_t* p, size_t payload_bytes) {
   auto fail = [&](const std::string& what) {
     throw CodecError(Errc::kMalformedPayload,
-                     "malformed ternary sum payload (" + std::to_string(payload.size()) + " bytes): " + what);
+                     "malformed ternary sum payload (" + std::to_string(payload_bytes) + " bytes): " + what);
   };
-  const uint8_t* p = payload.data();
-  if (payload.size() < kHeaderBytes) fail(header_fault_name(HeaderFault::kTooShort));
+  if (payload_bytes < kHeaderBytes) fail(header_fault_name(HeaderFault::kTooShort));
   if (load_le32(p + kHeaderMagicOffset) != kMagicLe32) fail(header_fault_name(HeaderFault::kBadMagic));
   if (p[kHeaderVersionOffset] != kFormatVersion)  // sums draw nothing: always version 1
     fail("unsupported format version " + std::to_string(p[kHeaderVersionOffset]) + " (expected 1)");
@@ -108,9 +109,12 @@ SumHeader parse_sum_header(std::span<const uint8_t> payload) {
          std::to_string(std::bit_width(2 * h.contributions)));
   if (std::any_of(p + kSumReservedOffset, p + kSumReservedOffset + kSumReservedBytes, [](uint8_t b) { return b != 0; }))
     fail("reserved bytes 29-31 are not zero");
-  if (h.count > (uint64_t{1} << 58) || payload.size() - kHeaderBytes != sum_body_bytes(h.count, h.bits))
+  if (h.count > (uint64_t{1} << 58) || payload_bytes - kHeaderBytes != sum_body_bytes(h.count, h.bits))
     fail("payload length disagrees with " + std::to_string(h.count) + " elements of " + std::to_string(h.bits) + " bits");
   return h;
+}
+SumHeader parse_sum_header(std::span<const uint8_t> payload) {
+  return parse_sum_header(payload.data(), payload.size());
 }
 
 // Checks every field and the padding bits before anything is written.
@@ -230,6 +234,9 @@ size_t encode_sum(std::span<const int16_t> counts, float scale, uint32_t contrib
 }
 
 SumHeader read_sum_header(std::span<const uint8_t> payload) { return parse_sum_header(payload); }  // codec 2 only
+SumHeader read_sum_header(std::span<const uint8_t, kHeaderBytes> header, size_t payload_bytes) {
+  return parse_sum_header(header.data(), payload_bytes);
+}
 
 SumHeader inspect_sum(std::span<const uint8_t> payload) {
   if (is_sum_payload(payload) && header_codec(payload.data()) == kCodecTernarySumEntropy)

@@ -190,6 +190,129 @@ static void compare_typed(const char* spec, tg_dtype dtype, uint64_t n) {
   tg_codec_destroy(dev);
 }
 
+/* The reduce-scatter on the device: W ranks' slices (encode_slices_device,
+ * float32) against the host's bytes; each slice's W payloads summed on the
+ * device against tg_codec_aggregate's bytes; the sums decoded on the device
+ * against the host's floats. Then a payload of another scale: reported by
+ * tg_codec_device_check, the output left as it was. */
+static void compare_reduce_scatter(const char* spec, uint64_t n, size_t world) {
+  tg_codec_t* host = NULL;
+  tg_codec_t* dev = NULL;
+  CHECK(tg_codec_create(spec, &host) == TG_OK && tg_codec_create(spec, &dev) == TG_OK);
+  uint64_t begins[8], lengths[8];
+  const uint64_t step = (n + 4 * world - 1) / (4 * world) * 4;
+  for (size_t j = 0; j < world; ++j) {
+    begins[j] = j * step < n ? j * step : 0;
+    lengths[j] = j * step < n ? (n - j * step < step ? n - j * step : step) : 0;
+  }
+  float* g = malloc(world * n * sizeof(float) + 4);
+  for (uint64_t i = 0; i < world * n; ++i) g[i] = sample(i + 7, 0);
+  float shared = 0;
+  for (size_t r = 0; r < world; ++r) {
+    float s = 0;
+    CHECK(tg_codec_local_scale(host, g + r * n, n, &s) == TG_OK);
+    if (s > shared) shared = s;
+  }
+  float* d_g = dev_alloc(n * sizeof(float));
+  /* payload[r][j]: rank r's slice j, host and device */
+  uint8_t* hp[8][8];
+  uint8_t* dp[8][8];
+  size_t cap[8], hw[8], dw[8];
+  for (size_t r = 0; r < world; ++r) {
+    for (size_t j = 0; j < world; ++j) {
+      CHECK(tg_codec_payload_bytes(host, lengths[j], &cap[j]) == TG_OK);
+      hp[r][j] = malloc(cap[j]);
+      dp[r][j] = dev_alloc(cap[j]);
+    }
+    to_dev(d_g, g + r * n, n * sizeof(float));
+    CHECK(tg_codec_encode_slices(host, g + r * n, n, world, begins, lengths, 3, 5, r, &shared, hp[r], cap, hw) ==
+          TG_OK);
+    CHECK(tg_codec_encode_slices_device(dev, d_g, n, world, begins, lengths, 3, 5, r, &shared, dp[r], cap, NULL,
+                                        dw) == TG_OK);
+    CHECK(tg_codec_device_check(dev, NULL) == TG_OK);
+    for (size_t j = 0; j < world; ++j) {
+      uint8_t* back = malloc(cap[j]);
+      to_host(back, dp[r][j], cap[j]);
+      CHECK(hw[j] == dw[j] && memcmp(back, hp[r][j], hw[j]) == 0);
+      free(back);
+    }
+  }
+  for (size_t j = 0; j < world; ++j) {
+    const uint8_t* hin[8];
+    const uint8_t* din[8];
+    size_t lens[8];
+    for (size_t r = 0; r < world; ++r) hin[r] = hp[r][j], din[r] = dp[r][j], lens[r] = cap[j];
+    size_t sum_bytes = 0, dev_bytes = 0, want = 0;
+    CHECK(tg_codec_aggregate_bytes(host, lengths[j], world, &want) == TG_OK);
+    uint8_t* hs = malloc(want + 1);
+    uint8_t* ds = malloc(want + 1);
+    uint8_t* d_sum = dev_alloc(want);
+    CHECK(tg_codec_aggregate(host, hin, lens, world, lengths[j], hs, want, &sum_bytes) == TG_OK && sum_bytes == want);
+    CHECK(tg_codec_aggregate_device(dev, din, lens, world, lengths[j], d_sum, want, NULL, &dev_bytes) == TG_OK &&
+          dev_bytes == want);
+    CHECK(tg_codec_device_check(dev, NULL) == TG_OK);
+    to_host(ds, d_sum, want);
+    CHECK(memcmp(hs, ds, want) == 0);
+    float* hf = malloc(lengths[j] * sizeof(float) + 4);
+    float* df = malloc(lengths[j] * sizeof(float) + 4);
+    float* d_f = dev_alloc(lengths[j] * sizeof(float));
+    CHECK(tg_codec_decode_aggregate(host, hs, want, hf, lengths[j]) == TG_OK);
+    CHECK(tg_codec_decode_aggregate_device(dev, d_sum, want, d_f, lengths[j], NULL) == TG_OK);
+    CHECK(tg_codec_device_check(dev, NULL) == TG_OK);
+    to_host(df, d_f, lengths[j] * sizeof(float));
+    CHECK(same_floats(hf, df, lengths[j]));
+    free(hs), free(ds), free(hf), free(df);
+    cudaFree(d_sum), cudaFree(d_f);
+  }
+  /* Another scale in the sum: found on the device, the output untouched. */
+  if (world >= 2 && lengths[0] > 0) {
+    float other = 2 * shared;
+    size_t w2[8];
+    to_dev(d_g, g, n * sizeof(float));
+    CHECK(tg_codec_encode_slices_device(dev, d_g, n, 1, begins, lengths, 3, 5, 0, &other, &dp[1][0], cap, NULL, w2) ==
+          TG_OK);
+    const uint8_t* din[2] = {dp[0][0], dp[1][0]};
+    size_t lens[2] = {cap[0], cap[0]}, want = 0;
+    CHECK(tg_codec_aggregate_bytes(host, lengths[0], 2, &want) == TG_OK);
+    uint8_t* d_sum = dev_alloc(want);
+    uint8_t* filler = malloc(want);
+    uint8_t* back = malloc(want);
+    memset(filler, 0xA5, want);
+    to_dev(d_sum, filler, want);
+    CHECK(tg_codec_aggregate_device(dev, din, lens, 2, lengths[0], d_sum, want, NULL, NULL) == TG_OK);
+    CHECK(tg_codec_device_check(dev, NULL) == TG_ERR_SCALE_MISMATCH);
+    to_host(back, d_sum, want);
+    CHECK(memcmp(back, filler, want) == 0);
+    /* A wrong payload length is refused at the call. */
+    lens[1] = cap[0] - 1;
+    CHECK(tg_codec_aggregate_device(dev, din, lens, 2, lengths[0], d_sum, want, NULL, NULL) ==
+          TG_ERR_MALFORMED_PAYLOAD);
+    free(filler), free(back);
+    cudaFree(d_sum);
+  }
+  for (size_t r = 0; r < world; ++r)
+    for (size_t j = 0; j < world; ++j) free(hp[r][j]), cudaFree(dp[r][j]);
+  cudaFree(d_g);
+  free(g);
+  tg_codec_destroy(host);
+  tg_codec_destroy(dev);
+}
+
+/* Codecs whose sums stay on the host: refused by name before any device work. */
+static void device_sum_unsupported(const char* spec) {
+  tg_codec_t* c = NULL;
+  CHECK(tg_codec_create(spec, &c) == TG_OK);
+  uint8_t* d = dev_alloc(64);
+  const uint8_t* in[1] = {d};
+  size_t lens[1] = {48};
+  float* d_f = dev_alloc(16);
+  CHECK(tg_codec_aggregate_device(c, in, lens, 1, 8, d, 64, NULL, NULL) == TG_ERR_UNSUPPORTED);
+  CHECK(strstr(tg_last_error_message(), "sums on the host") != NULL);
+  CHECK(tg_codec_decode_aggregate_device(c, d, 64, d_f, 4, NULL) == TG_ERR_UNSUPPORTED);
+  cudaFree(d), cudaFree(d_f);
+  tg_codec_destroy(c);
+}
+
 int main(void) {
   if (!tg_cuda_built() || !tg_cuda_available()) {
     printf("capi_cuda_test: SKIPPED, %s\n",
@@ -208,6 +331,15 @@ int main(void) {
       compare_typed(typed_specs[s], TG_BFLOAT16, sizes[k]);
       compare_typed(typed_specs[s], TG_FLOAT16, sizes[k]);
     }
+  static const uint64_t rs_sizes[] = {0, 5, 1000, 100003};
+  static const size_t worlds[] = {1, 2, 4, 8};
+  for (size_t k = 0; k < sizeof rs_sizes / sizeof rs_sizes[0]; ++k)
+    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; ++w) {
+      compare_reduce_scatter("terngrad", rs_sizes[k], worlds[w]);
+      compare_reduce_scatter("terngrad:round=nearest", rs_sizes[k], worlds[w]);
+    }
+  device_sum_unsupported("terngrad:share_scale=0");
+  device_sum_unsupported("fp32");
   printf("capi_cuda_test: %d checks, %d failed\n", g_checks, g_failed);
   return g_failed == 0 ? 0 : 1;
 }

@@ -4,7 +4,10 @@
    spec with a device path and sizes from 1 to 2^20 + 3: local_scale equal,
    payload bytes equal (with and without a shared scale), decode and
    decode_accumulate equal bit for bit; a NaN gradient is refused.
-2. terngrad_hook in DDP with CUDA buckets against the same run with CPU
+2. The reduce-scatter's steps on CUDA (slices, device sums, their decode)
+   against the host's bytes and floats, W = 1 to 8.
+3. terngrad_hook and terngrad_reduce_scatter_hook in DDP with CUDA buckets
+   against the same run with CPU
    buckets: 2 gloo processes on one GPU (gloo reduces CUDA tensors through
    the host), and 1 NCCL process (NCCL takes CUDA tensors only). The
    model's gradients do not depend on its weights and are sums of small
@@ -80,15 +83,9 @@ def check_codec():
                 print("%s: a NaN gradient on the GPU: %s" % (spec, e))
             else:
                 raise AssertionError("%s: a NaN gradient on the GPU was not refused" % spec)
-    # The functions without a device path say so.
-    try:
-        terngrad.Codec("terngrad").encode_slices(torch.zeros(8, device="cuda"), [0], [8])
-    except ValueError as e:
-        assert "cuda" in str(e), str(e)
-    else:
-        raise AssertionError("encode_slices took a CUDA tensor")
     print("codec: %d specs x %d sizes: GPU == CPU (scale, payload, decode, accumulate)" % (len(SPECS), len(SIZES)))
     check_sixteen_bit()
+    check_reduce_scatter_codec()
 
 
 def check_sixteen_bit():
@@ -120,6 +117,70 @@ def check_sixteen_bit():
     print("16-bit CUDA gradients: terngrad GPU == CPU; fp32/fp16 refuse them by name")
 
 
+def check_reduce_scatter_codec():
+    """The reduce-scatter's three device steps against the host's: slices
+    of a CUDA gradient (float32 and bfloat16) encode to the host's bytes,
+    their sums aggregate on the device to the host's bytes, and decode to
+    the host's floats; a payload of another scale is found by device_check;
+    codecs whose sums stay on the host say so."""
+    gen = torch.Generator().manual_seed(3)
+    for spec in ("terngrad", "terngrad:round=nearest"):
+        for world in (1, 2, 4, 8):
+            for n in (5, 1000, 100003):
+                for dtype in (torch.float32, torch.bfloat16):
+                    host, dev = terngrad.Codec(spec), terngrad.Codec(spec)
+                    grads = [(torch.randn(n, generator=gen) * 1e-3).to(dtype) for _ in range(world)]
+                    shared = max(host.local_scale(g) for g in grads)
+                    begins, lengths = tgt.chunk_bounds(n, world)
+                    what = "%s W=%d n=%d %s" % (spec, world, n, dtype)
+                    sent_h = [host.encode_slices(g, begins, lengths, tensor_id=4, step=6, seed=r, shared_scale=shared)
+                              for r, g in enumerate(grads)]
+                    sent_d = [dev.encode_slices(g.cuda(), begins, lengths, tensor_id=4, step=6, seed=r,
+                                                shared_scale=shared) for r, g in enumerate(grads)]
+                    for r in range(world):
+                        for j in range(world):
+                            assert torch.equal(sent_h[r][j], sent_d[r][j].cpu()), (
+                                "%s: rank %d slice %d: the GPU payload differs" % (what, r, j))
+                    for j in range(world):
+                        sum_h = host.aggregate([sent_h[r][j] for r in range(world)], lengths[j])
+                        sum_d = dev.aggregate([sent_d[r][j] for r in range(world)], lengths[j])
+                        dev.device_check(sum_d)
+                        assert torch.equal(sum_h, sum_d.cpu()), "%s slice %d: the GPU sum differs" % (what, j)
+                        if lengths[j] == 0:
+                            continue
+                        out_h = torch.empty(lengths[j])
+                        out_d = torch.full((lengths[j],), 7.0, device="cuda")
+                        host.decode_aggregate(sum_h, out_h)
+                        dev.decode_aggregate(sum_d, out_d)
+                        dev.device_check(out_d)
+                        assert torch.equal(out_h.view(torch.int32), out_d.cpu().view(torch.int32)), (
+                            "%s slice %d: the GPU's decoded sum differs" % (what, j))
+    # Payloads of two scales: found on the device, the output left as it was.
+    dev = terngrad.Codec("terngrad")
+    x = torch.randn(1000, generator=gen).cuda() * 1e-3
+    a = dev.encode_slices(x, [0], [1000], shared_scale=dev.local_scale(x))[0]
+    b = dev.encode_slices(x, [0], [1000], shared_scale=2 * dev.local_scale(x))[0]
+    dev.device_check(dev.aggregate([a, a], 1000))
+    try:
+        out = dev.aggregate([a, b], 1000)
+        dev.device_check(out)
+    except terngrad.TernGradError as e:
+        assert "SCALE" in str(e).upper(), str(e)
+    else:
+        raise AssertionError("payloads of two scales summed on the GPU")
+    # Codecs whose sums stay on the host say so before any device work.
+    for spec in ("terngrad:share_scale=0", "fp32"):
+        c = terngrad.Codec(spec)
+        p = c.encode(torch.zeros(8, device="cuda"))
+        try:
+            c.aggregate([p, p], 8)
+        except (ValueError, terngrad.TernGradError) as e:
+            print("%s: no device sum: %s" % (spec, e))
+        else:
+            raise AssertionError("%s summed CUDA payloads" % spec)
+    print("reduce-scatter steps on CUDA: slices, sums and decoded sums == the CPU's (W = 1, 2, 4, 8)")
+
+
 class WeightFreeGradients(torch.nn.Module):
     """Two layers whose loss is linear in their outputs with integer
     coefficients: d loss / d weight = coefficients^T x, integer sums
@@ -135,13 +196,13 @@ class WeightFreeGradients(torch.nn.Module):
         return (self.a(xa) * ca).sum() + (self.b(xb) * cb).sum()
 
 
-def run_rank(rank, world, backend, device, init_file, result_file):
+def run_rank(rank, world, backend, device, init_file, result_file, hook="terngrad_hook"):
     dist.init_process_group(backend, init_method="file://" + init_file, rank=rank, world_size=world)
     model = WeightFreeGradients().to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)  # several buckets
     state = tgt.TernGradState(seed=SEED)
     record = []
-    ddp.register_comm_hook(state, recording_hook(tgt.terngrad_hook, record))
+    ddp.register_comm_hook(state, recording_hook(getattr(tgt, hook), record))
     gen = torch.Generator().manual_seed(100 + rank)
     for _ in range(STEPS):
         ints = lambda *shape: torch.randint(-2, 3, shape, generator=gen).float().to(device)
@@ -153,18 +214,18 @@ def run_rank(rank, world, backend, device, init_file, result_file):
     dist.destroy_process_group()
 
 
-def run(world, backend, device, tmp):
-    init_file = os.path.join(tmp, "init-%s-%s" % (backend, device))
-    results = [os.path.join(tmp, "result-%s-%s-%d" % (backend, device, r)) for r in range(world)]
+def run(world, backend, device, tmp, hook="terngrad_hook"):
+    init_file = os.path.join(tmp, "init-%s-%s-%s" % (backend, device, hook))
+    results = [os.path.join(tmp, "result-%s-%s-%s-%d" % (backend, device, hook, r)) for r in range(world)]
     if world == 1:
-        run_rank(0, 1, backend, device, init_file, results[0])
+        run_rank(0, 1, backend, device, init_file, results[0], hook)
     else:
-        mp.spawn(lambda_free_rank, args=(world, backend, device, init_file, results), nprocs=world, join=True)
+        mp.spawn(lambda_free_rank, args=(world, backend, device, init_file, results, hook), nprocs=world, join=True)
     return [torch.load(f) for f in results]
 
 
-def lambda_free_rank(rank, world, backend, device, init_file, results):
-    run_rank(rank, world, backend, device, init_file, results[rank])
+def lambda_free_rank(rank, world, backend, device, init_file, results, hook):
+    run_rank(rank, world, backend, device, init_file, results[rank], hook)
 
 
 def same_run(cpu, gpu, what):
@@ -185,12 +246,14 @@ def same_run(cpu, gpu, what):
 def main():
     check_codec()
     with tempfile.TemporaryDirectory() as tmp:
-        cpu2 = run(2, "gloo", "cpu", tmp)
-        same_run(cpu2, run(2, "gloo", "cuda", tmp), "DDP 2 gloo ranks, CUDA buckets")
-        if dist.is_nccl_available():
-            same_run(run(1, "gloo", "cpu", tmp), run(1, "nccl", "cuda", tmp), "DDP 1 NCCL rank, CUDA buckets")
-        else:
-            print("NCCL not available in this PyTorch: the NCCL run is left out")
+        for hook in ("terngrad_hook", "terngrad_reduce_scatter_hook"):
+            cpu2 = run(2, "gloo", "cpu", tmp, hook)
+            same_run(cpu2, run(2, "gloo", "cuda", tmp, hook), "%s: DDP 2 gloo ranks, CUDA buckets" % hook)
+            if dist.is_nccl_available():
+                same_run(run(1, "gloo", "cpu", tmp, hook), run(1, "nccl", "cuda", tmp, hook),
+                         "%s: DDP 1 NCCL rank, CUDA buckets" % hook)
+            else:
+                print("NCCL not available in this PyTorch: the NCCL run is left out")
     print("PASSED")
 
 

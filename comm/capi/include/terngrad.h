@@ -316,6 +316,41 @@ TG_API tg_status tg_codec_decode_accumulate_device(tg_codec_t* codec, const uint
                                                    size_t payload_bytes, float* d_out, uint64_t n,
                                                    void* stream);
 
+/* The reduce-scatter's steps on device memory (terngrad.torch's hook on
+ * CUDA buckets, over NCCL), each the device twin of its host function above,
+ * with the same bytes and floats:
+ *   - tg_codec_encode_slices_device(_typed): as tg_codec_encode_slices(_typed)
+ *     on a device gradient, into device buffers d_outs[i] (a host array of
+ *     device pointers); terngrad's slices take the whole tensor's
+ *     statistics; fp32 and fp16 encode each range;
+ *   - tg_codec_aggregate_device: as tg_codec_aggregate for terngrad payloads
+ *     with one shared scale (2-bit, share_scale=1; other codecs are
+ *     TG_ERR_UNSUPPORTED): count device payloads of exactly
+ *     tg_codec_payload_bytes(n) bytes summed to integer counts and written
+ *     as the packed sum (*out_length, optional, gets its length:
+ *     tg_codec_aggregate_bytes(n, count)); no host round trip;
+ *   - tg_codec_decode_aggregate_device: as tg_codec_decode_aggregate for
+ *     those sums; waits for the stream to read the sum's 40-byte header.
+ * A payload or sum found malformed on the device (codes, padding, a scale
+ * that differs) is reported by tg_codec_device_check(), and the output is
+ * left as it was. */
+TG_API tg_status tg_codec_encode_slices_device(tg_codec_t* codec, const float* d_grad, uint64_t n, size_t count,
+                                               const uint64_t* begins, const uint64_t* lengths, uint32_t tensor_id,
+                                               uint32_t step, uint64_t seed, const float* shared_scale,
+                                               uint8_t* const* d_outs, const size_t* capacities, void* stream,
+                                               size_t* out_written);
+TG_API tg_status tg_codec_encode_slices_device_typed(tg_codec_t* codec, const void* d_grad, uint64_t n,
+                                                     tg_dtype dtype, size_t count, const uint64_t* begins,
+                                                     const uint64_t* lengths, uint32_t tensor_id, uint32_t step,
+                                                     uint64_t seed, const float* shared_scale,
+                                                     uint8_t* const* d_outs, const size_t* capacities, void* stream,
+                                                     size_t* out_written);
+TG_API tg_status tg_codec_aggregate_device(tg_codec_t* codec, const uint8_t* const* d_payloads,
+                                           const size_t* payload_bytes, size_t count, uint64_t n, uint8_t* d_out,
+                                           size_t capacity, void* stream, size_t* out_length);
+TG_API tg_status tg_codec_decode_aggregate_device(tg_codec_t* codec, const uint8_t* d_aggregate,
+                                                  size_t aggregate_bytes, float* d_out, uint64_t n, void* stream);
+
 /* Waits for the stream and reports the first error the device work of this
  * codec found since the last check (then clears it). */
 TG_API tg_status tg_codec_device_check(tg_codec_t* codec, void* stream);

@@ -186,4 +186,19 @@ void encode_slice_async(const DeviceHalves& whole, uint64_t count, const EncodeP
 // stream order and be checked once. Pending errors are kept.
 void begin_counts_async(Workspace& ws, cudaStream_t stream);
 
+// The ternary sum payload (codec 2, ternary_sum.h) of `count` codec-1
+// payloads of n elements that share one scale, each of max_encoded_bytes(n)
+// bytes at d_payloads[j] (a host array of device pointers), into d_out: the
+// bytes of the CPU's sum_payloads() (tensor id, step and scale from the
+// first payload), with no host round trip. d_counts is the caller's scratch
+// of n int16. Starts its own sum (begin_counts_async) and checks each payload
+// as accumulate_counts_async() does (count, codes, padding, scale mismatch);
+// on any error (ws.check()) d_out is left as it was.
+// At the call (kInvalidArgument / kBufferTooSmall): count 0 or above
+// kMaxSumContributions, a null pointer (d_counts, d_out or a payload, n > 0
+// for d_counts), n above ws.max_elements(), out_capacity below
+// sum_payload_bytes(n, count).
+void sum_payloads_async(const uint8_t* const* d_payloads, size_t count, uint64_t n, int16_t* d_counts,
+                        uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
 }  // namespace terngrad::quantize::cuda

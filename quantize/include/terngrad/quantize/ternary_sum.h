@@ -78,6 +78,9 @@ SumHeader inspect_sum(std::span<const uint8_t> payload);
 // quantize/cuda_sum.h), so the body is not read twice on the host. Codec 2
 // only: a codec-6 payload is refused here (decode it with decode_sum()).
 SumHeader read_sum_header(std::span<const uint8_t> payload);
+// The same from the header's bytes alone and the payload's length: for a
+// payload in device memory, of which only the header was copied to the host.
+SumHeader read_sum_header(std::span<const uint8_t, kHeaderBytes> header, size_t payload_bytes);
 
 // out = scale * count per element (one float32 rounding each). out.size()
 // must equal the payload's count. Nothing is written if the payload is bad.
