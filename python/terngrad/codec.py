@@ -321,39 +321,26 @@ class Codec:
         on PyTorch's current stream, checked before returning."""
         if len(begins) != len(lengths):
             raise ValueError("encode_slices: %d begins, %d lengths" % (len(begins), len(lengths)))
-        if _is_cuda(grad):
-            return self._encode_slices_device(grad, begins, lengths, tensor_id, step, seed, shared_scale)
-        ptr, n, dtype = _grad_view(grad, "grad")
+        cuda = _is_cuda(grad)
+        ptr, n, dtype = _cuda_grad_view(grad) if cuda else _grad_view(grad, "grad")
         count = len(begins)
         outs = [_new_bytes(self.payload_bytes(int(m)), like=grad) for m in lengths]
-        views = [_byte_view(o, "out", writable=True) for o in outs]
+        views = [_cuda_view(o, "out", "uint8", grad.device) if cuda else _byte_view(o, "out", writable=True)
+                 for o in outs]
         c_begins = (ctypes.c_uint64 * max(count, 1))(*begins)
         c_lengths = (ctypes.c_uint64 * max(count, 1))(*lengths)
         c_outs = (ctypes.c_void_p * max(count, 1))(*[v[0] for v in views])
         c_caps = (ctypes.c_size_t * max(count, 1))(*[v[1] for v in views])
         written = (ctypes.c_size_t * max(count, 1))()
         scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
-        check(lib.tg_codec_encode_slices_typed(self._h(), ptr, n, dtype, count, c_begins, c_lengths, tensor_id, step,
-                                               seed, scale, c_outs, c_caps, written))
+        args = (self._h(), ptr, n, dtype, count, c_begins, c_lengths, tensor_id, step, seed, scale, c_outs, c_caps)
+        if cuda:
+            stream = _stream_of(grad.device)
+            check(lib.tg_codec_encode_slices_device_typed(*args, stream, written))
+            check(lib.tg_codec_device_check(self._h(), stream))
+        else:
+            check(lib.tg_codec_encode_slices_typed(*args, written))
         return [o if written[i] == c_caps[i] else o.reshape(-1)[:written[i]] for i, o in enumerate(outs)]
-
-    def _encode_slices_device(self, grad, begins, lengths, tensor_id, step, seed, shared_scale):
-        import torch
-        ptr, n, dtype = _cuda_grad_view(grad)
-        count = len(begins)
-        outs = [torch.empty(self.payload_bytes(int(m)), dtype=torch.uint8, device=grad.device) for m in lengths]
-        views = [_cuda_view(o, "out", "uint8", grad.device) for o in outs]
-        c_begins = (ctypes.c_uint64 * max(count, 1))(*begins)
-        c_lengths = (ctypes.c_uint64 * max(count, 1))(*lengths)
-        c_outs = (ctypes.c_void_p * max(count, 1))(*[v[0] for v in views])
-        c_caps = (ctypes.c_size_t * max(count, 1))(*[v[1] for v in views])
-        written = (ctypes.c_size_t * max(count, 1))()
-        scale = None if shared_scale is None else ctypes.byref(ctypes.c_float(shared_scale))
-        stream = _stream_of(grad.device)
-        check(lib.tg_codec_encode_slices_device_typed(self._h(), ptr, n, dtype, count, c_begins, c_lengths, tensor_id,
-                                                      step, seed, scale, c_outs, c_caps, stream, written))
-        check(lib.tg_codec_device_check(self._h(), stream))
-        return outs
 
     def aggregate(self, payloads, n):
         """The sum of payloads of the same n elements as one payload (a new
