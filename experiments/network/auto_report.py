@@ -5,8 +5,10 @@
 
 Writes OUT_DIR/README-table.md (one row per net and rate: examples/s of every
 codec, auto's share of the best fixed candidate, what auto chose, and the
-model's predicted step, compute + the chief's estimate of communication and
-codecs, against the measured one) and OUT_DIR/auto_vs_fixed.png.
+model's predicted step against the measured one) and OUT_DIR/auto_vs_fixed.png.
+The predicted step is the chief's estimate of communication and codecs plus
+what the model leaves out because no plan changes it, taken from the same
+run: the compute and the optimizer's apply.
 """
 import json
 import os
@@ -49,7 +51,7 @@ def main():
     cpu = meta.get("cpu", "?").strip(" \t:")
     lines = [f"Machine: {cpu}, SIMD {meta.get('cpu_simd', '?')}, {meta.get('date', '?')}.", "",
              "| net, replicas | link | " + " | ".join(f"{c} ex/s" for c in fixed_names) +
-             " | auto ex/s | auto / best fixed | auto chose | predicted step (compute + estimate) | measured step | error |",
+             " | auto ex/s | auto / best fixed | auto chose | predicted step (compute + apply + estimate) | measured step | error |",
              "|---|---|" + "---:|" * len(fixed_names) + "---:|---:|---|---:|---:|---:|"]
     plot_rows = []
     for k in keys:
@@ -60,7 +62,7 @@ def main():
         best = max((g[c]["examples_per_sec"] for c in fixed_names if c in g), default=float("nan"))
         choice = a.get("codec_choice", {})
         est = choice.get("estimate", {}).get("total_ms", float("nan"))
-        predicted = a["compute_ms"] + est
+        predicted = a["compute_ms"] + a.get("apply_ms", 0.0) + est
         err = predicted / a["step_ms"] - 1
         def rate(r):
             x = r["examples_per_sec"]

@@ -71,16 +71,9 @@ __global__ void pack_sum_kernel(const int16_t* counts, uint64_t n, uint32_t r, u
                           load_le32(first + kHeaderTensorIdOffset), load_le32(first + kHeaderStepOffset));
   uint8_t* body = out + kHeaderBytes;
   for (const uint64_t g : grid_stride_range((n + 7) / 8)) {
-    uint8_t bytes[18] = {};  // 8 fields of <= 16 bits, and the spill of the last one's shift
-    for (uint32_t f = 0; f < 8; ++f) {
-      const uint64_t e = 8 * g + f;
-      if (e >= n) break;
-      const uint32_t pos = f * bits, w = static_cast<uint32_t>(counts[e] + static_cast<int32_t>(r)) << (pos % 8);
-      bytes[pos / 8] |= static_cast<uint8_t>(w);
-      bytes[pos / 8 + 1] |= static_cast<uint8_t>(w >> 8);
-      bytes[pos / 8 + 2] |= static_cast<uint8_t>(w >> 16);
-    }
-    for (uint32_t k = 0; k < bits && g * bits + k < body_bytes; ++k) body[g * bits + k] = bytes[k];
+    uint8_t group[16];
+    quantize::detail::pack_sum_group(counts + 8 * g, g, n, r, bits, group);
+    for (uint32_t k = 0; k < bits && g * bits + k < body_bytes; ++k) body[g * bits + k] = group[k];
   }
 }
 

@@ -3,6 +3,7 @@
 // validation fault, and the sum of real shared-scale payloads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -202,3 +203,27 @@ TEST(TernarySum, EncodeRefusesOutOfRangeCounts) {
 }
 
 }  // namespace
+
+// The device packer's group step (detail::pack_sum_group, one CUDA thread
+// per group of 8 fields) gives encode_sum()'s body bytes, cut at the body's
+// end, for every field width and every length of the last group.
+TEST(TernarySum, DevicePackerGroupsGiveEncodeSumsBody) {
+  for (uint32_t r : {1u, 2u, 3u, 4u, 7u, 8u, 100u, 4095u, 32767u}) {
+    for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{9}, uint64_t{15}, uint64_t{17},
+                       uint64_t{1000}, uint64_t{1003}}) {
+      const std::vector<int16_t> counts = random_counts(n, static_cast<int>(r), r + static_cast<uint32_t>(n));
+      const uint32_t bits = tq::sum_bits(r);
+      const std::vector<uint8_t> want = pack(counts, 0.5f, r);
+      const uint64_t body = want.size() - tq::kHeaderBytes;
+      std::vector<uint8_t> got(body, 0xEE);
+      std::vector<int16_t> padded = counts;
+      padded.resize(n + 8, 0);  // the group step reads only fields below n; pad so a wrong read shows
+      for (uint64_t g = 0; g < (n + 7) / 8; ++g) {
+        uint8_t group[16];
+        tq::detail::pack_sum_group(padded.data() + 8 * g, g, n, r, bits, group);
+        for (uint32_t k = 0; k < bits && g * bits + k < body; ++k) got[g * bits + k] = group[k];
+      }
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + tq::kHeaderBytes)) << "R=" << r << " n=" << n;
+    }
+  }
+}

@@ -41,6 +41,26 @@ struct SumHeader {
   uint32_t step = 0;
 };
 
+namespace detail {
+// Codec 2's body, 8 fields at a time: fields [8g, 8g + 8) (count + R, b bits
+// each, little-endian bit order) fill exactly b bytes, which this writes to
+// out[0, b); fields at n and beyond are zero padding. For the device packer
+// (quantize/cuda/sum_kernels.cu, one thread per group), kept here so the CPU
+// tests check it against encode_sum()'s bytes. counts[e - 8g] is element e.
+TG_HOST_DEVICE void pack_sum_group(const int16_t* counts, uint64_t g, uint64_t n, uint32_t r, uint32_t bits,
+                                   uint8_t* out) {
+  uint8_t bytes[18] = {};  // 8 fields of <= 16 bits, and the spill of the last one's shift
+  for (uint32_t f = 0; f < 8 && 8 * g + f < n; ++f) {
+    const uint32_t pos = f * bits;
+    const uint32_t w = static_cast<uint32_t>(counts[f] + static_cast<int32_t>(r)) << (pos % 8);
+    bytes[pos / 8] |= static_cast<uint8_t>(w);
+    bytes[pos / 8 + 1] |= static_cast<uint8_t>(w >> 8);
+    bytes[pos / 8 + 2] |= static_cast<uint8_t>(w >> 16);
+  }
+  for (uint32_t k = 0; k < bits; ++k) out[k] = bytes[k];
+}
+}  // namespace detail
+
 // Bits per element for R contributions: the smallest b with 2^b > 2R.
 // Throws kInvalidArgument for R = 0 or R > kMaxSumContributions.
 uint32_t sum_bits(uint32_t contributions);
