@@ -182,8 +182,9 @@ PlanEstimate estimate(const ChoiceInput& in, const std::vector<std::string>& pla
     e.codec_s += c.encode_s.at(n) + c.decode_s.at(n) + R / 2 * c.sum2_s.at(n) / P;
   }
   const double k = std::max(1.0, R / P);
-  if (in.link.up_bytes_per_s > 0) e.link_s = std::max(e.link_s, k * up / in.link.up_bytes_per_s);
-  if (in.link.down_bytes_per_s > 0) e.link_s = std::max(e.link_s, k * down / in.link.down_bytes_per_s);
+  const double u = in.link.up_bytes_per_s > 0 ? k * up / in.link.up_bytes_per_s : 0;
+  const double d = in.link.down_bytes_per_s > 0 ? k * down / in.link.down_bytes_per_s : 0;
+  e.link_s = std::max(u, d) + (std::clamp(in.link.two_way, 1.0, 2.0) - 1) * std::min(u, d);
   e.up_bytes = static_cast<uint64_t>(up);
   e.down_bytes = static_cast<uint64_t>(down);
   e.total_s = e.link_s + e.codec_s + 2 * in.link.latency_s;

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "chunks.h"
 #include "parameter_server.grpc.pb.h"
@@ -68,6 +70,30 @@ class Prober {
     return static_cast<double>(bytes) / std::max(busy, 1e-9);
   }
 
+  // `calls` messages up on this thread and as many down on another, at
+  // once over the one connection; the wall time of both.
+  double both_ways(int calls) {
+    const uint32_t m = o_.message_bytes;
+    std::exception_ptr down_failed;
+    const auto t0 = Clock::now();
+    std::thread down([&] {
+      try {
+        for (int i = 0; i < calls; ++i) call(0, m);
+      } catch (...) {
+        down_failed = std::current_exception();
+      }
+    });
+    try {
+      for (int i = 0; i < calls; ++i) call(m, 0);
+    } catch (...) {
+      down.join();
+      throw;
+    }
+    down.join();
+    if (down_failed) std::rethrow_exception(down_failed);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
  private:
   static Clock::time_point deadline_of(const ProbeOptions& o) {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
@@ -95,6 +121,11 @@ LinkMeasurement probe_link(const std::string& address, const ProbeOptions& o) {
   for (int i = 0; i < o.latency_calls; ++i) m.rtt_s = std::min(m.rtt_s, p.call(0, 0));
   m.up_bytes_per_s = p.rate(true, m.rtt_s, m.up_bytes);
   m.down_bytes_per_s = p.rate(false, m.rtt_s, m.down_bytes);
+  // Both ways at once, as many messages each way as the up phase sent (its
+  // duration again, about).
+  const int calls = static_cast<int>(m.up_bytes / o.message_bytes);
+  const double alone = calls * (o.message_bytes / std::min(m.up_bytes_per_s, m.down_bytes_per_s) + m.rtt_s);
+  m.two_way_factor = std::clamp(p.both_ways(calls) / std::max(alone, 1e-9), 1.0, 2.0);
   m.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return m;
 }

@@ -122,6 +122,16 @@ TEST(CodecChoice, EstimateIsTheBusierDirectionPlusTheCodecsPlusTwoRoundTrips) {
   EXPECT_DOUBLE_EQ(e.total_s, e.link_s + e.codec_s + 0.02);
   EXPECT_THROW(tc::estimate_plan(in, {"fp32"}), std::invalid_argument);
   EXPECT_THROW(tc::estimate_plan(in, {"fp16", "fp32"}), std::invalid_argument);  // no cost measured
+  // Where the probe found the directions slowing each other, the less busy
+  // one adds its share: both in turn at two_way = 2, halfway at 1.5; the
+  // factor is taken within [1, 2].
+  const double u = 4 * up / 1e6, d = 4 * down / 2e6;
+  for (const auto& [two_way, extra] : {std::pair{2.0, 1.0}, {1.5, 0.5}, {1.0, 0.0}, {3.0, 1.0}, {0.5, 0.0}}) {
+    in.link.two_way = two_way;
+    EXPECT_DOUBLE_EQ(tc::estimate_plan(in, {in.candidates[1], "fp32"}).link_s,
+                     std::max(u, d) + extra * std::min(u, d))
+        << "two_way " << two_way;
+  }
 }
 
 // Slow link: compress; no link (memory): nothing to save, the first

@@ -369,6 +369,8 @@ TEST(PsSecurity, TheChiefsLinkProbeIsBoundedAndChangesNothing) {
   EXPECT_LE(m.up_bytes, 4u << 20);
   EXPECT_GE(m.down_bytes, 2u << 20);
   EXPECT_GT(m.rtt_s, 0.0);
+  EXPECT_GE(m.two_way_factor, 1.0);  // both ways at once: within [1, 2] by construction
+  EXPECT_LE(m.two_way_factor, 2.0);
   tc::ProbeOptions as_worker = o;
   as_worker.credential = tc::Credential{tc::Role::replica_role(1), secret.key_for(tc::Role::replica_role(1))};
   EXPECT_THROW(tc::probe_link(ps.address(), as_worker), tc::PeerError);

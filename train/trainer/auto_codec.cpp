@@ -108,6 +108,12 @@ std::string mb_per_s(double bytes_per_s) {
   return buf;
 }
 
+std::string two_way_text(double factor) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", factor);
+  return buf;
+}
+
 }  // namespace
 
 std::optional<std::string> codec_costs_path(const TrainConfig& cfg) {
@@ -193,6 +199,7 @@ comm::LinkModel probe_ps_links(const TrainConfig& cfg, const std::vector<std::st
         link.up_bytes_per_s = std::min(link.up_bytes_per_s, m.up_bytes_per_s);
         link.down_bytes_per_s = std::min(link.down_bytes_per_s, m.down_bytes_per_s);
         link.latency_s = std::max(link.latency_s, m.rtt_s);
+        link.two_way = std::max(p == 0 ? 1.0 : link.two_way, m.two_way_factor);
         break;
       } catch (const comm::PeerError& e) {
         last = e.what();
@@ -207,7 +214,8 @@ comm::LinkModel probe_ps_links(const TrainConfig& cfg, const std::vector<std::st
     char rtt[32];
     std::snprintf(rtt, sizeof rtt, "%.2f ms", link.latency_s * 1e3);
     *source = "probe of " + std::to_string(ps.size()) + " ps: up " + mb_per_s(link.up_bytes_per_s) + ", down " +
-              mb_per_s(link.down_bytes_per_s) + ", round trip " + rtt;
+              mb_per_s(link.down_bytes_per_s) + ", round trip " + rtt + ", both ways at once x" +
+              two_way_text(link.two_way) + " the slower one's time";
   }
   return link;
 }
@@ -317,7 +325,8 @@ json::Json to_json(const AutoDecision& d, TrainingSession& s) {
           {"link", {{"source", d.link_source},
                     {"up_bytes_per_s", d.link.up_bytes_per_s},
                     {"down_bytes_per_s", d.link.down_bytes_per_s},
-                    {"round_trip_ms", d.link.latency_s * 1e3}}},
+                    {"round_trip_ms", d.link.latency_s * 1e3},
+                    {"two_way_factor", d.link.two_way}}},
           {"costs", d.cost_source},
           {"variables", vars},
           {"estimate", estimate(d.choice.estimate)},

@@ -79,6 +79,9 @@ struct LinkModel {
   double up_bytes_per_s = 0;    // replica -> ps; 0 = no link (memory: in-process runs)
   double down_bytes_per_s = 0;  // ps -> replica
   double latency_s = 0;         // one round trip
+  // How the two directions share the link when both carry data (the probe's
+  // LinkMeasurement::two_way_factor): 1 full duplex, 2 they take turns.
+  double two_way = 1;
 };
 
 // One variable of the run; fixed: it travels fp32 whatever the choice
@@ -98,10 +101,13 @@ struct ChoiceInput {
 };
 
 // The model's estimate of one plan's communication part of a step, seconds
-// (perf_model.py with overlap 0, links full duplex): the busier direction of
-// the busiest link, the codecs' compute, and one round trip each way.
-//   link  = max(k * sum(up_v) / up_rate, k * sum(down_v) / down_rate),
+// (perf_model.py with overlap 0): the busiest link's two directions, the
+// codecs' compute, and one round trip each way.
+//   u = k * sum(up_v) / up_rate, d = k * sum(down_v) / down_rate,
 //           k = max(1, R / P): a ps link carries R / P replicas' payloads;
+//   link  = max(u, d) + (two_way - 1) * min(u, d): the busier direction on a
+//           full-duplex link, both in turn where the probe found the
+//           directions slowing each other (LinkModel::two_way);
 //   codec = sum_v encode_v + decode_v + (R / 2) sum2_v / P;
 //   total = link + codec + 2 * latency.
 struct PlanEstimate {

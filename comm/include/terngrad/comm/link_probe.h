@@ -1,6 +1,8 @@
 // The chief's measurement of its link to a ps (--codec=auto): round trips of
 // empty probes for the latency, then filler one way at a time until enough
-// time or bytes have passed for the rate. rpc Probe changes nothing on the ps.
+// time or bytes have passed for the rate, then both ways at once on the same
+// connection, as a sync step's pushes and pulls share it. rpc Probe changes
+// nothing on the ps.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,13 @@ struct LinkMeasurement {
   double up_bytes_per_s = 0;    // to the ps
   double down_bytes_per_s = 0;  // from the ps
   double rtt_s = 0;             // an empty call's round trip
-  uint64_t up_bytes = 0, down_bytes = 0;
+  // Both ways at once: the time the two directions' filler took together,
+  // over the time the slower direction alone would take (from the rates
+  // above). 1: full duplex, the directions do not slow each other; 2: they
+  // take turns (each direction's acknowledgements queue behind the other's
+  // data on a shaped link, the TCP two-way traffic effect). Clamped to [1, 2].
+  double two_way_factor = 1;
+  uint64_t up_bytes = 0, down_bytes = 0;  // the one-way phases' filler; the two-way phase sends as much again
   double seconds = 0;           // the probe's own wall time
 };
 
