@@ -26,7 +26,15 @@ namespace terngrad::train::detail {
 
 namespace {
 
-constexpr const char* kCacheFormat = "terngrad codec costs 1";
+// 2: costs timed at kLargeCalibration elements (format 1: at 2^21, which sat
+// in a 32 MiB L3 and so understated the per-element cost of the variables
+// far beyond it: AlexNet's fc6 is 37.7M elements).
+constexpr const char* kCacheFormat = "terngrad codec costs 2";
+// The two sizes the costs are timed at: a small one for the per-call part,
+// and one whose working set (gradient, payloads, a server's sum and residual:
+// about 100 MB of float32) lies beyond the L3 of most machines, as the large
+// variables that decide the choice do.
+constexpr uint64_t kSmallCalibration = uint64_t{1} << 14, kLargeCalibration = uint64_t{1} << 23;
 
 // What a cached cost is valid for: the same CPU, kernels and threads.
 struct Machine {
@@ -149,7 +157,7 @@ std::vector<comm::CodecCost> codec_costs(const TrainConfig& cfg, const std::vect
       }
     }
     if (!found) {
-      found = comm::measure_codec_cost(spec);
+      found = comm::measure_codec_cost(spec, kSmallCalibration, kLargeCalibration);
       measured = true;
       json::Json kept = json::Json::array();
       for (json::Json& e : entries)
