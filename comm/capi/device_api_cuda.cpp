@@ -86,13 +86,15 @@ void require_device_sum(const tg_codec& h, const char* what) {
 
 // n int16 counts on the stream: grown in stream order (the old buffer is
 // freed after the work queued before it).
+// A CUDA runtime call's failure as the codec reports one (TG_ERR_CUDA).
+void cuda_try(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();  // not sticky: do not leave it for the next call
+  throw quantize::CodecError(quantize::Errc::kCuda, std::string(call) + " failed: " + cudaGetErrorString(err));
+}
+
 int16_t* counts_for(tg_codec& h, uint64_t n, cudaStream_t stream) {
   DeviceState& s = state_of(h);
-  const auto cuda_try = [](cudaError_t err, const char* call) {
-    if (err == cudaSuccess) return;
-    (void)cudaGetLastError();
-    throw quantize::CodecError(quantize::Errc::kCuda, std::string(call) + " failed: " + cudaGetErrorString(err));
-  };
   if (s.counts_capacity < n) {
     if (s.counts != nullptr) cuda_try(cudaFreeAsync(s.counts, stream), "cudaFreeAsync (sum counts)");
     s.counts = nullptr;
@@ -390,12 +392,8 @@ tg_status tg_codec_decode_aggregate_device(tg_codec_t* codec, const uint8_t* d_a
     // device as it is unpacked (tg_codec_device_check reports it).
     std::array<uint8_t, terngrad::quantize::kHeaderBytes> header{};
     const size_t have = std::min(aggregate_bytes, header.size());
-    if (cudaError_t err = cudaMemcpyAsync(header.data(), d_aggregate, have, cudaMemcpyDeviceToHost, s);
-        err != cudaSuccess || (err = cudaStreamSynchronize(s)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw terngrad::quantize::CodecError(terngrad::quantize::Errc::kCuda,
-                                           std::string("reading the sum's header: ") + cudaGetErrorString(err));
-    }
+    cuda_try(cudaMemcpyAsync(header.data(), d_aggregate, have, cudaMemcpyDeviceToHost, s), "reading the sum's header");
+    cuda_try(cudaStreamSynchronize(s), "reading the sum's header");
     const terngrad::quantize::SumHeader sh = terngrad::quantize::read_sum_header(header, aggregate_bytes);
     if (sh.count != n)
       throw ApiError(TG_ERR_INVALID_ARGUMENT, "the sum holds " + std::to_string(sh.count) +
