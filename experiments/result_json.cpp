@@ -62,6 +62,11 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
   };
   json::Json out = result;
   if (!r.codec_choice.empty()) out["codec_choice"] = json::parse_strict(r.codec_choice);  // --codec=auto
+  if (!r.codec_changes.empty()) {
+    json::Json changes = json::Json::array();
+    for (const std::string& c : r.codec_changes) changes.push_back(json::parse_strict(c));
+    out["codec_changes"] = changes;
+  }
   train::write_file_atomically(path, json::dump_pretty(out) + "\n");
 }
 

@@ -36,18 +36,30 @@ grpc::Status ParameterServer::Impl::init(const Caller& caller, grpc::ServerReade
 grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& lock, const Caller& caller,
                                                   detail::InitPlan& plan) {
   const rpc::InitHeader& h = plan.header;
-  if (h.fingerprint() != fingerprint)
-    return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
   if (!sync)
     return grpc::Status(StatusCode::INVALID_ARGUMENT,
                         "Init: a rewind is for sync runs (an async run's restarted ps is refilled with the values)");
   if (h.rewind_id() <= run_epoch) return grpc::Status::OK;  // taken already: a retried Init
+  // A new plan (--codec=auto chose again) brings its own layout; any other
+  // rewind keeps the one the run has.
+  if (h.fingerprint() != fingerprint && !h.new_plan())
+    return grpc::Status(StatusCode::FAILED_PRECONDITION, "Init: already initialized with another layout");
+  if (!h.sync() || static_cast<int>(h.total_replicas()) != total ||
+      static_cast<int>(h.replicas_to_aggregate()) != needed)
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "Init: a rewind keeps the run's mode and replicas (sync, " + std::to_string(needed) + " of " +
+                            std::to_string(total) + ")");
   const int64_t was = global_step_locked();
   cv.wait(lock, [&] { return sums_in_flight == 0; });
-  // The shards' codecs stay (the push intake reads them without the lock;
-  // the layout is the same, its fingerprint says so).
+  if (h.new_plan()) {
+    // Pushes being read hold the old set (ps_push.cpp); they are refused as
+    // rewound when they reach the steps.
+    shard_set = std::make_shared<std::vector<Shard>>(std::move(plan.shards));
+    variables.assign(h.variables().begin(), h.variables().end());
+    fingerprint = h.fingerprint();
+  }
   std::vector<detail::ShardCoding> coding;
-  for (const Shard& sh : shards) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
+  for (const Shard& sh : shards()) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
   const size_t keep = static_cast<size_t>(opt.keep_steps);
   steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
   steps->keep_pulled(opt.keep_pulled_steps);
@@ -58,8 +70,10 @@ grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& 
   chief_session = caller.session;
   run_epoch = h.rewind_id();
   log("rewound by the chief from global step " + std::to_string(was) + " to " + std::to_string(h.global_step()) +
-      " (its latest checkpoint; rewind " + std::to_string(run_epoch) +
-      "): the steps in between are computed again, every replica registers again");
+      (h.new_plan() ? " with a new choice of codecs (" + std::to_string(shards().size()) + " shards; rewind " +
+                          std::to_string(run_epoch) + "): every replica registers again with it"
+                    : " (its latest checkpoint; rewind " + std::to_string(run_epoch) +
+                          "): the steps in between are computed again, every replica registers again"));
   cv.notify_all();
   return grpc::Status::OK;
 }
@@ -107,7 +121,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   needed = static_cast<int>(h.replicas_to_aggregate());
   chief_session = caller.session;
   variables.assign(h.variables().begin(), h.variables().end());
-  shards = std::move(plan.shards);  // the codecs stay where `coding` points
+  shard_set = std::make_shared<std::vector<Shard>>(std::move(plan.shards));  // the codecs stay where `coding` points
   const size_t keep = static_cast<size_t>(opt.keep_steps);
   if (sync) {
     steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
@@ -120,7 +134,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   replicas.reset(total);
   run_epoch = h.rewind_id();  // a restarted ps that a rewind initializes
   phase = Phase::kRunning;
-  log("initialized: " + std::to_string(shards.size()) + " shards, " + (sync ? "sync" : "async") + ", " +
+  log("initialized: " + std::to_string(shards().size()) + " shards, " + (sync ? "sync" : "async") + ", " +
       std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
       std::to_string(global_step_locked()) +
       (run_epoch ? " (the chief's rewind " + std::to_string(run_epoch) + " of the run)" : ""));

@@ -114,12 +114,12 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
   const std::shared_ptr<detail::StepSums> held = steps->sums_of(step);
   if (!held) return too_old(req->replica(), step);
   const detail::StepSums& agg = *held;
-  std::vector<bool> sent(shards.size(), false);
+  std::vector<bool> sent(shards().size(), false);
   size_t sent_count = 0;
   for (uint32_t s : req->have()) {
-    if (s >= shards.size())
+    if (s >= shards().size())
       return grpc::Status(StatusCode::INVALID_ARGUMENT,
-                          "Pull: have names shard " + std::to_string(s) + " of " + std::to_string(shards.size()));
+                          "Pull: have names shard " + std::to_string(s) + " of " + std::to_string(shards().size()));
     if (!sent[s]) ++sent_count;
     sent[s] = true;
   }
@@ -133,16 +133,16 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
   for (;;) {
     std::vector<uint32_t> fresh;
     cv.wait_until(lock, until, [&] {
-      if (ended() || ctx->IsCancelled() || run_epoch != epoch || (agg.complete && sent_count == shards.size()))
+      if (ended() || ctx->IsCancelled() || run_epoch != epoch || (agg.complete && sent_count == shards().size()))
         return true;
-      for (size_t s = 0; s < shards.size(); ++s)
+      for (size_t s = 0; s < shards().size(); ++s)
         if (agg.ready[s] && !sent[s]) return true;
       return false;
     });
     if (ended() && !(agg.complete && serves_after_finish(step))) return ended_status();
     if (ctx->IsCancelled()) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     if (run_epoch != epoch) return rewound("Pull", req->replica());
-    for (uint32_t s = 0; s < shards.size(); ++s)
+    for (uint32_t s = 0; s < shards().size(); ++s)
       if (agg.ready[s] && !sent[s]) fresh.push_back(s);
     if (!fresh.empty()) {
       for (uint32_t s : fresh) {
@@ -160,7 +160,7 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
     rpc::PullChunk out;
     rpc::PullHeader* head = out.mutable_header();
     head->set_step(step);
-    if (agg.complete && sent_count == shards.size()) {
+    if (agg.complete && sent_count == shards().size()) {
       head->set_ready(true);
       head->set_contributions(agg.contributions);
       head->set_mean_loss(agg.mean_loss);

@@ -15,29 +15,36 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   if (!reader->Read(&chunk) || !chunk.has_header())
     return grpc::Status(StatusCode::INVALID_ARGUMENT, "Push: the first message must be the header");
   const rpc::PushHeader h = chunk.header();
+  std::shared_ptr<const std::vector<Shard>> layout;
+  uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
     if (phase != Phase::kRunning) return detail::before_init("Push");
     if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
     heard(h.replica());
+    layout = shard_set;
+    epoch = run_epoch;
   }
-  // Shards, codecs and the mode are fixed once Init has run: the push
-  // intake reads them without the lock.
+  // The mode is fixed once Init has run, and this push holds the shards
+  // (codecs) it began with: the push intake reads them without the lock.
   const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
   detail::PushIntake in;
   if (const auto refusal = detail::take_push(
-          h, shards, sync, who, [&](rpc::PushChunk& c) { return reader->Read(&c); }, in))
+          h, *layout, sync, who, [&](rpc::PushChunk& c) { return reader->Read(&c); }, in))
     return grpc::Status(StatusCode::INVALID_ARGUMENT, *refusal);
-  return sync ? push_sync(caller, h, in.ids, in.payloads, in.received, reply)
+  return sync ? push_sync(caller, h, epoch, in.ids, in.payloads, in.received, reply)
               : push_async(caller, h, in.payloads, in.received, reply);
 }
 
-grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::PushHeader& h,
+grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::PushHeader& h, uint64_t epoch,
                                               const std::vector<uint32_t>& ids, std::vector<std::string>& payloads,
                                               uint64_t received, rpc::PushReply* reply) {
   std::unique_lock<std::mutex> lock(mu);  // declared first: released after `job` below is gone
   if (ended()) return ended_status();
+  // A rewind while the push was read (a new plan's shards, perhaps): it was
+  // read against the run it left; the replica registers again.
+  if (run_epoch != epoch) return rewound("Push", h.replica());
   // Again: the replica may have registered a new process while this push was read.
   if (grpc::Status s = authorize_locked(caller, h.replica(), "Push", true); !s.ok()) return s;
   const uint32_t r = h.replica();

@@ -130,8 +130,9 @@ grpc::Status ParameterServer::Impl::status(rpc::StatusReply* reply) {
   reply->set_bytes_received(bytes_in);
   reply->set_bytes_sent(bytes_out);
   reply->set_failure(failure);
-  reply->set_shards(static_cast<uint32_t>(shards.size()));
+  reply->set_shards(static_cast<uint32_t>(shards().size()));
   for (const rpc::Variable& v : variables) *reply->add_variables() = v;
+  reply->set_run_epoch(run_epoch);
   for (size_t r = 0; r < replicas.size(); ++r) {
     rpc::ReplicaStatus* s = reply->add_replicas();
     s->set_replica(static_cast<uint32_t>(r));
@@ -156,7 +157,7 @@ grpc::Status ParameterServer::Impl::checkpoint(const Caller& caller, const rpc::
     heard(0);
     if (sync) {
       // The server states as the sum of req->step left them.
-      auto states = detail::sync_checkpoint(*steps, req->step(), shards.size());
+      auto states = detail::sync_checkpoint(*steps, req->step(), shards().size());
       if (!states)
         return grpc::Status(StatusCode::FAILED_PRECONDITION,
                             "Checkpoint: this ps keeps no server states of step " + std::to_string(req->step()) +
@@ -164,7 +165,7 @@ grpc::Status ParameterServer::Impl::checkpoint(const Caller& caller, const rpc::
                                 "; it keeps those of the last summed steps, for codecs that have them)");
       tensors = std::move(*states);
     } else {
-      tensors = detail::async_checkpoint(*updates, *handler, shards.size());
+      tensors = detail::async_checkpoint(*updates, *handler, shards().size());
     }
   }
   const bool ok = detail::stream_checkpoint(tensors, [&](uint32_t shard, const std::string& slot, uint64_t off,

@@ -110,7 +110,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   bool sync = true;
   int total = 0, needed = 0;  // replicas, replicas_to_aggregate
   std::vector<rpc::Variable> variables;
-  std::vector<Shard> shards;
+  // The shards of the current layout. A push reads them without the lock
+  // (the intake's validation), so it holds the set it began with: a rewind
+  // with a new plan (InitHeader.new_plan) puts a new set here, and the old
+  // one lives on until the last such push lets go of it.
+  std::shared_ptr<std::vector<Shard>> shard_set = std::make_shared<std::vector<Shard>>();
+  std::vector<Shard>& shards() { return *shard_set; }
   detail::ReplicaTable replicas;
   // Set once by Init, and from then on only under mu (their headers say
   // which calls run without it).
@@ -301,7 +306,8 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     return serve(ctx, "Push", [&](const Caller& c) { return push(c, reader, reply); });
   }
   grpc::Status push(const Caller& caller, grpc::ServerReader<rpc::PushChunk>* reader, rpc::PushReply* reply);
-  grpc::Status push_sync(const Caller& caller, const rpc::PushHeader& h, const std::vector<uint32_t>& ids,
+  grpc::Status push_sync(const Caller& caller, const rpc::PushHeader& h, uint64_t epoch,
+                         const std::vector<uint32_t>& ids,
                          std::vector<std::string>& payloads, uint64_t received, rpc::PushReply* reply);
   grpc::Status push_async(const Caller& caller, const rpc::PushHeader& h, const std::vector<std::string>& payloads,
                           uint64_t received, rpc::PushReply* reply);

@@ -21,6 +21,7 @@ std::optional<PsStatus> query_ps_status(const std::string& address, double timeo
   PsStatus s;
   s.phase = reply.phase();
   s.global_step = reply.global_step();
+  s.run_epoch = reply.run_epoch();
   s.failure = reply.failure();
   s.stale_pushes = reply.stale_pushes();
   s.duplicate_pushes = reply.duplicate_pushes();

@@ -42,6 +42,7 @@ rpc::InitChunk WorkerClient::Impl::init_header(int p, int64_t global_step, uint6
   h->set_replicas_to_aggregate(static_cast<uint32_t>(needed));
   if (!sync) h->set_last_step(opt.last_step);
   h->set_rewind_id(rewind_id);
+  h->set_new_plan(rewind_id != 0 && rewind_id == opt.new_plan_rewind_id);
   return head;
 }
 
@@ -192,7 +193,7 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
   if (m.replica == 0) {
     if (!m.sync && init == nullptr)
       throw std::invalid_argument("join: the chief of an async run must pass the initial tensors");
-    detail::for_each_ps(m.layout.num_ps, [&](int p) { m.init_ps(p, global_step, init); });
+    detail::for_each_ps(m.layout.num_ps, [&](int p) { m.init_ps(p, global_step, init, m.opt.new_plan_rewind_id); });
   }
   int64_t step = global_step;
   std::vector<uint64_t> epochs(m.layout.num_ps, 0);
@@ -208,6 +209,11 @@ int64_t WorkerClient::join(int64_t global_step, const InitTensors* init) {
     m.joined = true;
   }
   return step;
+}
+
+uint64_t WorkerClient::run_epoch() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->run_epoch;
 }
 
 }  // namespace terngrad::comm

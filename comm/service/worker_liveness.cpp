@@ -22,6 +22,7 @@ void WorkerClient::Impl::beat_loop(size_t p) {
     const int64_t step = step_for_beat;
     const bool is_done = done;
     const uint64_t rejoined = rejoins;
+    const bool asked_joined = joined;
     lock.unlock();
     rpc::HeartbeatRequest req;
     req.set_replica(static_cast<uint32_t>(replica));
@@ -43,8 +44,11 @@ void WorkerClient::Impl::beat_loop(size_t p) {
       last_heard[p] = Clock::now();
       if (!reply.failure().empty()) fail_locked(from_ps(static_cast<int>(p), reply.failure()));
       if (reply.finished()) ended = true;
-      // Asked before the last rejoin, the answer may predate it.
-      if (reply.unknown_replica() && rejoined == rejoins && rewinds_sync_run_locked() && rewind == Rewind::kNone)
+      // Asked before the join or the last rejoin, the answer may predate
+      // this replica's registration (a join that others were already
+      // waiting for completes within one beat).
+      if (reply.unknown_replica() && asked_joined && rejoined == rejoins && rewinds_sync_run_locked() &&
+          rewind == Rewind::kNone)
         need_rewind_locked();
     } else {
       beat_error[p] = s.error_message();

@@ -18,6 +18,7 @@
 #include "terngrad/comm/gradient_codec.h"
 #include "terngrad/comm/placement.h"
 #include "terngrad/comm/ps_server.h"
+#include "terngrad/comm/ps_status.h"
 #include "terngrad/comm/worker_client.h"
 
 #include "serving_ps.h"
@@ -297,6 +298,94 @@ TEST(PsService, ARewindTakesEveryPsBackAndEveryReplicaRegistersAgain) {
     ASSERT_EQ(again[r].size(), 2u);
     EXPECT_EQ(again[r][0], first[r][1]) << "replica " << r << ", step 1 again";
     EXPECT_EQ(again[r][1], first[r][2]) << "replica " << r << ", step 2 again";
+  }
+  for (auto& p : ps) {
+    p->thread.join();
+    EXPECT_EQ(p->error, "");
+    p->thread = std::thread([] {});
+  }
+}
+
+// --codec=auto chose again (plan_recheck.h): the chief's next client
+// rewinds both ps to step 2 with another layout (InitHeader.new_plan: other
+// codecs and shards, so another fingerprint). Replica 1's call of
+// step 2 is answered rewound; it reads the new plan and run epoch from every
+// ps's Status, builds its client with that layout and registers. Steps 2
+// and 3 then sum what the new codecs sum (fp32: the exact sum), the same on
+// both replicas.
+TEST(PsService, ARewindWithANewPlanTakesTheNewLayoutOnEveryPs) {
+  std::vector<std::unique_ptr<PsTask>> ps;
+  for (int p = 0; p < 2; ++p) ps.push_back(std::make_unique<PsTask>(p, 2));
+  tc::PlacementOptions po;
+  po.min_shard_bytes = 64 * 1024;
+  const tc::Layout before = tc::place_variables(variables(), 2, po);
+  std::vector<tc::VariableSpec> changed = variables();
+  changed[0].codec = "fp16";
+  changed[1].codec = "fp32";
+  tc::PlacementOptions bigger = po;
+  bigger.min_shard_bytes = 1024 * 1024;  // fewer shards
+  const tc::Layout after = tc::place_variables(changed, 2, bigger);
+  ASSERT_NE(after.shards.size(), before.shards.size());
+  std::promise<void> started_step_2;
+  std::vector<std::vector<std::vector<std::vector<float>>>> sums(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        tc::ClientOptions o = fast_client();
+        o.ps_rejoin_window_s = 20;
+        uint64_t epoch = 0;
+        {
+          tc::WorkerClient c(addresses(ps), before, r, true, 2, 2, o);
+          std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+          for (const auto& v : before.variables) codecs.push_back(tc::make_codec(v.codec));
+          c.join(0);
+          for (int s = 0; s < 2; ++s) (void)sync_step(c, r, s, codecs);
+          epoch = c.run_epoch();
+          if (r == 1) {
+            started_step_2.set_value();
+            EXPECT_THROW(sync_step(c, r, 2, codecs), tc::PsRestarted);
+          } else {
+            started_step_2.get_future().wait();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // replica 1 waits in step 2
+          }
+        }
+        if (r == 1) {  // waits until both ps took the rewind, and checks the plan they name
+          for (int tries = 0;; ++tries) {
+            const auto a = tc::query_ps_status(ps[0]->address(), 2), b = tc::query_ps_status(ps[1]->address(), 2);
+            if (a && b && a->run_epoch > epoch && b->run_epoch == a->run_epoch) {
+              ASSERT_EQ(a->variables.size(), 3u);
+              EXPECT_EQ(a->variables[0].second, "fp16");
+              EXPECT_EQ(a->variables[1].second, "fp32");
+              EXPECT_EQ(a->global_step, 2);
+              break;
+            }
+            ASSERT_LT(tries, 200) << "the ps never took the chief's new plan";
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        } else {
+          o.new_plan_rewind_id = epoch + 1;
+        }
+        tc::WorkerClient c(addresses(ps), after, r, true, 2, 2, o);
+        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+        for (const auto& v : after.variables) codecs.push_back(tc::make_codec(v.codec));
+        EXPECT_EQ(c.join(2), 2);
+        for (int s = 2; s < 4; ++s) sums[r].push_back(sync_step(c, r, s, codecs));
+        c.finish(true);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "replica " << r;
+  ASSERT_EQ(sums[0].size(), 2u);
+  EXPECT_EQ(sums[0], sums[1]);
+  // fp32 sums the two replicas' gradients exactly (in replica order).
+  for (int s = 2; s < 4; ++s) {
+    const std::vector<float> g0 = gradient(300000, 0, s), g1 = gradient(300000, 1, s);
+    for (size_t i = 0; i < g0.size(); i += 997) ASSERT_EQ(sums[0][s - 2][1][i], g0[i] + g1[i]) << "step " << s << " " << i;
   }
   for (auto& p : ps) {
     p->thread.join();

@@ -415,6 +415,49 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
   }
 }
 
+// --codec=auto chooses again when the link moves (plan_recheck.h): with
+// --auto_link_changes the re-check at each checkpoint sees 100 Gbit/s from
+// step 4 (fp16 wins) and 1 Mbit/s again from step 6 (error-feedback TernGrad
+// wins, its residuals and the ps's starting at zero). A cluster switches at
+// those steps (the chief rewinds the ps with the new layout, the worker
+// follows) and trains the in-process run's bits; so does a cluster stopped
+// at step 5 and resumed to the end (its checkpoint holds the plan of step 4).
+// Each switch is in result.json and metrics.jsonl.
+TEST_F(Distributed, AutoCodecChoosesAgainWhenTheLinkMovesAndEveryReplicaSwitches) {
+  const std::string flags = " --max_shard_bytes=0 --codec_costs=" + (dir_ / "codec_costs.json").string() +
+                            " --codec=auto --auto_link_rate=1mbit --auto_link_changes=4:100gbit,6:1mbit "
+                            "--save_interval_steps=2";
+  const Proc a = in_process("inproc", 2, model_flags(10, flags));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::string launcher = "--num_ps=1 --num_workers=1";
+  const Proc b = cluster("cluster", launcher, model_flags(10, flags));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  expect_same_weights("inproc", "cluster");
+  for (const std::string run : {"inproc", "cluster"}) {
+    std::ifstream f(dir_ / run / "result.json");
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const terngrad::json::Json r = terngrad::json::parse_strict(text);
+    ASSERT_TRUE(r.contains("codec_changes")) << run << ": " << text;
+    const terngrad::json::Json& changes = r.at("codec_changes");
+    ASSERT_EQ(changes.size(), 2u) << text;
+    EXPECT_EQ(changes[0].at("step"), 4);
+    EXPECT_EQ(changes[0].at("variables")[4].at("codec"), "fp16") << changes[0].dump();
+    EXPECT_EQ(changes[1].at("step"), 6);
+    EXPECT_EQ(changes[1].at("variables")[4].at("codec").get<std::string>().rfind("ef(server_ef(terngrad", 0), 0u);
+    std::ifstream m(dir_ / run / "metrics.jsonl");
+    int events = 0;
+    for (std::string line; std::getline(m, line);)
+      events += terngrad::json::parse_strict(line).value("event", "") == "codec_rechoice";
+    EXPECT_EQ(events, 2) << run;
+  }
+  const Proc first = cluster("resumed", launcher, model_flags(5, flags));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const Proc second = cluster("resumed", launcher, model_flags(10, flags));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(second.output.find("residual starts at zero"), std::string::npos) << second.output;
+  expect_same_weights("inproc", "resumed");
+}
+
 // --comm_only with error feedback: the scale shared each step is that of
 // the fixed gradient plus this step's residual (it was kept from the first
 // step, fell below the encoder's own, and the run failed at step 2).

@@ -230,6 +230,13 @@ comm::LinkModel probe_ps_links(const TrainConfig& cfg, const std::vector<std::st
 
 AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int replicas, int num_ps,
                                  const comm::LinkModel& link, const std::string& link_source) {
+  AutoDecision d = decide(cfg, s, replicas, num_ps, link, link_source);
+  s.set_plan(d.choice.plan);
+  return d;
+}
+
+AutoDecision decide(const TrainConfig& cfg, TrainingSession& s, int replicas, int num_ps, const comm::LinkModel& link,
+                    const std::string& link_source) {
   AutoDecision d;
   d.candidates = comm::parse_auto_codec(cfg.codec, cfg.sync_replicas).candidates;
   d.link = link;
@@ -246,7 +253,6 @@ AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int
   in.replicas = replicas;
   in.num_ps = num_ps;
   d.choice = comm::choose_codecs(in);
-  s.set_plan(d.choice.plan);
   return d;
 }
 
@@ -275,6 +281,8 @@ void set_plan_of(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatu
 }
 
 }  // namespace
+
+void set_plan_of_status(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatus& st) { set_plan_of(cfg, s, st); }
 
 void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::string& ps0,
                        const std::optional<comm::Credential>& credential, const comm::TlsOptions& tls) {
@@ -365,7 +373,8 @@ std::string logged(const TrainConfig& cfg, const AutoDecision& d, TrainingSessio
 
 }  // namespace
 
-std::string apply_auto_codec_in_process(const TrainConfig& cfg, TrainingSession& s, int replicas) {
+std::string apply_auto_codec_in_process(const TrainConfig& cfg, TrainingSession& s, int replicas,
+                                        std::optional<comm::LinkModel>* decided_with) {
   if (!comm::is_auto_codec(cfg.codec)) return "";
   if (std::optional<std::string> kept = keep_checkpointed_plan(cfg, s)) return *kept;
   const std::optional<comm::LinkModel> flag = link_from_flag(cfg);
@@ -373,13 +382,14 @@ std::string apply_auto_codec_in_process(const TrainConfig& cfg, TrainingSession&
                                              flag ? "--auto_link_rate=" + cfg.auto_link_rate
                                                   : std::string("no link (an in-process run; --auto_link_rate "
                                                                 "models one)"));
+  if (decided_with) *decided_with = d.link;
   return logged(cfg, d, s);
 }
 
 std::string apply_auto_codec_in_cluster(const TrainConfig& cfg, TrainingSession& s, bool chief, int replicas,
                                         const std::vector<std::string>& ps,
                                         const std::optional<comm::Credential>& credential,
-                                        const comm::TlsOptions& tls) {
+                                        const comm::TlsOptions& tls, std::optional<comm::LinkModel>* decided_with) {
   if (!comm::is_auto_codec(cfg.codec)) return "";
   if (!chief) {
     adopt_chiefs_plan(cfg, s, ps.at(0), credential, tls);
@@ -403,6 +413,7 @@ std::string apply_auto_codec_in_cluster(const TrainConfig& cfg, TrainingSession&
     link = probe_ps_links(cfg, ps, credential, tls, &source);
   }
   const AutoDecision d = decide_and_set_plan(cfg, s, replicas, static_cast<int>(ps.size()), link, source);
+  if (decided_with) *decided_with = d.link;
   return logged(cfg, d, s);
 }
 

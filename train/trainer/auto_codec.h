@@ -21,6 +21,7 @@
 #include "terngrad/base/json.h"
 #include "terngrad/comm/codec_choice.h"
 #include "terngrad/comm/credentials.h"
+#include "terngrad/comm/ps_status.h"
 #include "terngrad/comm/tls.h"
 
 namespace terngrad::train::detail {
@@ -55,6 +56,9 @@ comm::LinkModel probe_ps_links(const TrainConfig& cfg, const std::vector<std::st
                                const std::optional<comm::Credential>& chief, const comm::TlsOptions& tls,
                                std::string* source);
 
+// Decides the plan for this session's variables (s is not changed).
+AutoDecision decide(const TrainConfig& cfg, TrainingSession& s, int replicas, int num_ps, const comm::LinkModel& link,
+                    const std::string& link_source);
 // Decides the plan for this session's variables and sets it (s.set_plan).
 AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int replicas, int num_ps,
                                  const comm::LinkModel& link, const std::string& link_source);
@@ -64,19 +68,25 @@ AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int
 // variables and only its candidates (or fp32), and sets it.
 void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::string& ps0,
                        const std::optional<comm::Credential>& credential, const comm::TlsOptions& tls);
+// The plan a ps's Status names (checked as adopt_chiefs_plan checks it), set.
+void set_plan_of_status(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatus& st);
 
 // The two entry points. Both return "" when --codec is not auto, else the
 // decision as one line of JSON (TrainResult::codec_choice), and log it
 // unless --quiet. Call right after the session is made, before anything
 // reads its plan.
 //   in-process (CPU and GPU): `replicas` virtual workers, one imagined ps;
-std::string apply_auto_codec_in_process(const TrainConfig& cfg, TrainingSession& s, int replicas);
+// decided_with, when given: the link a new decision was made for (left
+// alone when the plan was kept from a checkpoint or adopted).
+std::string apply_auto_codec_in_process(const TrainConfig& cfg, TrainingSession& s, int replicas,
+                                        std::optional<comm::LinkModel>* decided_with = nullptr);
 //   a replica of a cluster: the chief decides (probing the ps unless
 //   --auto_link_rate is given), the others adopt the chief's plan from ps 0.
 std::string apply_auto_codec_in_cluster(const TrainConfig& cfg, TrainingSession& s, bool chief, int replicas,
                                         const std::vector<std::string>& ps,
                                         const std::optional<comm::Credential>& credential,
-                                        const comm::TlsOptions& tls);
+                                        const comm::TlsOptions& tls,
+                                        std::optional<comm::LinkModel>* decided_with = nullptr);
 
 // For the log: every variable's choice and the estimates.
 std::string describe(const AutoDecision& d, TrainingSession& s);

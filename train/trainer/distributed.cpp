@@ -5,15 +5,18 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
 
 #include "auto_codec.h"
+#include "plan_recheck.h"
 #include "optimizer_handler.h"
 #include "replica_loop.h"
 #include "session.h"
@@ -122,6 +125,37 @@ TrainResult run_ps(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   return {};
 }
 
+// A replica other than the chief, its calls rewound: waits (within
+// --ps_rejoin_window_secs) until every ps took a rewind past `epoch`, and
+// returns the step it went back to when it brought a plan other than the
+// session's (a new --codec=auto choice: plan_recheck.h).
+std::optional<int64_t> rewound_to_new_plan(const TrainConfig& cfg, const TrainingSession& s,
+                                           const std::vector<std::string>& ps, uint64_t epoch,
+                                           const std::optional<comm::Credential>& credential,
+                                           const comm::TlsOptions& tls) {
+  const auto t0 = Clock::now();
+  for (;;) {
+    std::vector<std::optional<comm::PsStatus>> st(ps.size());
+    for (size_t p = 0; p < ps.size(); ++p) st[p] = comm::query_ps_status(ps[p], 2, credential, tls);
+    const bool all = std::all_of(st.begin(), st.end(), [&](const std::optional<comm::PsStatus>& x) {
+      return x && x->phase == "running" && x->run_epoch > epoch && x->run_epoch == st[0]->run_epoch;
+    });
+    if (all) {
+      const std::vector<std::string>& plan = s.plan();
+      bool same = st[0]->variables.size() == plan.size();
+      for (size_t v = 0; same && v < plan.size(); ++v) same = st[0]->variables[v].second == plan[v];
+      if (same) return std::nullopt;
+      return st[0]->global_step;
+    }
+    // Not all there yet, or a ps failed: the ordinary rejoin waits and
+    // names what it found.
+    if (since(t0) > cfg.ps_rejoin_window_secs ||
+        std::any_of(st.begin(), st.end(), [](const auto& x) { return x && x->phase == "failed"; }))
+      return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   const int replica = c.replica();
   const bool chief = replica == 0;
@@ -131,56 +165,90 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   TrainConfig session_cfg = cfg;
   if (!chief) session_cfg.moving_average_decay = 0;  // only the chief evaluates and checkpoints
   TrainingSession s(session_cfg, n, {replica});
+  const std::optional<comm::Credential> credential =
+      credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica)));
+  const comm::TlsOptions tls = tls_of(cfg);
+  const std::vector<std::string> ps = c.ps_addresses();
+  std::optional<comm::LinkModel> decided_with;
   const std::string codec_choice =  // --codec=auto: the chief decides, the others adopt its plan
-      detail::apply_auto_codec_in_cluster(cfg, s, chief, n, c.ps_addresses(),
-                                          credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica))),
-                                          tls_of(cfg));
+      detail::apply_auto_codec_in_cluster(cfg, s, chief, n, ps, credential, tls, &decided_with);
   if (!cfg.sync_replicas && s.max_presum_rounds() > 0)
     throw std::invalid_argument("--codec=" + cfg.codec + " sums pre-rounds over the replicas of each step (a "
                                 "multi-round codec), which only a sync run has: use --sync_replicas=true");
-  const comm::Layout layout = make_layout(s, cfg, static_cast<int>(c.ps.size()));
+  // --codec=auto choosing again when the link moves (plan_recheck.h).
+  std::optional<detail::PlanRecheck> recheck =
+      detail::plan_recheck(cfg, true, n, static_cast<int>(ps.size()), decided_with, [&](std::string* source) {
+        return detail::probe_ps_links(cfg, ps, credential, tls, source);
+      });
+  const bool follows_new_plans = !chief && recheck.has_value();
+  if (!chief) recheck.reset();  // the chief re-checks; the others follow its rewinds
   comm::ClientOptions co;
   co.rpc_timeout_s = cfg.rpc_timeout_secs;
   co.peer_timeout_s = cfg.peer_timeout_secs;
-  co.credential = credential_of(cfg, comm::Role::replica_role(static_cast<uint32_t>(replica)));
-  co.tls = tls_of(cfg);
+  co.credential = credential;
+  co.tls = tls;
   co.startup_timeout_s = cfg.startup_timeout_secs;  // a ps may come up after its replicas
   if (!cfg.sync_replicas) co.last_step = cfg.max_steps;  // async: the ps applies exactly max_steps
   // A ps that restarts: async, refilled from the chief's values; sync, the
   // run rewound to the chief's latest checkpoint (which it needs).
   if (!cfg.sync_replicas || (!cfg.train_dir.empty() && cfg.save_interval_steps > 0))
     co.ps_rejoin_window_s = cfg.ps_rejoin_window_secs;
-  comm::WorkerClient client(c.ps_addresses(), layout, replica, cfg.sync_replicas, n, needed, co);
   const std::string me = replica_name(c, replica);
-  if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
-
-  try {
-    // Checkpoints are the session's, whichever device the step runs on.
-    const int64_t restored = s.restore();
-    // The device, chosen once: the loops below have no device branches.
-    const std::unique_ptr<detail::ReplicaStep> step = detail::make_replica_step(s);
-    Wire wire(s, layout);
-    const detail::Replica r{s, *step, client, layout, wire, me, chief};
-    const std::unique_ptr<detail::ReplicaLoop> loop =
-        cfg.sync_replicas ? detail::make_sync_loop(r) : detail::make_async_loop(r);
-    const int64_t first = loop->join(restored);
-    detail::ReplicaRun run(s, client, wire, chief, first);
-    run.record_codec_choice(codec_choice);
-    const int64_t last = loop->train(first, run);
-    TrainResult result = run.finish(last, c.ps_addresses(), co);
-    client.finish(true);
-    result.wall_seconds = since(t_start);
-    if (!cfg.quiet)
-      std::fprintf(stderr, "%s: done after %lld steps\n", me.c_str(), static_cast<long long>(run.steps_run()));
-    return result;
-  } catch (const comm::RunEnded& e) {
-    if (chief) throw comm::PeerError(me + ": the run ended without the chief: " + e.what());
-    if (!cfg.quiet) std::fprintf(stderr, "%s: %s; exiting\n", me.c_str(), e.what());
-    client.finish(true);
-    return {};
-  } catch (const std::exception& e) {
-    if (chief) client.finish(false, e.what());  // stop the others at once rather than after a timeout
-    throw;
+  std::optional<detail::ReplicaRun> run;
+  std::optional<int64_t> restored;  // the step the session holds
+  // The replica is built again, from the checkpoint of that step, each time
+  // the run switches to a new --codec=auto plan (plan_recheck.h).
+  for (;;) {
+    const comm::Layout layout = make_layout(s, cfg, static_cast<int>(ps.size()));
+    comm::WorkerClient client(ps, layout, replica, cfg.sync_replicas, n, needed, co);
+    if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
+    try {
+      // Checkpoints are the session's, whichever device the step runs on.
+      if (!restored) restored = s.restore();
+      // The device, chosen once: the loops below have no device branches.
+      const std::unique_ptr<detail::ReplicaStep> step = detail::make_replica_step(s);
+      Wire wire(s, layout);
+      detail::Replica r{s, *step, client, layout, wire, me, chief};
+      r.recheck = recheck ? &*recheck : nullptr;
+      if (follows_new_plans)
+        r.rewound_to_new_plan = [&] { return rewound_to_new_plan(cfg, s, ps, client.run_epoch(), credential, tls); };
+      const std::unique_ptr<detail::ReplicaLoop> loop =
+          cfg.sync_replicas ? detail::make_sync_loop(r) : detail::make_async_loop(r);
+      const int64_t first = loop->join(*restored);
+      if (!run) {
+        run.emplace(s, client, wire, chief, first);
+        run->record_codec_choice(codec_choice);
+      } else {
+        run->switch_client(client, wire);
+      }
+      const int64_t last = loop->train(first, *run);
+      if (const std::optional<int64_t> at = loop->new_plan_at()) {
+        if (chief) {
+          // The chief's next Init rewinds every ps to this step with the new layout.
+          co.new_plan_rewind_id = client.run_epoch() + 1;
+        } else {
+          detail::adopt_chiefs_plan(cfg, s, ps.at(0), credential, tls);  // fresh codecs
+          s.restore_at(*at, /*codec_states=*/false);
+          s.save_codec_states(*at);  // in place of the old codecs' states of this step
+        }
+        restored = *at;
+        continue;
+      }
+      TrainResult result = run->finish(last, ps, co);
+      client.finish(true);
+      result.wall_seconds = since(t_start);
+      if (!cfg.quiet)
+        std::fprintf(stderr, "%s: done after %lld steps\n", me.c_str(), static_cast<long long>(run->steps_run()));
+      return result;
+    } catch (const comm::RunEnded& e) {
+      if (chief) throw comm::PeerError(me + ": the run ended without the chief: " + e.what());
+      if (!cfg.quiet) std::fprintf(stderr, "%s: %s; exiting\n", me.c_str(), e.what());
+      client.finish(true);
+      return {};
+    } catch (const std::exception& e) {
+      if (chief) client.finish(false, e.what());  // stop the others at once rather than after a timeout
+      throw;
+    }
   }
 }
 

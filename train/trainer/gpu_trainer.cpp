@@ -33,6 +33,9 @@ TrainResult run_training_gpu(const TrainConfig& cfg) {
   std::vector<int> all(N);
   std::iota(all.begin(), all.end(), 0);
   TrainingSession s(cfg, N, all);
+  if (!cfg.auto_link_changes.empty())
+    throw std::invalid_argument("--auto_link_changes: the in-process GPU trainer keeps its --codec=auto choice (a "
+                                "cluster of GPU replicas chooses again)");
   const std::string codec_choice = apply_auto_codec_in_process(cfg, s, N);  // --codec=auto
   const int64_t start_step = s.restore();  // into the session's host objects
 

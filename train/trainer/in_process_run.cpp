@@ -26,6 +26,11 @@ void InProcessRun::record_codec_choice(const std::string& json_line) {
   if (log_ && !json_line.empty()) log_->write(JsonObject().add("event", "codec_choice").add_json("choice", json_line));
 }
 
+void InProcessRun::record_codec_rechoice(const std::string& json_line) {
+  result_.codec_changes.push_back(json_line);
+  if (log_) log_->write(JsonObject().add("event", "codec_rechoice").add_json("choice", json_line));
+}
+
 void InProcessRun::after_step(int64_t step, double loss, const std::function<void(JsonObject&)>& extra,
                               const Hooks& hooks) {
   const TrainConfig& cfg = s_.cfg();

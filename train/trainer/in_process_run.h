@@ -32,6 +32,9 @@ class InProcessRun {
   // --codec=auto: the decision (one line of JSON, "" for none) into the
   // result and, as {"event": "codec_choice", ...}, into metrics.jsonl.
   void record_codec_choice(const std::string& json_line);
+  // A plan chosen again (plan_recheck.h): into the result's codec_changes
+  // and, as {"event": "codec_rechoice", ...}, into metrics.jsonl.
+  void record_codec_rechoice(const std::string& json_line);
 
   // After step `step` (0-based) with the workers' mean loss: divergence
   // check, console progress, the metrics.jsonl train line (common fields,

@@ -8,9 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "plan_recheck.h"
 #include "replica_run.h"
 #include "replica_step.h"
 #include "session.h"
@@ -29,6 +32,12 @@ struct Replica {
   Wire& wire;
   const std::string& name;  // "worker 0 at host:port", for messages
   bool chief;
+  // --codec=auto choosing again (plan_recheck.h), sync runs: the chief's
+  // re-check at its checkpoints (nullptr: none); and for another replica,
+  // after its calls were rewound: waits until every ps took the chief's
+  // rewind and returns its step when it brought a new plan (empty: never).
+  PlanRecheck* recheck = nullptr;
+  std::function<std::optional<int64_t>()> rewound_to_new_plan;
 };
 
 class ReplicaLoop {
@@ -40,6 +49,10 @@ class ReplicaLoop {
   // Trains from global step `first` to the last; returns the last, with the
   // session holding the final state on the chief.
   virtual int64_t train(int64_t first, ReplicaRun& run) = 0;
+  // Set when train() returned before the last step because the run switches
+  // to a new --codec=auto plan at this global step (plan_recheck.h): the
+  // caller builds the replica again with it (distributed.cpp).
+  virtual std::optional<int64_t> new_plan_at() const { return std::nullopt; }
 };
 
 std::unique_ptr<ReplicaLoop> make_sync_loop(const Replica& r);

@@ -41,6 +41,12 @@ class ReplicaRun {
   // result and, on the chief, as {"event": "codec_choice", ...} into
   // metrics.jsonl.
   void record_codec_choice(const std::string& json_line);
+  // A new plan chosen again (plan_recheck.h): into the result's
+  // codec_changes and, on the chief, as {"event": "codec_rechoice", ...}.
+  void record_codec_rechoice(const std::string& json_line);
+  // The replica was built again (a new plan): the run goes on with this
+  // client and wire; the traffic counts on from the old client's.
+  void switch_client(comm::WorkerClient& client, const Wire& wire);
   // Whether the chief evaluates after `done` steps (before the last).
   bool evaluation_due(int64_t done) const;
   // The session's weights evaluated: into the result, the log and the console.
@@ -56,14 +62,17 @@ class ReplicaRun {
  private:
   using Clock = std::chrono::steady_clock;
   // Bytes per step run of a traffic counter since training began.
-  double per_step(uint64_t total, uint64_t at_start) const;
+  double per_step(uint64_t total) const;
+  // The traffic since training began, over every client this run had.
+  comm::Traffic traffic() const;
   // Payload and pre-round bytes this replica pushed, per step run: the mean
   // of what it measured after each step (Wire::step_bytes()).
   double sent_per_step() const;
 
   TrainingSession& s_;
-  comm::WorkerClient& client_;
-  const Wire& wire_;
+  comm::WorkerClient* client_;
+  const Wire* wire_;
+  comm::Traffic earlier_;  // of the clients before this one (switch_client)
   const bool chief_;
   const int64_t first_step_;
   const int64_t examples_per_step_;  // the whole cluster's, per global step
@@ -75,7 +84,7 @@ class ReplicaRun {
   double sent_bytes_ = 0;  // summed over the steps run
   double loss_ = 0;
   const Clock::time_point t_train_;
-  const comm::Traffic t0_;
+  comm::Traffic t0_;  // this client's when it began
 };
 
 }  // namespace terngrad::train::detail

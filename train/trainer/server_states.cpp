@@ -31,7 +31,7 @@ std::vector<std::vector<uint8_t>> server_states_for_init(TrainingSession& s, con
     auto it = s.server_states().find(TrainingSession::server_state_name(sh.variable, sh.begin, sh.count));
     if (it != s.server_states().end()) {
       out[i] = it->second;
-    } else if (restored_step > 0) {
+    } else if (restored_step > 0 && !s.server_states().empty()) {  // none at all: a new plan's fresh start
       std::fprintf(stderr,
                    "warning: %s [%llu, +%llu): the checkpoint of step %lld holds no server state for this shard "
                    "(another placement?); its server residual starts at zero\n",

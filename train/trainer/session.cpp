@@ -480,8 +480,11 @@ BlobMap TrainingSession::codec_states() const {
   BlobMap blobs;
   for (const WorkerState& w : worker_)
     for (size_t v = 0; v < w.codecs.size(); ++v) {
+      // A codec that keeps state writes it even when fresh (empty: nothing
+      // encoded yet, or residuals flushed by a new plan), so a restore
+      // tells a fresh state from a missing one.
       auto state = w.codecs[v]->save_state();
-      if (!state.empty()) blobs[codec_blob_name(w.global, v)] = std::move(state);
+      if (!state.empty() || keeps_codec_state(*w.codecs[v])) blobs[codec_blob_name(w.global, v)] = std::move(state);
     }
   return blobs;
 }
@@ -508,13 +511,13 @@ int64_t TrainingSession::restore_for_rewind() {
   });
 }
 
-void TrainingSession::restore_at(int64_t step) {
+void TrainingSession::restore_at(int64_t step, bool codec_states) {
   const std::string path = checkpoint_path(cfg_.train_dir, step);
   if (!std::filesystem::exists(path))
     throw std::runtime_error("the run was rewound to step " + std::to_string(step) + " but " + path +
                              " does not exist: every replica must see the chief's train_dir (same path, shared "
                              "storage)");
-  restore_from(load_checkpoint(path), false);
+  restore_from(load_checkpoint(path), false, codec_states);
 }
 
 int64_t TrainingSession::restore_newest(const std::function<std::string(const Checkpoint&)>& why_unusable) {
@@ -538,7 +541,7 @@ int64_t TrainingSession::restore_newest(const std::function<std::string(const Ch
   return ck->step;
 }
 
-void TrainingSession::restore_from(const Checkpoint& ck, bool fell_back) {
+void TrainingSession::restore_from(const Checkpoint& ck, bool fell_back, bool codec_states) {
   load_weights(ck);
   for (auto& [name, slot] : optimizer_->slots()) {
     auto it = ck.tensors.find(name);
@@ -553,6 +556,10 @@ void TrainingSession::restore_from(const Checkpoint& ck, bool fell_back) {
     std::optional<Checkpoint> own;
     const std::string own_path = own_codec_state_path(w, ck.step);
     for (size_t v = 0; v < w.codecs.size(); ++v) {
+      if (!codec_states) {
+        w.codecs[v]->load_state({});
+        continue;
+      }
       const std::string name = codec_blob_name(w.global, v);
       const BlobMap* blobs = &ck.blobs;
       if (!blobs->count(name) && std::filesystem::exists(own_path)) {
@@ -692,7 +699,8 @@ void TrainingSession::save_codec_states(int64_t step) {
   for (const WorkerState& w : worker_) {
     BlobMap blobs;
     for (size_t v = 0; v < w.codecs.size(); ++v)
-      if (auto state = w.codecs[v]->save_state(); !state.empty()) blobs[codec_blob_name(w.global, v)] = std::move(state);
+      if (auto state = w.codecs[v]->save_state(); !state.empty() || keeps_codec_state(*w.codecs[v]))
+        blobs[codec_blob_name(w.global, v)] = std::move(state);  // empty: fresh (codec_states())
     if (!blobs.empty()) save_checkpoint(codec_state_dir(cfg_.train_dir, w.global), step, {}, blobs, 3);
   }
 }

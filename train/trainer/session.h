@@ -162,7 +162,9 @@ class TrainingSession {
   // replica then restores exactly that step's (restore_at; std::runtime_error
   // when the file is missing or corrupt).
   int64_t restore_for_rewind();
-  void restore_at(int64_t step);
+  // codec_states=false: every codec starts fresh (a new --codec=auto plan
+  // from this step: plan_recheck.h), whatever the files hold.
+  void restore_at(int64_t step, bool codec_states = true);
   // Weights and EMA shadows of a checkpoint (what an evaluator needs).
   void load_weights(const Checkpoint& ck);
   // Writes a checkpoint of this process's state at `step` (atomic, keeps 3).
@@ -291,7 +293,7 @@ class TrainingSession {
   std::string own_codec_state_path(const WorkerState& w, int64_t step) const;
   std::string missing_codec_state(const Checkpoint& ck) const;
   int64_t restore_newest(const std::function<std::string(const Checkpoint&)>& why_unusable);
-  void restore_from(const Checkpoint& ck, bool fell_back);
+  void restore_from(const Checkpoint& ck, bool fell_back, bool codec_states = true);
   void make_codecs();  // the workers' codecs and pre-round sums, from plan_
   comm::DecodeContext decode_context(int64_t step, size_t v) const;
   BlobMap server_states_;

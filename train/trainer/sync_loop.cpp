@@ -92,13 +92,25 @@ class SyncLoop final : public ReplicaLoop {
         one_step(step, run);
       } catch (const comm::PsRestarted& e) {
         step = rewind(e.what(), step) - 1;  // the loop's ++ makes it the step rewound to
+        if (new_plan_at_) return *new_plan_at_;
+      } catch (const NewPlan& p) {
+        new_plan_at_ = p.step;
+        return p.step;
       }
     }
     if (r_.chief) r_.step.state_into_session();  // for the final evaluation, checkpoint and export
     return cfg_.max_steps;
   }
 
+  std::optional<int64_t> new_plan_at() const override { return new_plan_at_; }
+
  private:
+  // The chief's re-check chose a new plan after `step` steps (thrown out of
+  // the step to train()).
+  struct NewPlan {
+    int64_t step;
+  };
+
   // Multi-round codecs sum their pre-rounds over the replicas between the
   // gradient and the encoding (a barrier of the whole step): such a run
   // takes the sequential step. The overlapped step applies each variable as
@@ -157,6 +169,16 @@ class SyncLoop final : public ReplicaLoop {
       if (keeps_server_states(r_.s)) init.server_states = server_states_for_init(r_.s, r_.layout, saved);
       at = r_.client.rewind_run(saved, &init);
     } else {
+      // A rewind that brings a new --codec=auto plan: this replica is built
+      // again with it (distributed.cpp); its client cannot register with
+      // the old layout.
+      if (r_.rewound_to_new_plan)
+        if (const std::optional<int64_t> planned = r_.rewound_to_new_plan()) {
+          new_plan_at_ = planned;
+          std::fprintf(stderr, "%s: the chief chose new codecs from step %lld on\n", r_.name.c_str(),
+                       static_cast<long long>(*planned));
+          return *planned;
+        }
       at = r_.client.rejoin_rewound_run();
       r_.s.restore_at(at);
     }
@@ -187,6 +209,15 @@ class SyncLoop final : public ReplicaLoop {
     if (cfg_.save_interval_steps > 0 && done % cfg_.save_interval_steps == 0 && done < cfg_.max_steps) {
       if (r_.chief) {
         r_.step.state_into_session();
+        // --codec=auto, the link moved: the new plan's checkpoint (no
+        // residuals) is where every replica goes on from (plan_recheck.h).
+        if (r_.recheck && r_.recheck->due(done))
+          if (const std::optional<AutoDecision> d = r_.recheck->at(done, r_.s)) {
+            switch_plan(r_.s, *d, done);
+            r_.s.save(done);
+            run.record_codec_rechoice(rechoice_json(done, *d, r_.s));
+            throw NewPlan{done};
+          }
         if (keeps_server_states(r_.s)) fetch_server_states(r_.s, r_.client, step);
         r_.s.save(done);
       } else {
@@ -280,6 +311,7 @@ class SyncLoop final : public ReplicaLoop {
   const std::vector<float> no_scales_;  // for codecs without scale sharing
   bool wants_scales_ = false;           // some variable's codec shares scales
   std::optional<OverlappedStep> overlapped_;
+  std::optional<int64_t> new_plan_at_;
 };
 
 }  // namespace

@@ -152,6 +152,14 @@ std::vector<Flag> codec_flags() {
                       "$TG_CACHE_DIR, $XDG_CACHE_HOME/terngrad or ~/.cache/terngrad /codec_costs.json; none: measure "
                       "every run)",
        TG_STR(codec_costs)},
+      {"auto_recheck_links", "--codec=auto, a sync cluster that probes its link: the chief probes again at every "
+                             "checkpoint and, when a direction's rate moved by more than 2x, chooses again (every "
+                             "replica and ps switch at that step; error-feedback residuals are flushed)",
+       TG_BOOL(auto_recheck_links)},
+      {"auto_link_changes", "--codec=auto, sync runs: STEP:RATE[,STEP:RATE...], the link rate a re-check at a "
+                            "checkpoint sees from global step STEP on, instead of a probe (tests, what-if runs; "
+                            "in-process runs too)",
+       TG_STR(auto_link_changes)},
   };
 }
 
@@ -270,6 +278,29 @@ void parse_train_flags(const std::vector<std::string>& args, TrainConfig& cfg) {
   }
 }
 
+std::vector<std::pair<int64_t, uint64_t>> parse_link_changes(const std::string& text) {
+  std::vector<std::pair<int64_t, uint64_t>> out;
+  std::istringstream in(text);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    const auto bad = [&](const std::string& why) {
+      return std::invalid_argument("--auto_link_changes=" + text + ": entry \"" + entry + "\" " + why);
+    };
+    const size_t colon = entry.find(':');
+    if (colon == std::string::npos) throw bad("is not STEP:RATE");
+    int64_t step = 0;
+    const std::string s = entry.substr(0, colon);
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
+    if (ec != std::errc() || end != s.data() + s.size() || step < 1) throw bad("has no step >= 1 before its ':'");
+    if (!out.empty() && step <= out.back().first) throw bad("does not come after the step before it");
+    uint64_t bps = 0;
+    if (const std::string why = comm::link_rate_problem(entry.substr(colon + 1), &bps); !why.empty()) throw bad(why);
+    out.emplace_back(step, bps);
+  }
+  if (out.empty()) throw std::invalid_argument("--auto_link_changes=" + text + ": no STEP:RATE entry");
+  return out;
+}
+
 void validate(const TrainConfig& c) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
@@ -317,6 +348,13 @@ void validate(const TrainConfig& c) {
     require(auto_codec, "--auto_link_rate=" + c.auto_link_rate + " is for --codec=auto (the codec is \"" + c.codec + "\")");
     const std::string why = comm::link_rate_problem(c.auto_link_rate);
     require(why.empty(), "--auto_link_rate=" + c.auto_link_rate + ": " + why);
+  }
+  if (!c.auto_link_changes.empty()) {
+    require(auto_codec, "--auto_link_changes=" + c.auto_link_changes + " is for --codec=auto (the codec is \"" +
+                            c.codec + "\")");
+    require(c.sync_replicas, "--auto_link_changes: an async run keeps its choice (no step is agreed by every replica "
+                             "to switch at)");
+    (void)parse_link_changes(c.auto_link_changes);  // names a bad entry
   }
 }
 

@@ -11,11 +11,13 @@
 #include <exception>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "in_process_run.h"
 #include "auto_codec.h"
+#include "plan_recheck.h"
 #include "session.h"
 #include "terngrad/train/metrics.h"
 #include "terngrad/train/safetensors.h"
@@ -265,31 +267,42 @@ TrainResult run_training(const TrainConfig& cfg_in) {
   std::vector<int> all(N);
   std::iota(all.begin(), all.end(), 0);
   detail::TrainingSession s(cfg, N, all);
-  const std::string codec_choice = detail::apply_auto_codec_in_process(cfg, s, N);  // --codec=auto
-  InProcessStep in(s, N);
+  std::optional<comm::LinkModel> decided_with;
+  const std::string codec_choice = detail::apply_auto_codec_in_process(cfg, s, N, &decided_with);  // --codec=auto
+  // --auto_link_changes: the plan chosen again at checkpoints, as a cluster's chief does (plan_recheck.h).
+  std::optional<detail::PlanRecheck> recheck = detail::plan_recheck(cfg, false, N, 1, decided_with, nullptr);
+  std::optional<InProcessStep> in(std::in_place, s, N);
   const int64_t start_step = s.restore();
-  in.attach_server_states(start_step);
+  in->attach_server_states(start_step);
   double recv_total = 0;
   uint64_t payload_total = 0;  // bytes every worker sent over the steps run (exact: integers)
   int64_t steps_sent = 0;
   detail::InProcessRun run(s, N, t_start);
-  run.result().fp32_bytes_per_worker_step = in.fp32_bytes_per_worker_step();
+  run.result().fp32_bytes_per_worker_step = in->fp32_bytes_per_worker_step();
   run.record_codec_choice(codec_choice);
   const detail::InProcessRun::Hooks hooks{[&s](TrainResult& r) { s.evaluate_into(r); }, nullptr};
 
   for (int64_t step = start_step; step < cfg.max_steps; ++step) {
-    const double loss = in.compute_gradients(step);  // 1.
-    in.share_scales();                                // 2.
-    in.run_presums(step);                             // 2b.
-    payload_total += in.encode_all(step);             // 3.
+    const double loss = in->compute_gradients(step);  // 1.
+    in->share_scales();                                // 2.
+    in->run_presums(step);                             // 2b.
+    payload_total += in->encode_all(step);             // 3.
     ++steps_sent;
-    const double recv = in.sum_on_server(step);       // 4.
+    const double recv = in->sum_on_server(step);       // 4.
     recv_total += recv;
-    in.apply(step);                                   // 5.
+    in->apply(step);                                   // 5.
     // Measured, not the capacity: the mean over workers and steps run.
     run.result().bytes_sent_per_worker_step =
         static_cast<double>(payload_total) / (static_cast<double>(N) * static_cast<double>(steps_sent)) +
-        in.presum_bytes();
+        in->presum_bytes();
+    // A new plan takes effect before this step's checkpoint, which holds it.
+    if (recheck && recheck->due(step + 1))
+      if (const std::optional<detail::AutoDecision> d = recheck->at(step + 1, s)) {
+        detail::switch_plan(s, *d, step + 1);
+        in.emplace(s, N);
+        in->attach_server_states(0);  // fresh
+        run.record_codec_rechoice(detail::rechoice_json(step + 1, *d, s));
+      }
     run.after_step(step, loss, [recv](JsonObject& o) { o.add("bytes_recv_per_worker", recv); }, hooks);
   }
   run.result().bytes_recv_per_worker_step = run.steps_run() > 0 ? recv_total / run.steps_run() : 0;

@@ -3,6 +3,8 @@
 
 #include "terngrad/train/train_config.h"
 
+#include "plan_recheck.h"
+
 namespace tt = terngrad::train;
 
 namespace {
@@ -56,6 +58,37 @@ TEST(TrainFlags, RejectsUnknownFlagsAndBadValues) {
   expect_error({"--learning_rate_decay_type=exponential"}, "--decay_steps");
   expect_error({"--max_steps"}, "needs a value");
   expect_error({"lenet"}, "unexpected argument");
+}
+
+// --auto_link_changes (plan_recheck.h): STEP:RATE entries, steps ascending,
+// each bad entry named; only with --codec=auto in a sync run.
+TEST(TrainFlags, AutoLinkChangesAreStepsAndRatesNamedWhenWrong) {
+  const auto changes = tt::parse_link_changes("100:1gbit,250:100mbit");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0], (std::pair<int64_t, uint64_t>{100, 1000000000}));
+  EXPECT_EQ(changes[1], (std::pair<int64_t, uint64_t>{250, 100000000}));
+  expect_error({"--codec=auto", "--auto_link_changes=100"}, "entry \"100\" is not STEP:RATE");
+  expect_error({"--codec=auto", "--auto_link_changes=0:1gbit"}, "entry \"0:1gbit\" has no step >= 1");
+  expect_error({"--codec=auto", "--auto_link_changes=x:1gbit"}, "entry \"x:1gbit\"");
+  expect_error({"--codec=auto", "--auto_link_changes=5:1gbit,5:1mbit"}, "entry \"5:1mbit\" does not come after");
+  expect_error({"--codec=auto", "--auto_link_changes=5:fast"}, "entry \"5:fast\"");
+  expect_error({"--codec=fp32", "--auto_link_changes=5:1gbit"}, "is for --codec=auto");
+  expect_error({"--codec=auto(fp32,fp16)", "--sync_replicas=false", "--auto_link_changes=5:1gbit"}, "an async run keeps");
+}
+
+// A re-check chooses again only when a direction's rate moved by more than
+// 2x (0 is no link: memory, faster than any link).
+TEST(PlanRecheck, MovedMeansMoreThanTwiceEitherWayInEitherDirection) {
+  using terngrad::comm::LinkModel;
+  using terngrad::train::detail::PlanRecheck;
+  const LinkModel gbit{125e6, 125e6, 1e-4};
+  EXPECT_FALSE(PlanRecheck::moved(gbit, gbit));
+  EXPECT_FALSE(PlanRecheck::moved(gbit, LinkModel{250e6, 62.5e6, 1e-3}));  // 2x exactly: not more
+  EXPECT_TRUE(PlanRecheck::moved(gbit, LinkModel{251e6, 125e6, 0}));
+  EXPECT_TRUE(PlanRecheck::moved(gbit, LinkModel{125e6, 62e6, 0}));
+  EXPECT_TRUE(PlanRecheck::moved(gbit, LinkModel{}));
+  EXPECT_TRUE(PlanRecheck::moved(LinkModel{}, gbit));
+  EXPECT_FALSE(PlanRecheck::moved(LinkModel{}, LinkModel{}));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ namespace terngrad::comm {
 struct PsStatus {
   std::string phase;  // waiting_init | running | finished | failed
   int64_t global_step = 0;
+  uint64_t run_epoch = 0;  // the last rewind this ps took (0: none)
   std::string failure;
   uint64_t stale_pushes = 0, duplicate_pushes = 0;
   uint64_t bytes_received = 0, bytes_sent = 0;  // payload bytes

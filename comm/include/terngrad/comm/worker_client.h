@@ -47,6 +47,11 @@ struct ClientOptions {
   // and this replica registered with it again, before it ends the run. 0: a
   // restarted ps ends the run at once.
   double ps_rejoin_window_s = 0;
+  // Sync, the chief of a run whose --codec=auto chose again (the link
+  // moved): join() initializes every ps with this rewind id (above the run's
+  // run_epoch()) and InitHeader.new_plan, so this client's layout replaces
+  // the one the run had, from join()'s global step. 0: an ordinary join.
+  uint64_t new_plan_rewind_id = 0;
 };
 
 // What went over the wire from this replica's point of view.
@@ -81,6 +86,8 @@ class WorkerClient {
   // tensors, or a sync run's server states). Then every replica registers
   // and waits until all have joined. Returns the run's global step.
   int64_t join(int64_t global_step, const InitTensors* init = nullptr);
+  // The id of the last rewind of the run this client joined (0: none).
+  uint64_t run_epoch() const;
 
   // Async, the chief (before join): what a ps that restarted is refilled
   // with. A ps killed and started again (a pod's restart) is empty: it

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace terngrad::train {
@@ -62,6 +63,15 @@ struct TrainConfig {
   // ~/.cache/terngrad, codec_costs.json; "none" = measure every run).
   std::string auto_link_rate = "";
   std::string codec_costs = "";
+  // Re-deciding (sync runs): at every checkpoint (--save_interval_steps)
+  // the chief of a cluster that probed its link probes it again, and when
+  // either direction's rate moved by more than 2x it chooses again; a new
+  // plan takes effect at that step on every replica and ps (error-feedback
+  // residuals flushed). auto_link_changes ("STEP:RATE,...") is what a
+  // re-check sees from global step STEP on instead of a probe, for tests and
+  // what-if runs, in-process runs included.
+  bool auto_recheck_links = true;
+  std::string auto_link_changes = "";
 
   // Distributed runs (ps/worker over gRPC). The cluster comes from the
   // flags when job_name is set, else from the TF_CONFIG environment variable
@@ -145,6 +155,9 @@ void parse_train_flags(const std::vector<std::string>& args, TrainConfig& cfg);
 
 // Checks ranges and combinations; throws std::invalid_argument naming the field.
 void validate(const TrainConfig& cfg);
+// --auto_link_changes as (global step, bits per second) pairs, steps
+// ascending; std::invalid_argument naming the entry that is wrong.
+std::vector<std::pair<int64_t, uint64_t>> parse_link_changes(const std::string& text);
 
 std::string train_flags_help();
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "terngrad/train/train_config.h"
 
@@ -43,6 +44,7 @@ struct TrainResult {
   double wall_seconds = 0;
   std::string codec_summary;              // e.g. "terngrad:clip=2.5 on 6 of 8 variables, fp32 on 2"
   std::string codec_choice;               // --codec=auto: the decision, one line of JSON; "" otherwise
+  std::vector<std::string> codec_changes;  // --codec=auto: each new plan chosen during the run (its "step"), JSON
 };
 
 // Examples one global step processes over the whole run: every worker's
