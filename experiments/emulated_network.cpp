@@ -303,17 +303,27 @@ const EmulatedNetwork::Host& EmulatedNetwork::add_host(const std::string& name, 
   check({"ip", "-n", hub_, "link", "set", h.hub_if, "up"});
   check({"ip", "-n", h.netns, "addr", "add", h.address + "/24", "dev", "eth0"});
   check({"ip", "-n", h.netns, "link", "set", "eth0", "up"});
+  shape(h, rate_bps, "add");
+  hosts_.push_back(h);
+  return hosts_.back();
+}
+
+void EmulatedNetwork::shape(const Host& h, uint64_t rate_bps, const char* verb) {
   const TbfParams t = tbf_params(rate_bps);
   const std::vector<std::string> tbf = {"root", "tbf", "rate", std::to_string(rate_bps) + "bit",
                                         "burst", std::to_string(t.burst_bytes), "limit", std::to_string(t.limit_bytes)};
-  std::vector<std::string> up = {"tc", "-n", h.netns, "qdisc", "add", "dev", "eth0"};  // what the task sends
+  std::vector<std::string> up = {"tc", "-n", h.netns, "qdisc", verb, "dev", "eth0"};  // what the task sends
   up.insert(up.end(), tbf.begin(), tbf.end());
   check(up);
-  std::vector<std::string> down = {"tc", "-n", hub_, "qdisc", "add", "dev", h.hub_if};  // what it receives
+  std::vector<std::string> down = {"tc", "-n", hub_, "qdisc", verb, "dev", h.hub_if};  // what it receives
   down.insert(down.end(), tbf.begin(), tbf.end());
   check(down);
-  hosts_.push_back(h);
-  return hosts_.back();
+}
+
+void EmulatedNetwork::set_rate(size_t i, uint64_t rate_bps) {
+  Host& h = hosts_.at(i);
+  shape(h, rate_bps, "replace");
+  h.rate_bps = rate_bps;
 }
 
 pid_t EmulatedNetwork::spawn(const Host& host, const std::vector<std::string>& argv,

@@ -95,6 +95,10 @@ class EmulatedNetwork {
   // At most 253 hosts (one /24).
   const Host& add_host(const std::string& name, uint64_t rate_bps);
   const std::vector<Host>& hosts() const { return hosts_; }
+  // Host i's link shaped to rate_bps each way from now on (tc qdisc
+  // replace on both ends: a link that degrades or is upgraded mid-run).
+  // Throws NetworkError.
+  void set_rate(size_t i, uint64_t rate_bps);
 
   // Forks a child that runs prepare_child (redirects, environment), joins the
   // host's namespace (setns) and execs argv[0] with argv. The child is killed
@@ -128,6 +132,8 @@ class EmulatedNetwork {
   std::string hub_;
   std::vector<std::string> made_;  // namespaces created, hub first
   std::vector<Host> hosts_;
+  // tbf at rate_bps on both ends of h's link (verb: "add" or "replace").
+  void shape(const Host& h, uint64_t rate_bps, const char* verb);
 };
 
 }  // namespace terngrad::experiments

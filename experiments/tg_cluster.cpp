@@ -86,6 +86,8 @@ struct Options {
   int replica_threads = 0;      // 0: cores / replicas
   std::string link_rate, ps_link_rate;  // as given (tc syntax); "" = loopback, no namespaces
   uint64_t link_rate_bps = 0, ps_link_rate_bps = 0;
+  // Every link re-shaped at these seconds after the start (a link that degrades mid-run).
+  std::vector<std::pair<double, uint64_t>> link_rate_changes;
   std::vector<std::string> train_flags;
 };
 
@@ -114,7 +116,9 @@ const char* kHelp =
     "  --link_rate=RATE      emulated links: every task in its own network namespace on a bridge, its\n"
     "                        link shaped to RATE each way (tc syntax: 500kbit, 100mbit, 1gbit, 10gbit);\n"
     "                        byte counts in <log_dir>/link_stats.json; needs root\n"
-    "  --ps_link_rate=RATE   the ps tasks' links at another rate (default --link_rate)\n";
+    "  --ps_link_rate=RATE   the ps tasks' links at another rate (default --link_rate)\n"
+    "  --link_rate_changes=SECS:RATE[,SECS:RATE...]   every link (ps too) re-shaped to RATE each way\n"
+    "                        SECS after the start: a link that degrades or recovers mid-run\n";
 
 std::string value_of(const std::string& arg, const std::string& name) {
   const std::string prefix = "--" + name + "=";
@@ -196,6 +200,19 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "link_rate")) != "\x01") o.link_rate = v, o.link_rate_bps = to_rate("link_rate", v);
     else if ((v = value_of(a, "ps_link_rate")) != "\x01")
       o.ps_link_rate = v, o.ps_link_rate_bps = to_rate("ps_link_rate", v);
+    else if ((v = value_of(a, "link_rate_changes")) != "\x01") {
+      for (size_t at = 0; at <= v.size();) {
+        const size_t end = std::min(v.find(',', at), v.size());
+        const std::string entry = v.substr(at, end - at);
+        const size_t colon = entry.find(':');
+        if (colon == std::string::npos) usage_error("--link_rate_changes=" + v + ": \"" + entry + "\" is not SECS:RATE");
+        const double secs = to_double("link_rate_changes", entry.substr(0, colon));
+        if (!(secs > 0) || (!o.link_rate_changes.empty() && secs <= o.link_rate_changes.back().first))
+          usage_error("--link_rate_changes=" + v + ": \"" + entry + "\": the seconds must be > 0 and ascending");
+        o.link_rate_changes.emplace_back(secs, to_rate("link_rate_changes", entry.substr(colon + 1)));
+        at = end + 1;
+      }
+    }
     else usage_error("unknown launcher flag " + a + " (tg-train flags go after \"--\")");
   }
   for (; i < argc; ++i) o.train_flags.emplace_back(argv[i]);
@@ -204,6 +221,8 @@ Options parse(int argc, char** argv) {
   if (!o.ps_link_rate.empty() && o.link_rate.empty())
     usage_error("--ps_link_rate=" + o.ps_link_rate + " needs --link_rate (the rate of the other tasks' links)");
   if (o.ps_link_rate.empty()) o.ps_link_rate = o.link_rate, o.ps_link_rate_bps = o.link_rate_bps;
+  if (!o.link_rate_changes.empty() && o.link_rate.empty())
+    usage_error("--link_rate_changes needs --link_rate (emulated links to re-shape)");
   if (!o.link_rate.empty() && o.host_given)
     usage_error("--host=" + o.host + " with --link_rate: every task gets its own address (10.77.0.N) there");
   for (const auto& f : o.train_flags)
@@ -675,6 +694,7 @@ std::string watch_tasks(const Launch& l, std::vector<Task>& tasks, const std::st
   bool killed_one = false;
   std::mt19937_64 rng(o.kill_seed);
   double next_kill = o.kill_every_min > 0 ? o.kill_every_min : -1, next_rss = 0;
+  size_t link_changes_done = 0;
   for (;;) {
     show_new_output(progress_log, fs::path(o.log_dir) / shown);
     bool any_running = false;
@@ -692,6 +712,16 @@ std::string watch_tasks(const Launch& l, std::vector<Task>& tasks, const std::st
       killed_one = true;
     }
     if (next_kill >= 0 && elapsed >= next_kill) next_kill = elapsed + kill_random_task(o, tasks, rng);
+    if (link_changes_done < o.link_rate_changes.size() && elapsed >= o.link_rate_changes[link_changes_done].first) {
+      const uint64_t bps = o.link_rate_changes[link_changes_done++].second;
+      try {
+        for (size_t i = 0; i < l.net->hosts().size(); ++i) l.net->set_rate(i, bps);
+      } catch (const tx::NetworkError& e) {
+        return std::string("--link_rate_changes: ") + e.what();
+      }
+      std::fprintf(stderr, "tg-cluster: %.0f s: every link now %.0f Mbit/s each way (--link_rate_changes)\n", elapsed,
+                   bps / 1e6);
+    }
     if (next_kill >= 0 && elapsed >= next_rss) {  // soak runs: memory every 10 s
       log_rss(o, tasks, elapsed);
       next_rss = elapsed + 10;

@@ -114,6 +114,8 @@ class Run:
         # --codec=auto: what the run chose (its codecs' summary) and the estimate it chose by.
         choice = result.get("codec_choice")
         self.codec_choice = choice if isinstance(choice, dict) else None
+        changes = result.get("codec_changes")  # plans chosen again when the link moved
+        self.codec_changes = [c for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
         self.codecs_used = str(result.get("codecs", ""))
 
         paper = meta.get("paper_top1")  # what the paper reports for this config, if it says
@@ -469,8 +471,9 @@ def auto_lines(runs):
     if not chosen:
         return []
     lines = ["## Codecs chosen by --codec=auto", "",
-             "| run | link the choice assumed | codecs chosen | estimated communication + codecs per step |",
-             "|---|---|---|---:|"]
+             "| run | link the choice assumed | codecs chosen | estimated communication + codecs per step "
+             "| chosen again (step: codecs, link) |",
+             "|---|---|---|---:|---|"]
     for r in sorted(chosen, key=lambda r: r.dir):
         c = r.codec_choice
         if c.get("resumed_from_checkpoint"):
@@ -479,8 +482,21 @@ def auto_lines(runs):
             link = str(c.get("link", {}).get("source", "?"))
             total = c.get("estimate", {}).get("total_ms")
             estimate = "n/a" if not isinstance(total, (int, float)) else f"{total:.1f} ms"
-        lines.append(f"| `{r.dir}` | {link} | {r.codecs_used or '?'} | {estimate} |")
+        again = "; ".join(change_text(c) for c in r.codec_changes) or "no"
+        lines.append(f"| `{r.dir}` | {link} | {r.codecs_used or '?'} | {estimate} | {again} |")
     return lines + [""]
+
+
+def change_text(change):
+    """One plan chosen again (result.json codec_changes): its step, codecs and the link it assumed."""
+    codecs = {}
+    for v in change.get("variables", []):
+        if isinstance(v, dict):
+            codecs[str(v.get("codec", "?"))] = codecs.get(str(v.get("codec", "?")), 0) + 1
+    named = ", ".join(f"{c} on {n}" for c, n in codecs.items()) or "?"
+    up = change.get("link", {}).get("up_bytes_per_s") if isinstance(change.get("link"), dict) else None
+    rate = f"{up * 8 / 1e6:.0f} Mbit/s up" if isinstance(up, (int, float)) and up > 0 else "?"
+    return f"step {change.get('step', '?')}: {named} ({rate})"
 
 
 def markdown_text(title, rows, run_dirs, curve_pngs, summary_png, bytes_png, runs=()):

@@ -1,11 +1,13 @@
-// link_rate.h: tc's rate syntax.
+// link_rate.h: tc's rate syntax, and schedules of rates.
 #include "terngrad/comm/link_rate.h"
 
 #include <strings.h>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 namespace terngrad::comm {
@@ -41,6 +43,28 @@ std::string link_rate_problem(const std::string& text, uint64_t* out) {
   // no veth on one machine gets near, so the link would not be shaped at all.
   if (!(bps >= 1e4) || !(bps <= 1e11)) return std::string("out of range: 10kbit to 100gbit");
   if (out) *out = static_cast<uint64_t>(std::llround(bps));
+  return "";
+}
+
+std::string link_changes_problem(const std::string& text, std::vector<std::pair<int64_t, uint64_t>>* changes) {
+  std::vector<std::pair<int64_t, uint64_t>> out;
+  std::istringstream in(text);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    const std::string named = "entry \"" + entry + "\" ";
+    const size_t colon = entry.find(':');
+    if (colon == std::string::npos) return named + "is not STEP:RATE";
+    int64_t step = 0;
+    const std::string s = entry.substr(0, colon);
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
+    if (ec != std::errc() || end != s.data() + s.size() || step < 1) return named + "has no step >= 1 before its ':'";
+    if (!out.empty() && step <= out.back().first) return named + "does not come after the step before it";
+    uint64_t bps = 0;
+    if (const std::string why = link_rate_problem(entry.substr(colon + 1), &bps); !why.empty()) return named + why;
+    out.emplace_back(step, bps);
+  }
+  if (out.empty()) return "no STEP:RATE entry";
+  if (changes) *changes = std::move(out);
   return "";
 }
 

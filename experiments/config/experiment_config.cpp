@@ -248,6 +248,12 @@ void check_codec(const ExperimentConfig& cfg, const std::string& source) {
     if (const std::string why = terngrad::comm::link_rate_problem(k.auto_link_rate()); !why.empty())
       bad(source, "codec.auto_link_rate", why, "\"" + k.auto_link_rate() + "\"");
   }
+  if (k.has_auto_link_changes()) {
+    if (!automatic)
+      bad(source, "codec.auto_link_changes", "is for spec \"auto\" or \"auto(...)\"", "\"" + k.auto_link_changes() + "\"");
+    if (const std::string why = terngrad::comm::link_changes_problem(k.auto_link_changes()); !why.empty())
+      bad(source, "codec.auto_link_changes", why, "\"" + k.auto_link_changes() + "\"");
+  }
   check_positive(source, "codec.clip", k.clip());
   if (k.size_to_binarize() < 1) bad(source, "codec.size_to_binarize", "must be >= 1", num(k.size_to_binarize()));
 }
@@ -381,6 +387,7 @@ static void add_codec_flags(const Codec& k, std::vector<std::string>& f) {
     flag("codec", k.name());
   }
   if (k.has_auto_link_rate()) flag("auto_link_rate", k.auto_link_rate());
+  if (k.has_auto_link_changes()) flag("auto_link_changes", k.auto_link_changes());
   flag("size_to_binarize", std::to_string(k.size_to_binarize()));
   flag("quantize_logits", b(k.quantize_logits()));
 }

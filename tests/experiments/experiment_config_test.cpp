@@ -107,15 +107,17 @@ TEST(ExperimentConfig, RegistryCodecsPassTheirSpec) {
 }
 
 // spec "auto": the run chooses (tg-train --codec=auto); the label names the
-// candidates, and auto_link_rate reaches the trainer.
+// candidates, and auto_link_rate and auto_link_changes reach the trainer.
 TEST(ExperimentConfig, AutoCodecPassesItsSpecAndLinkRate) {
   std::string text = kValid;
-  text.replace(text.find("codec { name: \"terngrad\" }"), 26, "codec { spec: \"auto\" auto_link_rate: \"1gbit\" }");
+  text.replace(text.find("codec { name: \"terngrad\" }"), 26,
+               "codec { spec: \"auto\" auto_link_rate: \"1gbit\" auto_link_changes: \"100:10gbit\" }");
   const auto cfg = tx::parse_experiment_config(text, "t");
   EXPECT_EQ(tx::codec_label(cfg), "auto(fp32,fp16,ef(server_ef(terngrad:clip=2.5,share_scale=1,round=nearest)))");
   const auto flags = tx::train_flags(tx::at_grid_point(cfg, 2, 1, 0, "t"), 0);
   EXPECT_TRUE(has_flag(flags, "--codec=auto"));
   EXPECT_TRUE(has_flag(flags, "--auto_link_rate=1gbit"));
+  EXPECT_TRUE(has_flag(flags, "--auto_link_changes=100:10gbit"));
 }
 
 TEST(ExperimentConfig, SyntaxErrorsAndUnknownFieldsNameFileLineAndField) {
@@ -158,6 +160,8 @@ TEST(ExperimentConfig, InvalidValuesNameTheField) {
        "codec.spec"},
       {{"codec { spec: \"fp16\" auto_link_rate: \"1gbit\" }"}, "codec.auto_link_rate"},
       {{"codec { spec: \"auto\" auto_link_rate: \"fast\" }"}, "codec.auto_link_rate"},
+      {{"codec { spec: \"fp16\" auto_link_changes: \"5:1gbit\" }"}, "codec.auto_link_changes"},
+      {{"codec { spec: \"auto\" auto_link_changes: \"5:1gbit,3:1mbit\" }"}, "entry \"3:1mbit\" does not come after"},
       {{"evaluation { batch_size: 0 }"}, "evaluation.batch_size"},
       {{"dataset { format: IDX }"}, "dataset.path"},
       {{"model { net: CIFARNET }", "dataset { format: IDX path: \"/x\" }"}, "dataset.format"},

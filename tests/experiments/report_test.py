@@ -167,6 +167,8 @@ def main():
             result = json.load(f)
         result["codecs"] = "ef(server_ef(terngrad:round=nearest)) on 8 of 8 variables"
         result["codec_choice"] = {"link": {"source": "--auto_link_rate=1gbit"}, "estimate": {"total_ms": 8.03}}
+        result["codec_changes"] = [{"step": 40, "variables": [{"name": "fc3/weights", "codec": "fp16"}],
+                                    "link": {"up_bytes_per_s": 1.25e10}}]
         with open(auto_result, "w") as f:
             json.dump(result, f)
         p = run_report([auto_root, "--out", os.path.join(tmp, "auto_report")])
@@ -175,7 +177,8 @@ def main():
             with open(os.path.join(tmp, "auto_report", "results.md")) as f:
                 auto_md = f.read()
             check("## Codecs chosen by --codec=auto" in auto_md and "--auto_link_rate=1gbit" in auto_md and
-                  "on 8 of 8 variables" in auto_md and "8.0 ms" in auto_md, f"auto table: {auto_md}")
+                  "on 8 of 8 variables" in auto_md and "8.0 ms" in auto_md and
+                  "step 40: fp16 on 1 (100000 Mbit/s up)" in auto_md, f"auto table: {auto_md}")
 
         # Emulated links: the same grid at two link rates gives a group per
         # rate (not 4 "seeds"), each terngrad group against fp32 at its rate.

@@ -133,12 +133,15 @@ class Network : public ::testing::Test {
             "--train_dir=" + (dir_ / "run").string()};
   }
 
-  // Starts tg-cluster in the background, output to dir_/launcher.out.
-  pid_t start_cluster(const std::vector<std::string>& launcher_flags, int steps) {
+  // Starts tg-cluster in the background, output to dir_/launcher.out;
+  // extra: tg-train flags after train_flags(steps).
+  pid_t start_cluster(const std::vector<std::string>& launcher_flags, int steps,
+                      const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {TG_CLUSTER_BIN, "--replica_threads=1"};
     args.insert(args.end(), launcher_flags.begin(), launcher_flags.end());
     args.push_back("--");
     for (const auto& f : train_flags(steps)) args.push_back(f);
+    args.insert(args.end(), extra.begin(), extra.end());
     const std::string out = (dir_ / "launcher.out").string();
     const pid_t pid = fork();
     if (pid == 0) {
@@ -231,7 +234,11 @@ TEST(LinkRate, TgClusterRefusesBadLinkFlags) {
            {"--link_rate=100", "--link_rate=100: no unit"},
            {"--link_rate=100mbit --ps_link_rate=1zbit", "--ps_link_rate=1zbit: unknown unit"},
            {"--ps_link_rate=50mbit", "--ps_link_rate=50mbit needs --link_rate"},
-           {"--link_rate=100mbit --host=127.0.0.1", "--host=127.0.0.1 with --link_rate"}}) {
+           {"--link_rate=100mbit --host=127.0.0.1", "--host=127.0.0.1 with --link_rate"},
+           {"--link_rate_changes=5:1gbit", "--link_rate_changes needs --link_rate"},
+           {"--link_rate=1gbit --link_rate_changes=5", "\"5\" is not SECS:RATE"},
+           {"--link_rate=1gbit --link_rate_changes=5:1gbit,3:1mbit", "\"3:1mbit\": the seconds must be > 0 and ascending"},
+           {"--link_rate=1gbit --link_rate_changes=5:fast", "fast"}}) {
     const Proc p = run_command(std::string(TG_CLUSTER_BIN) + " " + c.flags + " -- --net=lenet --max_steps=1");
     EXPECT_EQ(p.exit_code, 2) << c.flags << "\n" << p.output;
     EXPECT_NE(p.output.find(c.fragment), std::string::npos) << c.flags << "\n" << p.output;
@@ -479,6 +486,39 @@ TEST_F(Network, ShapedRunTakesAtLeastPayloadOverRateAndLeavesNothing) {
 }
 
 // SIGTERM mid-run: the launcher stops the tasks, then removes the namespaces.
+// --codec=auto in a cluster whose links get faster mid-run (tg-cluster
+// --link_rate_changes): the chief probes the ps again at each checkpoint,
+// and once the rate it measures has moved by more than 2x from the 40 Mbit/s
+// it chose for, it chooses again (plan_recheck.h); the run goes on to its
+// end whatever it chose. The codecs' costs are measured first (cached), so
+// the chief's first probe comes before the change.
+TEST_F(Network, AutoCodecProbesAgainAtCheckpointsAndSeesTheLinkMove) {
+  SKIP_WITHOUT_NAMESPACES();
+  const std::string costs = "--codec_costs=" + (dir_ / "codec_costs.json").string();
+  const Proc calibrate = run_command(std::string(TG_TRAIN_BIN) + " --net=lenet --dataset_name=synthetic "
+                                     "--synthetic_examples=64 --batch_size=8 --max_steps=1 --quiet=true --threads=1 "
+                                     "--codec=auto --auto_link_rate=1gbit " + costs);
+  ASSERT_EQ(calibrate.exit_code, 0) << calibrate.output;
+  const pid_t launcher = start_cluster({"--num_ps=1", "--num_workers=1", "--link_rate=40mbit",
+                                        "--link_rate_changes=8:1gbit", "--timeout_secs=75"},
+                                       120, {"--codec=auto", "--save_interval_steps=10", costs});
+  int st = 0;
+  ASSERT_EQ(wait_for(launcher, 80, &st), launcher) << "the run did not end in 80 s:\n" << slurp(dir_ / "launcher.out");
+  const std::string out = slurp(dir_ / "launcher.out");
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_NE(out.find("every link now 1000 Mbit/s each way"), std::string::npos) << out;
+  const std::string chief = slurp(dir_ / "run" / "logs" / "chief-0.log");
+  EXPECT_NE(chief.find("link: probe of 1 ps"), std::string::npos) << chief;
+  const size_t again = chief.find("--codec=auto: after step ");
+  ASSERT_NE(again, std::string::npos) << "no re-check saw the link move:\n" << chief;
+  const std::string line = chief.substr(again, chief.find('\n', again) - again);
+  std::printf("[ measured ] %s\n", line.c_str());
+  EXPECT_NE(line.find("(was "), std::string::npos) << line;
+  EXPECT_TRUE(line.find("choosing again") != std::string::npos || line.find("the choice stands") != std::string::npos)
+      << line;
+  EXPECT_TRUE(tx::EmulatedNetwork::namespaces_of("tgnet", launcher).empty());
+}
+
 TEST_F(Network, SigtermMidRunLeavesNothingBehind) {
   SKIP_WITHOUT_NAMESPACES();
   const pid_t launcher = start_cluster({"--num_ps=1", "--num_workers=1", "--link_rate=1gbit"}, 1000000);

@@ -280,24 +280,8 @@ void parse_train_flags(const std::vector<std::string>& args, TrainConfig& cfg) {
 
 std::vector<std::pair<int64_t, uint64_t>> parse_link_changes(const std::string& text) {
   std::vector<std::pair<int64_t, uint64_t>> out;
-  std::istringstream in(text);
-  std::string entry;
-  while (std::getline(in, entry, ',')) {
-    const auto bad = [&](const std::string& why) {
-      return std::invalid_argument("--auto_link_changes=" + text + ": entry \"" + entry + "\" " + why);
-    };
-    const size_t colon = entry.find(':');
-    if (colon == std::string::npos) throw bad("is not STEP:RATE");
-    int64_t step = 0;
-    const std::string s = entry.substr(0, colon);
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
-    if (ec != std::errc() || end != s.data() + s.size() || step < 1) throw bad("has no step >= 1 before its ':'");
-    if (!out.empty() && step <= out.back().first) throw bad("does not come after the step before it");
-    uint64_t bps = 0;
-    if (const std::string why = comm::link_rate_problem(entry.substr(colon + 1), &bps); !why.empty()) throw bad(why);
-    out.emplace_back(step, bps);
-  }
-  if (out.empty()) throw std::invalid_argument("--auto_link_changes=" + text + ": no STEP:RATE entry");
+  if (const std::string why = comm::link_changes_problem(text, &out); !why.empty())
+    throw std::invalid_argument("--auto_link_changes=" + text + ": " + why);
   return out;
 }
 
