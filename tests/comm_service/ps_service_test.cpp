@@ -167,6 +167,13 @@ std::vector<tc::VariableSpec> variables() {
   return {{"small", 1000, "fp32"}, {"large", 300000, "terngrad:clip=2.5,share_scale=1"}, {"half", 70000, "fp16"}};
 }
 
+// One codec per variable of the layout, as a replica makes them.
+std::vector<std::unique_ptr<tc::GradientCodec>> codecs_of(const tc::Layout& l) {
+  std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
+  for (const auto& v : l.variables) codecs.push_back(tc::make_codec(v.codec));
+  return codecs;
+}
+
 // Runs `replicas` threads for `steps` sync steps; returns replica 0's sums.
 // pipelined: begin_step .. end_step with buckets instead of push + pull_sums.
 std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, int steps, bool pipelined = false,
@@ -184,8 +191,7 @@ std::vector<std::vector<std::vector<float>>> run_sync(int num_ps, int replicas, 
     threads.emplace_back([&, r] {
       try {
         tc::WorkerClient c(addresses(ps), layout, r, true, replicas, replicas, fast_client());
-        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
-        for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
+        auto codecs = codecs_of(layout);
         EXPECT_EQ(c.join(0), 0);
         std::vector<std::vector<uint8_t>> payloads;
         for (int s = 0; s < steps; ++s)
@@ -222,8 +228,7 @@ TEST(PsService, ALastPullAfterTheChiefFinishedIsServed) {
     threads.emplace_back([&, r] {
       try {
         tc::WorkerClient c(addresses(ps), layout, r, true, 2, 2, fast_client());
-        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
-        for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
+        auto codecs = codecs_of(layout);
         c.join(0);
         push_step(c, r, 0, codecs);
         if (r == 1) chief_done.get_future().wait();  // the chief pulls and finishes first
@@ -268,8 +273,7 @@ TEST(PsService, ARewindTakesEveryPsBackAndEveryReplicaRegistersAgain) {
         tc::ClientOptions o = fast_client();
         o.ps_rejoin_window_s = 20;
         tc::WorkerClient c(addresses(ps), layout, r, true, 2, 2, o);
-        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
-        for (const auto& v : layout.variables) codecs.push_back(tc::make_codec(v.codec));
+        auto codecs = codecs_of(layout);
         c.join(0);
         for (int s = 0; s < 3; ++s) first[r].push_back(sync_step(c, r, s, codecs));
         if (r == 1) {
@@ -338,8 +342,7 @@ TEST(PsService, ARewindWithANewPlanTakesTheNewLayoutOnEveryPs) {
         uint64_t epoch = 0;
         {
           tc::WorkerClient c(addresses(ps), before, r, true, 2, 2, o);
-          std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
-          for (const auto& v : before.variables) codecs.push_back(tc::make_codec(v.codec));
+          auto codecs = codecs_of(before);
           c.join(0);
           for (int s = 0; s < 2; ++s) (void)sync_step(c, r, s, codecs);
           epoch = c.run_epoch();
@@ -368,8 +371,7 @@ TEST(PsService, ARewindWithANewPlanTakesTheNewLayoutOnEveryPs) {
           o.new_plan_rewind_id = epoch + 1;
         }
         tc::WorkerClient c(addresses(ps), after, r, true, 2, 2, o);
-        std::vector<std::unique_ptr<tc::GradientCodec>> codecs;
-        for (const auto& v : after.variables) codecs.push_back(tc::make_codec(v.codec));
+        auto codecs = codecs_of(after);
         EXPECT_EQ(c.join(2), 2);
         for (int s = 2; s < 4; ++s) sums[r].push_back(sync_step(c, r, s, codecs));
         c.finish(true);

@@ -491,7 +491,8 @@ TEST_F(Network, ShapedRunTakesAtLeastPayloadOverRateAndLeavesNothing) {
 // and once the rate it measures has moved by more than 2x from the 40 Mbit/s
 // it chose for, it chooses again (plan_recheck.h); the run goes on to its
 // end whatever it chose. The codecs' costs are measured first (cached), so
-// the chief's first probe comes before the change.
+// the chief's first probe comes before the change. Probes are spaced 20
+// times their duration apart (about 20 s here), so the run goes on past that.
 TEST_F(Network, AutoCodecProbesAgainAtCheckpointsAndSeesTheLinkMove) {
   SKIP_WITHOUT_NAMESPACES();
   const std::string costs = "--codec_costs=" + (dir_ / "codec_costs.json").string();
@@ -501,7 +502,7 @@ TEST_F(Network, AutoCodecProbesAgainAtCheckpointsAndSeesTheLinkMove) {
   ASSERT_EQ(calibrate.exit_code, 0) << calibrate.output;
   const pid_t launcher = start_cluster({"--num_ps=1", "--num_workers=1", "--link_rate=40mbit",
                                         "--link_rate_changes=8:1gbit", "--timeout_secs=75"},
-                                       120, {"--codec=auto", "--save_interval_steps=10", costs});
+                                       500, {"--codec=auto", "--save_interval_steps=20", costs});
   int st = 0;
   ASSERT_EQ(wait_for(launcher, 80, &st), launcher) << "the run did not end in 80 s:\n" << slurp(dir_ / "launcher.out");
   const std::string out = slurp(dir_ / "launcher.out");

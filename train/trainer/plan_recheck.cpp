@@ -2,8 +2,10 @@
 #include "plan_recheck.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <limits>
 
 #include "terngrad/base/json.h"
@@ -11,6 +13,9 @@
 namespace terngrad::train::detail {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 double rate(double bytes_per_s) { return bytes_per_s > 0 ? bytes_per_s : std::numeric_limits<double>::infinity(); }
 
@@ -51,7 +56,23 @@ std::optional<AutoDecision> PlanRecheck::at(int64_t done, TrainingSession& s) {
       link = comm::LinkModel{bps / 8.0, bps / 8.0, 0};
       source = "--auto_link_changes=" + cfg_.auto_link_changes + " at step " + std::to_string(done);
     }
-  if (!link && probe_) link = probe_(&source);
+  if (!link && probe_) {
+    // A probe holds every replica's step (about 1 s): at most one per 20
+    // probes' time, so re-checking costs at most 5% of the run.
+    if (seconds_since(last_probe_) < kProbeSpacing * probe_seconds_) return std::nullopt;
+    try {
+      const Clock::time_point t0 = Clock::now();
+      link = probe_(&source);
+      probe_seconds_ = seconds_since(t0);
+      last_probe_ = Clock::now();
+    } catch (const std::exception& e) {
+      // A ps that does not answer a probe fails the run's own calls soon
+      // enough; the re-check alone keeps the plan.
+      std::fprintf(stderr, "warning: --codec=auto: the re-check after step %lld could not probe the ps (%s); "
+                   "the choice stands\n", static_cast<long long>(done), e.what());
+      return std::nullopt;
+    }
+  }
   if (!link) return std::nullopt;
   if (reference_ && !moved(*reference_, *link)) return std::nullopt;
   const std::string was = reference_ ? mbit(reference_->up_bytes_per_s) + " up, " +

@@ -3,7 +3,8 @@
 // because that is a step every replica can go back to: the chief measures
 // the link (a probe of every ps, or --auto_link_changes' rate for that step),
 // and when either direction's rate moved by more than 2x since the plan was
-// chosen, it chooses again. A new plan replaces the old one at that step
+// chosen, it chooses again. A probe stalls every replica's step for about a
+// second, so one comes at most every 20 probes' time (at most 5% of the run). A new plan replaces the old one at that step
 // everywhere: the chief writes the step's checkpoint with the new plan and no
 // error-feedback residuals (flushed: the new codecs start from zero, as a run
 // started at that step would), rewinds every ps to that step with the new
@@ -13,6 +14,7 @@
 // and an in-process run train the same bits.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -53,6 +55,12 @@ class PlanRecheck {
   std::optional<comm::LinkModel> reference_;
   Probe probe_;
   std::vector<std::pair<int64_t, uint64_t>> changes_;  // --auto_link_changes
+  // Probes are spaced kProbeSpacing times their own duration apart: the
+  // first re-check's at least that long after the run's first probe
+  // (assumed to take a second until one is timed).
+  static constexpr double kProbeSpacing = 20;
+  std::chrono::steady_clock::time_point last_probe_ = std::chrono::steady_clock::now();
+  double probe_seconds_ = 1.0;
 };
 
 // The re-check a run makes, or nullopt when it makes none: not --codec=auto,
