@@ -14,8 +14,9 @@ namespace tt = terngrad::testing;
 
 TEST(PsRequests, TheSeedScriptsRunAWholeStep) {
   for (bool secret : {true, false}) {
+    // Sync seeds also rewind the run with a new plan (InitHeader.new_plan).
     const tt::ScriptOutcome sync = tt::run_ps_request_script(tt::make_seed_script(secret, false));
-    EXPECT_EQ(sync.calls, 13u);
+    EXPECT_EQ(sync.calls, 16u);
     EXPECT_EQ(sync.refused, 1u) << "only the Checkpoint of a sync ps (it holds no values) is refused";
     EXPECT_TRUE(sync.ps_alive) << sync.detail;
     const tt::ScriptOutcome async = tt::run_ps_request_script(tt::make_seed_script(secret, true));
@@ -25,7 +26,7 @@ TEST(PsRequests, TheSeedScriptsRunAWholeStep) {
     // server_ef(): the Init's server state is taken and the Checkpoint of
     // step 0 returns the states after its sum, so nothing is refused.
     const tt::ScriptOutcome ef = tt::run_ps_request_script(tt::make_seed_script(secret, false, true));
-    EXPECT_EQ(ef.calls, 13u);
+    EXPECT_EQ(ef.calls, 16u);
     EXPECT_EQ(ef.refused, 0u);
     EXPECT_TRUE(ef.ps_alive) << ef.detail;
   }

@@ -245,23 +245,37 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef) {
   const char* spec = server_ef ? "server_ef(fp16)" : "fp32";
   auto codec = tc::make_codec(spec);
   const uint64_t n = 8;
-  {
-    w.call(kInit, chief, A);
+  // The chief's Init header: the one variable with `codec`, under `fingerprint`.
+  const auto init_head = [&](const char* codec_spec, uint64_t fingerprint) {
     rpc::InitChunk head;
     rpc::InitHeader* h = head.mutable_header();
     h->set_replica(0);
     rpc::Variable* v = h->add_variables();
     v->set_name("w");
     v->set_size(n);
-    v->set_codec(spec);
+    v->set_codec(codec_spec);
     rpc::Shard* sh = h->add_shards();
     sh->set_variable(0);
     sh->set_count(n);
-    h->set_fingerprint(7);
+    h->set_fingerprint(fingerprint);
     h->set_sync(!async);
     h->set_total_replicas(2);
     h->set_replicas_to_aggregate(2);
-    std::vector<rpc::InitChunk> chunks = {head};
+    return head;
+  };
+  const auto register_both = [&](uint64_t fingerprint) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      w.call(kRegister, r == 0 ? chief : worker, r == 0 ? A : B);
+      rpc::RegisterRequest req;
+      req.set_replica(r);
+      req.set_fingerprint(fingerprint);
+      req.set_label("seed");
+      w.piece(req);
+    }
+  };
+  {
+    w.call(kInit, chief, A);
+    std::vector<rpc::InitChunk> chunks = {init_head(spec, 7)};
     if (async) {
       for (const char* slot : {"", "Momentum"}) {
         rpc::InitChunk t;
@@ -294,14 +308,7 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef) {
     w.byte(static_cast<uint8_t>(chunks.size()));
     for (const auto& c : chunks) w.piece(c);
   }
-  for (uint32_t r = 0; r < 2; ++r) {
-    w.call(kRegister, r == 0 ? chief : worker, r == 0 ? A : B);
-    rpc::RegisterRequest req;
-    req.set_replica(r);
-    req.set_fingerprint(7);
-    req.set_label("seed");
-    w.piece(req);
-  }
+  register_both(7);
   {
     w.call(kScales, chief, A);
     rpc::ScalesRequest req;
@@ -350,6 +357,20 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef) {
     probe.set_data("filler");
     probe.set_reply_bytes(64);
     w.piece(probe);
+  }
+  if (!async) {
+    // --codec=auto chose again: a rewind to step 1 with another codec (so
+    // another fingerprint), and both replicas register with it.
+    w.call(kInit, chief, A);
+    rpc::InitChunk head = init_head(server_ef ? "fp32" : "fp16", 8);
+    head.mutable_header()->set_global_step(1);
+    head.mutable_header()->set_rewind_id(1);
+    head.mutable_header()->set_new_plan(true);
+    w.byte(1);
+    w.piece(head);
+    register_both(8);
+  }
+  {
     w.call(kShutdown, chief, A);
     rpc::ShutdownRequest down;
     down.set_ok(true);

@@ -39,7 +39,9 @@ struct ScriptOutcome {
 ScriptOutcome run_ps_request_script(std::span<const uint8_t> script);
 
 // A well-formed 2-replica run: Init, both Registers, scales, both pushes,
-// pulls (one streamed), heartbeats, Status, Checkpoint, a link Probe and Shutdown.
+// pulls (one streamed), heartbeats, Status, Checkpoint, a link Probe and Shutdown;
+// sync runs also a rewind with a new plan (--codec=auto chose again: another
+// codec and fingerprint) and both Registers under it before the Shutdown.
 // server_ef (sync only): the variable travels as server_ef(fp16), the Init
 // carries a server state (a resumed run's) and the Checkpoint asks for the
 // states after step 0, so the scripts reach the server-state paths too.
