@@ -519,7 +519,11 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   EXPECT_NE(chief.output.find("caught up"), std::string::npos) << chief.output;
   expect_same_weights("straight", "chief-rejoined");
 
-  const Proc refused = cluster("refused", kill_later, model_flags(1000, sync_flags));
+  // Without a rejoin window the restarted worker is refused. No checkpoint
+  // before the kill here: with one every 200 steps the kill could land on it
+  // (at about 40 steps/s, step 200 comes near the 5 s mark), and a worker
+  // that restores the run's own step has nothing to catch up.
+  const Proc refused = cluster("refused", kill_later, model_flags(1000, "--codec='ef(terngrad)' --save_interval_steps=5000"));
   EXPECT_NE(refused.exit_code, 0) << refused.output;
   EXPECT_NE(refused.output.find("cannot rejoin a sync run in progress"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("--rejoin_window_steps=0"), std::string::npos) << refused.output;
