@@ -63,8 +63,9 @@ FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 PROBE_PORT = 5601
 PROBE_SECONDS = 1.0
 MAX_STEPS = 1000          # bound on --steps / --warmup
-WORKER_TIMEOUT_S = 300    # one mode's workers, start to finish
-TOTAL_TIMEOUT_S = 1800    # the whole run
+WORKER_TIMEOUT_S = 300    # one mode's workers, start to finish: this much...
+STEP_TIMEOUT_S = 3        # ...plus this per step (warm-up, timed and compute-only)
+TOTAL_TIMEOUT_S = 1800    # the whole run, plus every mode's per-step allowance
 
 
 # ---------------------------------------------------------------------------
@@ -468,6 +469,12 @@ def probe(link, src, dst, procs):
     return r["bytes"] * 8 / r["seconds"] if r["seconds"] > 0 else 0.0
 
 
+def mode_timeout_s(args):
+    """How long one mode's workers may take, start to finish: a fixed allowance
+    for start-up and the evaluation, plus STEP_TIMEOUT_S per step."""
+    return WORKER_TIMEOUT_S + STEP_TIMEOUT_S * (args.warmup + args.steps + args.compute_steps)
+
+
 def run_mode(link, mode, args, tmp, procs):
     me = [sys.executable, os.path.abspath(__file__)]
     env = dict(os.environ)
@@ -489,7 +496,8 @@ def run_mode(link, mode, args, tmp, procs):
                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         procs.append(p)
         ranks.append((p, result, log))
-    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    allowed = mode_timeout_s(args)
+    deadline = time.monotonic() + allowed
     # Poll all: if one rank fails, the others would wait for it until gloo's
     # timeout, so they are stopped at once.
     while True:
@@ -498,8 +506,8 @@ def run_mode(link, mode, args, tmp, procs):
             break
         if time.monotonic() > deadline:
             stop([q for q, _, _ in ranks])
-            raise WorkerFailed("%s workers did not finish within %d s (stopped)\nRuntimeError: no step finished "
-                               "within %d s" % (mode, WORKER_TIMEOUT_S, WORKER_TIMEOUT_S))
+            raise WorkerFailed("%s workers did not finish their %d steps within %d s (stopped)"
+                               % (mode, args.warmup + args.steps + args.compute_steps, allowed))
         time.sleep(0.2)
     if any(c not in (None, 0) for c in codes):
         stop([q for q, _, _ in ranks])
@@ -665,7 +673,8 @@ def driver(args):
     procs = []
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGALRM, on_signal)
-    signal.alarm(TOTAL_TIMEOUT_S)  # a hung run still cleans up (SIGALRM -> Interrupted)
+    # A hung run still cleans up (SIGALRM -> Interrupted).
+    signal.alarm(TOTAL_TIMEOUT_S + len(args.modes) * STEP_TIMEOUT_S * (args.warmup + args.steps + args.compute_steps))
     t_start = time.monotonic()
     load_start = os.getloadavg()  # other jobs on the machine disturb timings: recorded
     busy_before = cpu_busy()
