@@ -491,9 +491,8 @@ TEST_F(Network, ShapedRunTakesAtLeastPayloadOverRateAndLeavesNothing) {
 // and once the rate it measures has moved by more than 2x from the 40 Mbit/s
 // it chose for, it chooses again (plan_recheck.h); the run goes on to its
 // end whatever it chose. The codecs' costs are measured first (cached), so
-// the chief's first probe comes before the change. Probes are spaced 20
-// times their duration apart (about 20 s here): both rates keep the steps
-// link-bound (40 and 100 Mbit/s), so the run lasts past that on any CPU.
+// the chief's first probe comes before the change; probes at most every
+// 3 s (--auto_recheck_secs; the default, 20 probes' time, is about 20 s).
 TEST_F(Network, AutoCodecProbesAgainAtCheckpointsAndSeesTheLinkMove) {
   SKIP_WITHOUT_NAMESPACES();
   const std::string costs = "--codec_costs=" + (dir_ / "codec_costs.json").string();
@@ -503,7 +502,7 @@ TEST_F(Network, AutoCodecProbesAgainAtCheckpointsAndSeesTheLinkMove) {
   ASSERT_EQ(calibrate.exit_code, 0) << calibrate.output;
   const pid_t launcher = start_cluster({"--num_ps=1", "--num_workers=1", "--link_rate=40mbit",
                                         "--link_rate_changes=8:100mbit", "--timeout_secs=80"},
-                                       500, {"--codec=auto", "--save_interval_steps=50", costs});
+                                       200, {"--codec=auto", "--save_interval_steps=20", "--auto_recheck_secs=3", costs});
   int st = 0;
   ASSERT_EQ(wait_for(launcher, 85, &st), launcher) << "the run did not end in 85 s:\n" << slurp(dir_ / "launcher.out");
   const std::string out = slurp(dir_ / "launcher.out");

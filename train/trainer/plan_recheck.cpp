@@ -58,8 +58,10 @@ std::optional<AutoDecision> PlanRecheck::at(int64_t done, TrainingSession& s) {
     }
   if (!link && probe_) {
     // A probe holds every replica's step (about 1 s): at most one per 20
-    // probes' time, so re-checking costs at most 5% of the run.
-    if (seconds_since(last_probe_) < kProbeSpacing * probe_seconds_) return std::nullopt;
+    // probes' time, so re-checking costs at most 5% of the run (or one per
+    // --auto_recheck_secs).
+    const double spacing = cfg_.auto_recheck_secs > 0 ? cfg_.auto_recheck_secs : kProbeSpacing * probe_seconds_;
+    if (seconds_since(last_probe_) < spacing) return std::nullopt;
     try {
       const Clock::time_point t0 = Clock::now();
       link = probe_(&source);

@@ -156,6 +156,9 @@ std::vector<Flag> codec_flags() {
                              "checkpoint and, when a direction's rate moved by more than 2x, chooses again (every "
                              "replica and ps switch at that step; error-feedback residuals are flushed)",
        TG_BOOL(auto_recheck_links)},
+      {"auto_recheck_secs", "--auto_recheck_links: the least time between two probes (each stalls the step about a "
+                            "second); 0 (default): 20 times the last probe's own duration, at most 5% of the run",
+       TG_DBL(auto_recheck_secs)},
       {"auto_link_changes", "--codec=auto, sync runs: STEP:RATE[,STEP:RATE...], the link rate a re-check at a "
                             "checkpoint sees from global step STEP on, instead of a probe (tests, what-if runs; "
                             "in-process runs too)",
@@ -333,6 +336,8 @@ void validate(const TrainConfig& c) {
     const std::string why = comm::link_rate_problem(c.auto_link_rate);
     require(why.empty(), "--auto_link_rate=" + c.auto_link_rate + ": " + why);
   }
+  require(c.auto_recheck_secs >= 0 && c.auto_recheck_secs <= 86400,
+          "--auto_recheck_secs must be in [0, 86400], got " + std::to_string(c.auto_recheck_secs));
   if (!c.auto_link_changes.empty()) {
     require(auto_codec, "--auto_link_changes=" + c.auto_link_changes + " is for --codec=auto (the codec is \"" +
                             c.codec + "\")");

@@ -71,6 +71,10 @@ struct TrainConfig {
   // re-check sees from global step STEP on instead of a probe, for tests and
   // what-if runs, in-process runs included.
   bool auto_recheck_links = true;
+  // The least time between two re-check probes (each stalls every replica's
+  // step for about a second); 0: 20 times the last probe's own duration,
+  // so probing costs at most 5% of the run.
+  double auto_recheck_secs = 0;
   std::string auto_link_changes = "";
 
   // Distributed runs (ps/worker over gRPC). The cluster comes from the
