@@ -58,6 +58,13 @@ tc::ClientOptions fast_client(double peer_timeout = 20) {
   return o;
 }
 
+// A client of a sync run that rejoins rewinds (ps_rejoin_window_s).
+tc::ClientOptions rejoining_client() {
+  tc::ClientOptions o = fast_client();
+  o.ps_rejoin_window_s = 20;
+  return o;
+}
+
 std::vector<std::string> addresses(const std::vector<std::unique_ptr<PsTask>>& ps) {
   std::vector<std::string> a;
   for (const auto& p : ps) a.push_back(p->address());
@@ -270,8 +277,7 @@ TEST(PsService, ARewindTakesEveryPsBackAndEveryReplicaRegistersAgain) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       try {
-        tc::ClientOptions o = fast_client();
-        o.ps_rejoin_window_s = 20;
+        tc::ClientOptions o = rejoining_client();
         tc::WorkerClient c(addresses(ps), layout, r, true, 2, 2, o);
         auto codecs = codecs_of(layout);
         c.join(0);
@@ -337,8 +343,7 @@ TEST(PsService, ARewindWithANewPlanTakesTheNewLayoutOnEveryPs) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       try {
-        tc::ClientOptions o = fast_client();
-        o.ps_rejoin_window_s = 20;
+        tc::ClientOptions o = rejoining_client();
         uint64_t epoch = 0;
         {
           tc::WorkerClient c(addresses(ps), before, r, true, 2, 2, o);
