@@ -421,8 +421,9 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
 // wins, its residuals and the ps's starting at zero). A cluster switches at
 // those steps (the chief rewinds the ps with the new layout, the worker
 // follows) and trains the in-process run's bits; so does a cluster stopped
-// at step 5 and resumed to the end (its checkpoint holds the plan of step 4).
-// Each switch is in result.json and metrics.jsonl.
+// at step 5 and resumed to the end (its checkpoint holds the plan of step 4),
+// and one of two ps and three replicas. Each switch is in result.json and
+// metrics.jsonl.
 TEST_F(Distributed, AutoCodecChoosesAgainWhenTheLinkMovesAndEveryReplicaSwitches) {
   const std::string flags = " --max_shard_bytes=0 --codec_costs=" + (dir_ / "codec_costs.json").string() +
                             " --codec=auto --auto_link_rate=1mbit --auto_link_changes=4:100gbit,6:1mbit "
@@ -456,6 +457,14 @@ TEST_F(Distributed, AutoCodecChoosesAgainWhenTheLinkMovesAndEveryReplicaSwitches
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_EQ(second.output.find("residual starts at zero"), std::string::npos) << second.output;
   expect_same_weights("inproc", "resumed");
+  // Two ps and three replicas (a chief and two workers), every variable
+  // whole on one ps: both ps take each new plan's rewind.
+  const std::string whole = flags + " --min_shard_bytes=100000000";
+  const Proc three = in_process("inproc3", 3, model_flags(10, whole));
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  const Proc two_ps = cluster("two-ps", "--num_ps=2 --num_workers=2", model_flags(10, whole));
+  ASSERT_EQ(two_ps.exit_code, 0) << two_ps.output;
+  expect_same_weights("inproc3", "two-ps");
 }
 
 // --comm_only with error feedback: the scale shared each step is that of
