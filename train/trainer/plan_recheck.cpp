@@ -79,7 +79,7 @@ std::optional<AutoDecision> PlanRecheck::at(int64_t done, TrainingSession& s) {
   if (reference_ && !moved(*reference_, *link)) return std::nullopt;
   const std::string was = reference_ ? mbit(reference_->up_bytes_per_s) + " up, " +
                                            mbit(reference_->down_bytes_per_s) + " down"
-                                     : std::string("not known (a plan kept from a checkpoint)");
+                                     : std::string("not known: a plan kept from a checkpoint or a running ps");
   reference_ = link;  // later moves count from here, whatever is chosen
   AutoDecision d = decide(cfg_, s, replicas_, num_ps_, *link, source);
   if (d.choice.plan == s.plan()) {
