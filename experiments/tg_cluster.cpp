@@ -120,6 +120,17 @@ const char* kHelp =
     "  --link_rate_changes=SECS:RATE[,SECS:RATE...]   every link (ps too) re-shaped to RATE each way\n"
     "                        SECS after the start: a link that degrades or recovers mid-run\n";
 
+// A flag's comma-separated list, empty entries kept (each is then refused by name).
+std::vector<std::string> comma_list(const std::string& v) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= v.size();) {
+    const size_t end = std::min(v.find(',', at), v.size());
+    out.push_back(v.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
 std::string value_of(const std::string& arg, const std::string& name) {
   const std::string prefix = "--" + name + "=";
   return arg.rfind(prefix, 0) == 0 ? arg.substr(prefix.size()) : std::string("\x01");
@@ -187,13 +198,10 @@ Options parse(int argc, char** argv) {
         usage_error("--kill_every_secs=" + v + ": expected 0 < MIN <= MAX");
     } else if ((v = value_of(a, "kill_seed")) != "\x01") o.kill_seed = static_cast<uint64_t>(to_int("kill_seed", v, 0));
     else if ((v = value_of(a, "kill_types")) != "\x01") {
-      for (size_t at = 0; at <= v.size();) {
-        const size_t end = std::min(v.find(',', at), v.size());
-        const std::string type = v.substr(at, end - at);
+      for (const std::string& type : comma_list(v)) {
         if (type != "ps" && type != "chief" && type != "worker" && type != "evaluator")
           usage_error("--kill_types=" + v + ": \"" + type + "\" is not ps, chief, worker or evaluator");
         o.kill_types.push_back(type);
-        at = end + 1;
       }
     }
     else if ((v = value_of(a, "replica_threads")) != "\x01") o.replica_threads = to_int("replica_threads", v, 1);
@@ -201,16 +209,13 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "ps_link_rate")) != "\x01")
       o.ps_link_rate = v, o.ps_link_rate_bps = to_rate("ps_link_rate", v);
     else if ((v = value_of(a, "link_rate_changes")) != "\x01") {
-      for (size_t at = 0; at <= v.size();) {
-        const size_t end = std::min(v.find(',', at), v.size());
-        const std::string entry = v.substr(at, end - at);
+      for (const std::string& entry : comma_list(v)) {
         const size_t colon = entry.find(':');
         if (colon == std::string::npos) usage_error("--link_rate_changes=" + v + ": \"" + entry + "\" is not SECS:RATE");
         const double secs = to_double("link_rate_changes", entry.substr(0, colon));
         if (!(secs > 0) || (!o.link_rate_changes.empty() && secs <= o.link_rate_changes.back().first))
           usage_error("--link_rate_changes=" + v + ": \"" + entry + "\": the seconds must be > 0 and ascending");
         o.link_rate_changes.emplace_back(secs, to_rate("link_rate_changes", entry.substr(colon + 1)));
-        at = end + 1;
       }
     }
     else usage_error("unknown launcher flag " + a + " (tg-train flags go after \"--\")");

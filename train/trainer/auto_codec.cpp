@@ -282,8 +282,6 @@ void set_plan_of(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatu
 
 }  // namespace
 
-void set_plan_of_status(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatus& st) { set_plan_of(cfg, s, st); }
-
 void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::string& ps0,
                        const std::optional<comm::Credential>& credential, const comm::TlsOptions& tls) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -21,7 +21,6 @@
 #include "terngrad/base/json.h"
 #include "terngrad/comm/codec_choice.h"
 #include "terngrad/comm/credentials.h"
-#include "terngrad/comm/ps_status.h"
 #include "terngrad/comm/tls.h"
 
 namespace terngrad::train::detail {
@@ -68,8 +67,6 @@ AutoDecision decide_and_set_plan(const TrainConfig& cfg, TrainingSession& s, int
 // variables and only its candidates (or fp32), and sets it.
 void adopt_chiefs_plan(const TrainConfig& cfg, TrainingSession& s, const std::string& ps0,
                        const std::optional<comm::Credential>& credential, const comm::TlsOptions& tls);
-// The plan a ps's Status names (checked as adopt_chiefs_plan checks it), set.
-void set_plan_of_status(const TrainConfig& cfg, TrainingSession& s, const comm::PsStatus& st);
 
 // The two entry points. Both return "" when --codec is not auto, else the
 // decision as one line of JSON (TrainResult::codec_choice), and log it
