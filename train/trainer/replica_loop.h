@@ -37,7 +37,7 @@ struct Replica {
   // after its calls were rewound: waits until every ps took the chief's
   // rewind and returns its step when it brought a new plan (empty: never).
   PlanRecheck* recheck = nullptr;
-  std::function<std::optional<int64_t>()> rewound_to_new_plan;
+  std::function<std::optional<int64_t>()> rewound_to_new_plan = {};
 };
 
 class ReplicaLoop {
