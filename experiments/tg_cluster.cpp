@@ -53,6 +53,7 @@
 #include "emulated_network.h"
 #include "link_sampler.h"
 #include "terngrad/base/json.h"
+#include "terngrad/comm/codec_choice.h"
 #include "terngrad/comm/credentials.h"
 #include "terngrad/train/atomic_file.h"
 
@@ -500,6 +501,14 @@ bool has_flag(const Options& o, const char* prefix) {
   return false;
 }
 
+// Whether the last --codec= of the tg-train flags is auto or auto(...).
+bool codec_is_auto(const Options& o) {
+  std::string codec;
+  for (const auto& f : o.train_flags)
+    if (f.rfind("--codec=", 0) == 0) codec = f.substr(8);
+  return terngrad::comm::is_auto_codec(codec);
+}
+
 // The emulated network, one host per task: 0, or the exit status to end with.
 int set_up_network(const Options& o, std::vector<Task>& tasks, std::optional<tx::EmulatedNetwork>& net) {
   // A closed terminal must clean up too.
@@ -532,6 +541,10 @@ struct Launch {
   std::optional<tx::EmulatedNetwork>& net;
   int threads;
   bool user_threads;
+  // --codec=auto without the user's --auto_replicas_per_host: the replicas
+  // all run on this machine, so the chief's cost model is told they share its
+  // cores (0: not passed).
+  int replicas_per_host;
 };
 
 // Starts task k (in its namespace on emulated links): "" or why it could
@@ -544,6 +557,7 @@ std::string start_task(const Launch& l, std::vector<Task>& tasks, size_t k) {
   std::vector<std::string> args = {o.tg_train};
   args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
   if (!l.user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : l.threads));
+  if (l.replicas_per_host > 0) args.push_back("--auto_replicas_per_host=" + std::to_string(l.replicas_per_host));
   if (!t.secret_file.empty()) args.push_back("--secret_file=" + t.secret_file);
   const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
   if (!shows_progress) args.push_back("--quiet=true");
@@ -822,7 +836,8 @@ int run(Options& o) {
   }
   const auto run_start = Clock::now();
   const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
-  const Launch launch{o, cluster, net, threads, has_flag(o, "--threads=")};
+  const int replicas_per_host = codec_is_auto(o) && !has_flag(o, "--auto_replicas_per_host=") ? replicas : 0;
+  const Launch launch{o, cluster, net, threads, has_flag(o, "--threads="), replicas_per_host};
   std::string failure = start_tasks(launch, tasks);
   if (failure.empty()) failure = watch_tasks(launch, tasks, shown);
   if (!failure.empty() && failure != "interrupted") let_the_others_notice(tasks);

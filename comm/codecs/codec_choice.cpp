@@ -179,12 +179,20 @@ PlanEstimate estimate(const ChoiceInput& in, const std::vector<std::string>& pla
     up += static_cast<double>(codec.payload_bytes(n));
     const std::optional<size_t> known = codec.aggregate_bytes(n, static_cast<size_t>(in.replicas));
     down += known ? static_cast<double>(*known) : c.down_bytes.at(n);
-    e.codec_s += c.encode_s.at(n) + c.decode_s.at(n) + R / 2 * c.sum2_s.at(n) / P;
+    e.encode_s += c.encode_s.at(n);
+    e.decode_s += c.decode_s.at(n);
+    e.server_s += R / 2 * c.sum2_s.at(n) / P;
   }
+  e.encode_s *= in.cpu_oversubscription;
+  e.decode_s *= in.cpu_oversubscription;
+  e.server_s *= in.cpu_oversubscription;
+  e.codec_s = e.encode_s + e.decode_s + e.server_s;
   const double k = std::max(1.0, R / P);
   const double u = in.link.up_bytes_per_s > 0 ? k * up / in.link.up_bytes_per_s : 0;
   const double d = in.link.down_bytes_per_s > 0 ? k * down / in.link.down_bytes_per_s : 0;
   e.link_s = std::max(u, d) + (std::clamp(in.link.two_way, 1.0, 2.0) - 1) * std::min(u, d);
+  e.up_s = u;
+  e.down_s = d;
   e.up_bytes = static_cast<uint64_t>(up);
   e.down_bytes = static_cast<uint64_t>(down);
   e.total_s = e.link_s + e.codec_s + 2 * in.link.latency_s;
@@ -268,6 +276,9 @@ CodecChoice choose_codecs(const ChoiceInput& in) {
   if (in.replicas < 1 || in.num_ps < 1)
     throw std::invalid_argument("codec choice: " + std::to_string(in.replicas) + " replicas and " +
                                 std::to_string(in.num_ps) + " ps (each must be >= 1)");
+  if (!(in.cpu_oversubscription >= 1) || !std::isfinite(in.cpu_oversubscription))
+    throw std::invalid_argument("codec choice: cpu_oversubscription " + std::to_string(in.cpu_oversubscription) +
+                                " (must be finite and >= 1)");
   CodecTable codecs;
   const auto uniform_plan = [&](const std::string& spec) {
     std::vector<std::string> plan;

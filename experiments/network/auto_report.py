@@ -9,15 +9,21 @@ model's predicted step against the measured one) and OUT_DIR/auto_vs_fixed.png.
 
 The predicted step is the overlapped sync step's structure (--overlap_comm,
 the default) fed with the chief's inputs and the run's compute:
-    up + max(compute + apply, down) + codecs + 2 round trips
+    encode + max(up, server) + max(compute + apply, down) + decode + 2 round trips
   - up, down: the ps link's time each way for the chosen plan's bytes (the
     chief's estimate: bytes, R / P replicas per ps link, the probe's rates);
-  - the pushes leave as the backward pass ends, and a step's sums come back
-    while the next step computes (layer by layer), so the down direction
-    costs only what the compute does not cover;
-  - codecs: the chief's estimate of encode, the ps's sums and decode;
+  - encode, decode: the replica's codec work; server: the ps's sums of the
+    R payloads (the chief's calibration, stretched by its
+    cpu_oversubscription where the replicas share their cores);
+  - the ps sums a shard once every replica delivered it, while later shards
+    are still on their way up, so upload and sums overlap and the slower
+    sets the pace; a step's sums come back while the next step computes
+    (layer by layer), so the down direction costs only what the compute
+    does not cover;
   - compute and apply (the optimizer) are the run's own, measured: no plan
     changes them.
+A decision written before the estimate had its parts (no "server_ms") is
+predicted as up + max(compute + apply, down) + codecs + 2 round trips.
 The chief's own estimate (communication and codecs only, its 'total_ms') is
 what it minimises; it is printed beside.
 """
@@ -44,15 +50,18 @@ def chosen(choice):
 
 
 def overlapped_step_ms(choice, compute_ms):
-    """up + max(compute, down) + codecs + 2 round trips (the module doc), ms;
-    NaN without the chief's decision."""
+    """The predicted step (the module doc), ms; NaN without the chief's decision."""
     est, link = choice.get("estimate"), choice.get("link")
     if not est or not link:
         return float("nan")
+    rtt = 2 * link["round_trip_ms"]
+    if "server_ms" in est:
+        return (est["encode_ms"] + max(est["up_ms"], est["server_ms"]) + max(compute_ms, est["down_ms"]) +
+                est["decode_ms"] + rtt)
     k = max(1.0, choice["replicas"] / choice["num_ps"])
     up = k * est["up_bytes"] / link["up_bytes_per_s"] * 1e3 if link["up_bytes_per_s"] > 0 else 0.0
     down = k * est["down_bytes"] / link["down_bytes_per_s"] * 1e3 if link["down_bytes_per_s"] > 0 else 0.0
-    return up + max(compute_ms, down) + est["codecs_ms"] + 2 * link["round_trip_ms"]
+    return up + max(compute_ms, down) + est["codecs_ms"] + rtt
 
 
 def main():
