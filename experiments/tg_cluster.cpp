@@ -32,6 +32,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,7 +54,6 @@
 #include "emulated_network.h"
 #include "link_sampler.h"
 #include "terngrad/base/json.h"
-#include "terngrad/comm/codec_choice.h"
 #include "terngrad/comm/credentials.h"
 #include "terngrad/train/atomic_file.h"
 
@@ -282,7 +282,8 @@ struct Task {
   int status = -1;  // exit status once reaped
   bool running = false;
   Clock::time_point started;
-  double seconds = 0;
+  double seconds = 0;      // wall time it ran, every start added up
+  double cpu_seconds = 0;  // user + system CPU time, every start added up
   int restarts = 0;                             // times started again (--restart_failed)
   std::optional<Clock::time_point> restart_at;  // when it is to be started again
 };
@@ -311,24 +312,31 @@ std::string describe_status(int status) {
   return "ended oddly";
 }
 
+// Reaps task t when it has ended (options WNOHANG), or waits for it to end
+// (options 0): true when reaped. Keeps its status, and adds its run's wall
+// and CPU time (its children's included) to the task's.
+bool reap(Task& t, int options) {
+  int st = 0;
+  rusage ru{};
+  if (::wait4(t.pid, &st, options, &ru) != t.pid) return false;
+  t.running = false;
+  t.status = st;
+  t.seconds += std::chrono::duration<double>(Clock::now() - t.started).count();
+  const auto secs = [](const timeval& v) { return static_cast<double>(v.tv_sec) + 1e-6 * static_cast<double>(v.tv_usec); };
+  t.cpu_seconds += secs(ru.ru_utime) + secs(ru.ru_stime);
+  return true;
+}
+
 void stop_all(std::vector<Task>& tasks) {
   for (Task& t : tasks)
     if (t.running) ::kill(t.pid, SIGTERM);
   const auto until = Clock::now() + std::chrono::seconds(3);
   for (Task& t : tasks) {
-    while (t.running && Clock::now() < until) {
-      int st = 0;
-      if (::waitpid(t.pid, &st, WNOHANG) == t.pid) {
-        t.running = false;
-        t.status = st;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    }
+    while (t.running && Clock::now() < until)
+      if (!reap(t, WNOHANG)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (t.running) {
       ::kill(t.pid, SIGKILL);
-      ::waitpid(t.pid, &t.status, 0);
-      t.running = false;
+      reap(t, 0);
     }
   }
 }
@@ -501,14 +509,6 @@ bool has_flag(const Options& o, const char* prefix) {
   return false;
 }
 
-// Whether the last --codec= of the tg-train flags is auto or auto(...).
-bool codec_is_auto(const Options& o) {
-  std::string codec;
-  for (const auto& f : o.train_flags)
-    if (f.rfind("--codec=", 0) == 0) codec = f.substr(8);
-  return terngrad::comm::is_auto_codec(codec);
-}
-
 // The emulated network, one host per task: 0, or the exit status to end with.
 int set_up_network(const Options& o, std::vector<Task>& tasks, std::optional<tx::EmulatedNetwork>& net) {
   // A closed terminal must clean up too.
@@ -541,10 +541,6 @@ struct Launch {
   std::optional<tx::EmulatedNetwork>& net;
   int threads;
   bool user_threads;
-  // --codec=auto without the user's --auto_replicas_per_host: the replicas
-  // all run on this machine, so the chief's cost model is told they share its
-  // cores (0: not passed).
-  int replicas_per_host;
 };
 
 // Starts task k (in its namespace on emulated links): "" or why it could
@@ -557,7 +553,6 @@ std::string start_task(const Launch& l, std::vector<Task>& tasks, size_t k) {
   std::vector<std::string> args = {o.tg_train};
   args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
   if (!l.user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : l.threads));
-  if (l.replicas_per_host > 0) args.push_back("--auto_replicas_per_host=" + std::to_string(l.replicas_per_host));
   if (!t.secret_file.empty()) args.push_back("--secret_file=" + t.secret_file);
   const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
   if (!shows_progress) args.push_back("--quiet=true");
@@ -638,11 +633,8 @@ std::string reap_tasks(const Options& o, std::vector<Task>& tasks, bool& any_run
   any_running = false;
   for (Task& t : tasks) {
     if (!t.running) continue;
-    int st = 0;
-    if (::waitpid(t.pid, &st, WNOHANG) == t.pid) {
-      t.running = false;
-      t.status = st;
-      t.seconds = std::chrono::duration<double>(Clock::now() - t.started).count();
+    if (reap(t, WNOHANG)) {
+      const int st = t.status;
       const bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
       if (failed && schedule_restart(o, t)) {
         any_running = true;  // it will be back
@@ -668,10 +660,7 @@ void kill_named_task(const Options& o, std::vector<Task>& tasks) {
     }
   for (Task& t : tasks)
     if (t.type + ":" + std::to_string(t.index) == o.kill_task) {
-      int st = 0;
-      ::waitpid(t.pid, &st, 0);
-      t.running = false;
-      t.status = st;
+      if (t.running) reap(t, 0);
       schedule_restart(o, t);
     }
 }
@@ -760,8 +749,7 @@ void let_the_others_notice(std::vector<Task>& tasks) {
     any = false;
     for (Task& t : tasks) {
       if (!t.running) continue;
-      if (::waitpid(t.pid, &t.status, WNOHANG) == t.pid) t.running = false;
-      else any = true;
+      if (!reap(t, WNOHANG)) any = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -770,9 +758,18 @@ void let_the_others_notice(std::vector<Task>& tasks) {
 // The tasks' outcomes and the chief's summary line; the exit status.
 int report(const Options& o, const std::vector<Task>& tasks, const std::string& failure, const std::string& shown) {
   std::fprintf(stderr, "\ntg-cluster: tasks\n");
-  for (const Task& t : tasks)
-    std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(),
-                 t.pid < 0 ? "not started" : describe_status(t.status).c_str());
+  // CPU time beside wall time: on a machine the tasks share, where the
+  // cores went (a ps at 0.9 cores is the step's bottleneck, say).
+  for (const Task& t : tasks) {
+    std::string what = t.pid < 0 ? "not started" : describe_status(t.status);
+    if (t.pid >= 0 && t.seconds > 0) {
+      char used[96];
+      std::snprintf(used, sizeof used, "; ran %.1f s, CPU %.1f s (%.2f cores)", t.seconds, t.cpu_seconds,
+                    t.cpu_seconds / t.seconds);
+      what += used;
+    }
+    std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(), what.c_str());
+  }
   if (!failure.empty()) {
     std::fprintf(stderr, "tg-cluster: FAILED: %s", failure.c_str());
     if (failure.back() != '\n') std::fprintf(stderr, "\n");
@@ -836,8 +833,7 @@ int run(Options& o) {
   }
   const auto run_start = Clock::now();
   const std::string shown = o.chief ? "chief-0.log" : "worker-0.log";
-  const int replicas_per_host = codec_is_auto(o) && !has_flag(o, "--auto_replicas_per_host=") ? replicas : 0;
-  const Launch launch{o, cluster, net, threads, has_flag(o, "--threads="), replicas_per_host};
+  const Launch launch{o, cluster, net, threads, has_flag(o, "--threads=")};
   std::string failure = start_tasks(launch, tasks);
   if (failure.empty()) failure = watch_tasks(launch, tasks, shown);
   if (!failure.empty() && failure != "interrupted") let_the_others_notice(tasks);

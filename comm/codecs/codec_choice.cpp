@@ -183,9 +183,6 @@ PlanEstimate estimate(const ChoiceInput& in, const std::vector<std::string>& pla
     e.decode_s += c.decode_s.at(n);
     e.server_s += R / 2 * c.sum2_s.at(n) / P;
   }
-  e.encode_s *= in.cpu_oversubscription;
-  e.decode_s *= in.cpu_oversubscription;
-  e.server_s *= in.cpu_oversubscription;
   e.codec_s = e.encode_s + e.decode_s + e.server_s;
   const double k = std::max(1.0, R / P);
   const double u = in.link.up_bytes_per_s > 0 ? k * up / in.link.up_bytes_per_s : 0;
@@ -276,9 +273,6 @@ CodecChoice choose_codecs(const ChoiceInput& in) {
   if (in.replicas < 1 || in.num_ps < 1)
     throw std::invalid_argument("codec choice: " + std::to_string(in.replicas) + " replicas and " +
                                 std::to_string(in.num_ps) + " ps (each must be >= 1)");
-  if (!(in.cpu_oversubscription >= 1) || !std::isfinite(in.cpu_oversubscription))
-    throw std::invalid_argument("codec choice: cpu_oversubscription " + std::to_string(in.cpu_oversubscription) +
-                                " (must be finite and >= 1)");
   CodecTable codecs;
   const auto uniform_plan = [&](const std::string& spec) {
     std::vector<std::string> plan;

@@ -7,23 +7,23 @@ Writes OUT_DIR/README-table.md (one row per net and rate: examples/s of every
 codec, auto's share of the best fixed candidate, what auto chose, and the
 model's predicted step against the measured one) and OUT_DIR/auto_vs_fixed.png.
 
-The predicted step is the overlapped sync step's structure (--overlap_comm,
-the default) fed with the chief's inputs and the run's compute:
-    encode + max(up, server) + max(compute + apply, down) + decode + 2 round trips
+The predicted step is the streamed sync step's structure, fed with the
+chief's inputs and the run's compute:
+    compute + apply + encode + max(up, server, down) + decode + 2 round trips
   - up, down: the ps link's time each way for the chosen plan's bytes (the
     chief's estimate: bytes, R / P replicas per ps link, the probe's rates);
-  - encode, decode: the replica's codec work; server: the ps's sums of the
-    R payloads (the chief's calibration, stretched by its
-    cpu_oversubscription where the replicas share their cores);
+    server: the ps's sums of the R payloads; encode, decode: the replica's
+    codec work (the chief's calibration);
   - the ps sums a shard once every replica delivered it, while later shards
-    are still on their way up, so upload and sums overlap and the slower
-    sets the pace; a step's sums come back while the next step computes
-    (layer by layer), so the down direction costs only what the compute
-    does not cover;
-  - compute and apply (the optimizer) are the run's own, measured: no plan
-    changes them.
+    are still on their way up, and sends each sum back as it is done (the
+    link is full duplex): upload, sums and download stream shard by shard,
+    and the slowest of the three sets the pace;
+  - compute (forward and backward) and apply (the optimizer) are the run's
+    own, measured: no plan changes them.
 A decision written before the estimate had its parts (no "server_ms") is
 predicted as up + max(compute + apply, down) + codecs + 2 round trips.
+The measured step is the run's steady state (run_grid.py: the later half of
+its logged intervals).
 The chief's own estimate (communication and codecs only, its 'total_ms') is
 what it minimises; it is printed beside.
 """
@@ -49,14 +49,14 @@ def chosen(choice):
     return ", ".join(f"{c} on {k} of {n}" for c, k in sorted(counts.items(), key=lambda x: -x[1]))
 
 
-def overlapped_step_ms(choice, compute_ms):
+def predicted_step_ms(choice, compute_ms):
     """The predicted step (the module doc), ms; NaN without the chief's decision."""
     est, link = choice.get("estimate"), choice.get("link")
     if not est or not link:
         return float("nan")
     rtt = 2 * link["round_trip_ms"]
     if "server_ms" in est:
-        return (est["encode_ms"] + max(est["up_ms"], est["server_ms"]) + max(compute_ms, est["down_ms"]) +
+        return (compute_ms + est["encode_ms"] + max(est["up_ms"], est["server_ms"], est["down_ms"]) +
                 est["decode_ms"] + rtt)
     k = max(1.0, choice["replicas"] / choice["num_ps"])
     up = k * est["up_bytes"] / link["up_bytes_per_s"] * 1e3 if link["up_bytes_per_s"] > 0 else 0.0
@@ -93,7 +93,7 @@ def main():
         a = g["auto"]
         best = max((g[c]["examples_per_sec"] for c in fixed_names if c in g), default=float("nan"))
         choice = a.get("codec_choice", {})
-        predicted = overlapped_step_ms(choice, a["compute_ms"] + a.get("apply_ms", 0.0))
+        predicted = predicted_step_ms(choice, a["compute_ms"] + a.get("apply_ms", 0.0))
         err = predicted / a["step_ms"] - 1
         def rate(r):
             x = r["examples_per_sec"]

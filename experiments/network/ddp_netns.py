@@ -261,7 +261,7 @@ def mlp(dims):
     return torch.nn.Sequential(*layers)
 
 
-def register_hook(ddp, mode, model):
+def register_hook(ddp, mode, model, seed):
     """The hook of a mode on the DDP model; returns its state (for byte counts) or None."""
     import torch.distributed.algorithms.ddp_comm_hooks.default_hooks as default_hooks
     import torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook as powersgd
@@ -276,11 +276,11 @@ def register_hook(ddp, mode, model):
         return None
     import terngrad.torch as tgt
     if mode == "auto":
-        state = tgt.TernGradState(spec="auto", seed=1, module=model)
+        state = tgt.TernGradState(spec="auto", seed=1 + seed, module=model)
         ddp.register_comm_hook(state, tgt.terngrad_auto_hook)
         return state
     spec = EF_SPEC if mode.startswith("ef") else "terngrad"
-    state = tgt.TernGradState(spec=spec, seed=1, module=model)
+    state = tgt.TernGradState(spec=spec, seed=1 + seed, module=model)
     base = mode[:-3] if mode.endswith("_bg") else mode
     hook = tgt.terngrad_reduce_scatter_hook if base.endswith("_rs") else tgt.terngrad_hook
     ddp.register_comm_hook(state, tgt.in_background(hook) if mode.endswith("_bg") else hook)
@@ -296,7 +296,7 @@ def worker_data(args):
         from ddp_fashion_mnist import load
         x_train, y_train = load(args.data_dir, "train", 60000)
         test = load(args.data_dir, "test", 10000)
-        order = torch.Generator().manual_seed(5)  # the same global batches for every hook
+        order = torch.Generator().manual_seed(5 + args.seed)  # the same global batches for every hook
         per_epoch = len(x_train) - len(x_train) % (args.batch * args.world)
         perms = {}
 
@@ -331,7 +331,7 @@ def worker(args):
     os.environ["GLOO_SOCKET_IFNAME"] = args.dev  # gloo binds the shaped veth, not lo
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world, timeout=datetime.timedelta(seconds=120))
     batch, test, dims = worker_data(args)
-    torch.manual_seed(0)  # same initial weights on every rank and for every hook
+    torch.manual_seed(args.seed)  # same initial weights on every rank and for every hook
     model = mlp(dims)
     n_params = sum(p.numel() for p in model.parameters())
 
@@ -349,7 +349,7 @@ def worker(args):
             compute.append(time.perf_counter() - t0)
 
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    state = register_hook(ddp, args.mode, model)
+    state = register_hook(ddp, args.mode, model, args.seed)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     steps, losses = [], []
     before = None
@@ -492,7 +492,7 @@ def run_mode(link, mode, args, tmp, procs):
                               "--dev", link.dev[rank], "--result", result, "--steps", str(args.steps),
                               "--warmup", str(args.warmup), "--compute-steps", str(args.compute_steps),
                               "--batch", str(args.batch), "--dims", args.dims, "--data", args.data,
-                              "--data-dir", args.data_dir, "--lr", str(args.lr)],
+                              "--data-dir", args.data_dir, "--lr", str(args.lr), "--seed", str(args.seed)],
                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         procs.append(p)
         ranks.append((p, result, log))
@@ -597,10 +597,11 @@ def write_outputs(doc, out_dir, rate_text, tag=""):
     c = doc["config"]
     lines = ["# PyTorch DDP, %d ranks, each on a %s link to a bridge (network namespaces)" % (world, rate_text), "",
              "gloo; MLP %s (%s parameters), %s data, batch %d per rank, %d timed steps after %d warm-up, "
-             "SGD lr %g momentum 0.9. Links: tbf %s on both ends of every rank's veth (burst %d B); TCP probe "
+             "SGD lr %g momentum 0.9, seed offset %d. Links: tbf %s on both ends of every rank's veth (burst %d B); TCP probe "
              "goodput rank 0 -> 1 %.0f Mbit/s, 1 -> 0 %.0f Mbit/s. Step = the slowest rank's "
              "forward+backward+step; bytes are what crossed rank 0's link." % (
                  c["dims"], "{:,}".format(c["params"]), c["data"], c["batch"], c["steps"], c["warmup"], c["lr"],
+                 c.get("seed", 0),
                  rate_text, doc["link"]["burst_bytes"], doc["link"]["probe_bps"]["0_to_1"] / 1e6,
                  doc["link"]["probe_bps"]["1_to_0"] / 1e6), "",
              "| hook | step median (ms) | examples/s | step vs all-reduce | rank 0 received / step | bits received per parameter | test top-1 | replicas identical | CPU used by other jobs |",
@@ -716,7 +717,8 @@ def driver(args):
                                     s["test_top1"]), flush=True)
         doc = {"config": {"rate": args.rate, "rate_bps": rate, "steps": args.steps, "warmup": args.warmup,
                           "batch": args.batch, "dims": args.dims, "params": params, "world_size": args.world,
-                          "data": args.data, "lr": args.lr, "backend": "gloo", "library": args.library},
+                          "data": args.data, "lr": args.lr, "seed": args.seed, "backend": "gloo",
+                          "library": args.library},
                "link": {"namespaces": link.names(), "veth": link.dev, "addresses": [addr(r) for r in range(args.world)],
                         "burst_bytes": burst, "tbf_latency": args.tbf_latency, "offloads": link.offloads,
                         "qdisc": link.qdisc, "probe_bps": probe_bps, "probe_below_85pct": low,
@@ -765,6 +767,9 @@ def main():
     ap.add_argument("--data", default="random", choices=["random", "fashion-mnist"])
     ap.add_argument("--data-dir", default=FASHION_MNIST)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="offsets the initial weights', the data order's and the codec's seeds (0: the ones "
+                         "every earlier result used)")
     ap.add_argument("--modes", nargs="+", default=["allreduce", "terngrad"], choices=MODES)
     ap.add_argument("--out", default=os.path.join(REPO, "experiments", "results", "network", "ddp"))
     ap.add_argument("--tag", default="", help="suffix of the output names (default none: ddp_netns_<rate>.json/.md)")

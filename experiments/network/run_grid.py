@@ -212,11 +212,17 @@ def run_one(args, net, codec, replicas, num_ps, rate, steps, extra=()):
         if "codec_choice" in result:  # --codec=auto: what the chief chose, and its estimate
             row["codec_choice"] = result["codec_choice"]
     train = [e for e in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if e.get("event") == "train"]
-    # Skip the first interval (connections, first-touch allocations, the fixed gradient).
-    measured = train[1:] if len(train) > 1 else train
+    # The steady state: the later half of the logged intervals. The first
+    # ones hold connections, first-touch allocations and the fixed gradient;
+    # an AlexNet cluster's first ~10 steps took twice the later ones' time
+    # (2026-11-28), so a short run's mean over all of them says little about
+    # a long one. The earlier half's mean step is kept beside it.
+    half = len(train) // 2
+    measured = train[half:] if len(train) > 1 else train
     n = len(measured)
     for k in ["step"] + BREAKDOWN:
         row[f"{k}_ms"] = sum(e.get(f"{k}_ms", 0) for e in measured) / n if n else float("nan")
+    row["warmup_step_ms"] = sum(e.get("step_ms", 0) for e in train[:half]) / half if half else float("nan")
     batch = 1 if net == "alexnet" else 32
     row["examples_per_sec"] = replicas * batch / (row["step_ms"] / 1000)
     row["bytes_sent_per_replica"] = train[-1]["bytes_sent_per_worker"] if train else 0

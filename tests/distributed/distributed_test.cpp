@@ -403,9 +403,6 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
   EXPECT_EQ(p.at("link").at("source").get<std::string>().rfind("probe of 1 ps", 0), 0u) << p.dump();
   EXPECT_GT(p.at("link").at("up_bytes_per_s").get<double>(), 1e6);
   EXPECT_EQ(p.at("candidates").size(), 2u);
-  // tg-cluster tells the chief that its 2 replicas share this machine's cores.
-  EXPECT_EQ(p.at("cpu").at("source").get<std::string>().rfind("2 replicas x ", 0), 0u) << p.dump();
-  EXPECT_GE(p.at("cpu").at("oversubscription").get<double>(), 1.0) << p.dump();
   // Refused at start, by name.
   for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
            {"--codec='auto(fp32,zstd)'", "candidate \"zstd\""},

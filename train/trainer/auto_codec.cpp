@@ -244,14 +244,6 @@ AutoDecision decide(const TrainConfig& cfg, TrainingSession& s, int replicas, in
   d.replicas = replicas;
   d.num_ps = num_ps;
   d.costs = codec_costs(cfg, comm::specs_to_cost(d.candidates), &d.cost_source);
-  // The costs were timed with the cores to the calibration; the replicas
-  // that share this host claim them --auto_replicas_per_host x --threads.
-  const int threads = omp_get_max_threads();
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  d.cpu_oversubscription = std::max(1.0, static_cast<double>(cfg.auto_replicas_per_host) * threads / cores);
-  d.cpu_source = std::to_string(cfg.auto_replicas_per_host) + (cfg.auto_replicas_per_host == 1 ? " replica" : " replicas") +
-                 " x " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " on " +
-                 std::to_string(cores) + (cores == 1 ? " core" : " cores");
   comm::ChoiceInput in;
   for (const Param& p : s.params().params)
     in.variables.push_back({p.name, static_cast<uint64_t>(p.value.size()), travels_fp32(cfg, p)});
@@ -260,7 +252,6 @@ AutoDecision decide(const TrainConfig& cfg, TrainingSession& s, int replicas, in
   in.link = link;
   in.replicas = replicas;
   in.num_ps = num_ps;
-  in.cpu_oversubscription = d.cpu_oversubscription;
   d.choice = comm::choose_codecs(in);
   return d;
 }
@@ -309,9 +300,7 @@ std::string describe(const AutoDecision& d, TrainingSession& s) {
   std::ostringstream os;
   char line[256];
   os << "--codec=auto: " << d.replicas << " replicas, " << d.num_ps << " ps; link: " << d.link_source
-     << "; codec costs: " << d.cost_source << "; cpu: " << d.cpu_source;
-  if (d.cpu_oversubscription > 1) os << ", the codec costs x" << d.cpu_oversubscription;
-  os << "\n";
+     << "; codec costs: " << d.cost_source << "\n";
   const std::vector<Param>& params = s.params().params;
   for (size_t v = 0; v < params.size(); ++v) {
     std::snprintf(line, sizeof line, "  %-28s %10zu elements  %s\n", params[v].name.c_str(), params[v].value.size(),
@@ -358,7 +347,6 @@ json::Json to_json(const AutoDecision& d, TrainingSession& s) {
                     {"round_trip_ms", d.link.latency_s * 1e3},
                     {"two_way_factor", d.link.two_way}}},
           {"costs", d.cost_source},
-          {"cpu", {{"source", d.cpu_source}, {"oversubscription", d.cpu_oversubscription}}},
           {"variables", vars},
           {"estimate", estimate(d.choice.estimate)},
           {"every_variable_one_candidate", uniform}};

@@ -30,8 +30,6 @@ struct AutoDecision {
   comm::LinkModel link;
   std::string link_source;  // "--auto_link_rate=1gbit", "probe of 1 ps", "no link (in-process)", "checkpoint ..."
   std::string cost_source;  // the cache file, or "measured now"
-  double cpu_oversubscription = 1;  // comm::ChoiceInput's
-  std::string cpu_source;           // "4 replicas x 1 thread on 2 cores"
   std::vector<comm::CodecCost> costs;
   comm::CodecChoice choice;
   int replicas = 1, num_ps = 1;

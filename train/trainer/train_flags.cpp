@@ -163,10 +163,6 @@ std::vector<Flag> codec_flags() {
                             "checkpoint sees from global step STEP on, instead of a probe (tests, what-if runs; "
                             "in-process runs too)",
        TG_STR(auto_link_changes)},
-      {"auto_replicas_per_host", "--codec=auto: how many replicas share this host's cores (tg-cluster sets it); with "
-                                 "--threads, how many times over the cores are claimed, which stretches the codec "
-                                 "costs the choice uses (default 1: each replica has its cores to itself)",
-       TG_INT(auto_replicas_per_host)},
   };
 }
 
@@ -340,11 +336,6 @@ void validate(const TrainConfig& c) {
     const std::string why = comm::link_rate_problem(c.auto_link_rate);
     require(why.empty(), "--auto_link_rate=" + c.auto_link_rate + ": " + why);
   }
-  require(c.auto_replicas_per_host >= 1 && c.auto_replicas_per_host <= 4096,
-          "--auto_replicas_per_host must be in [1, 4096], got " + std::to_string(c.auto_replicas_per_host));
-  require(c.auto_replicas_per_host == 1 || auto_codec,
-          "--auto_replicas_per_host=" + std::to_string(c.auto_replicas_per_host) + " is for --codec=auto (the codec is \"" +
-              c.codec + "\")");
   require(c.auto_recheck_secs >= 0 && c.auto_recheck_secs <= 86400,
           "--auto_recheck_secs must be in [0, 86400], got " + std::to_string(c.auto_recheck_secs));
   if (!c.auto_link_changes.empty()) {

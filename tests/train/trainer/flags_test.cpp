@@ -75,8 +75,6 @@ TEST(TrainFlags, AutoLinkChangesAreStepsAndRatesNamedWhenWrong) {
   expect_error({"--codec=fp32", "--auto_link_changes=5:1gbit"}, "is for --codec=auto");
   expect_error({"--codec=auto(fp32,fp16)", "--sync_replicas=false", "--auto_link_changes=5:1gbit"}, "an async run keeps");
   expect_error({"--auto_recheck_secs=-1"}, "--auto_recheck_secs must be in [0, 86400]");
-  expect_error({"--codec=auto", "--auto_replicas_per_host=0"}, "--auto_replicas_per_host must be in [1, 4096], got 0");
-  expect_error({"--codec=fp32", "--auto_replicas_per_host=4"}, "--auto_replicas_per_host=4 is for --codec=auto");
 }
 
 // A re-check chooses again only when a direction's rate moved by more than

@@ -98,15 +98,6 @@ struct ChoiceInput {
   std::vector<CodecCost> costs;         // of every candidate, and of "fp32" when a variable is fixed
   LinkModel link;
   int replicas = 1, num_ps = 1;
-  // How many times over the replicas claim the cores they run on (replicas
-  // on this host x threads each / the host's cores; 1 when each has its
-  // cores to itself). The costs are timed with the cores to the calibration
-  // alone, but in a sync step every replica on a host encodes and decodes at
-  // once, and the ps sums as the pushes come in, beside replicas still
-  // encoding: every codec cost stretches by this factor (measured: 4
-  // single-thread replicas on 2 cores spent 2.0-2.2x the calibration's
-  // encode and decode, and the ps about 2x its sum).
-  double cpu_oversubscription = 1;
 };
 
 // The model's estimate of one plan's communication part of a step, seconds
@@ -117,14 +108,14 @@ struct ChoiceInput {
 //   link  = max(u, d) + (two_way - 1) * min(u, d): the busier direction on a
 //           full-duplex link, both in turn where the probe found the
 //           directions slowing each other (LinkModel::two_way);
-//   codec = encode + decode + server: c * sum_v encode_v, c * sum_v decode_v,
-//           c * sum_v (R / 2) sum2_v / P, c = cpu_oversubscription;
+//   codec = encode + decode + server: sum_v encode_v, sum_v decode_v and
+//           sum_v (R / 2) sum2_v / P (one ps's share);
 //   total = link + codec + 2 * latency.
 // The parts are kept for a finer step model than this sum, which ranks the
 // plans before any step has run: experiments/network/auto_report.py
-// predicts a measured step from them, the ps's sums overlapping the upload
-// (it sums a shard once every replica delivered it) and the down direction
-// the next step's compute.
+// predicts a measured step from them, with the upload, the ps's sums and
+// the download streamed shard by shard (the slowest of the three sets the
+// pace).
 struct PlanEstimate {
   double link_s = 0, codec_s = 0, total_s = 0;
   double up_s = 0, down_s = 0;                     // u and d
@@ -147,8 +138,7 @@ struct CodecChoice {
 // are no bytes to save and the first candidate is the plan. Fixed variables
 // stay "fp32". Throws std::invalid_argument when there are
 // no candidates, a candidate or "fp32" (for a fixed variable) without a
-// cost, a replica or ps count below 1, or a cpu_oversubscription below 1
-// or not finite.
+// cost, or a replica or ps count below 1.
 CodecChoice choose_codecs(const ChoiceInput& in);
 
 // The estimate of a given plan (for the report, and the tests).

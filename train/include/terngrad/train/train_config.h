@@ -76,11 +76,6 @@ struct TrainConfig {
   // so probing costs at most 5% of the run.
   double auto_recheck_secs = 0;
   std::string auto_link_changes = "";
-  // How many replicas share this host's cores (tg-cluster, which starts
-  // them all on one machine, says so): with each replica's threads, how many
-  // times over the cores are claimed, which stretches the codec costs the
-  // chief's model uses (comm::ChoiceInput::cpu_oversubscription).
-  int auto_replicas_per_host = 1;
 
   // Distributed runs (ps/worker over gRPC). The cluster comes from the
   // flags when job_name is set, else from the TF_CONFIG environment variable
