@@ -363,6 +363,9 @@ TEST_F(Distributed, AutoCodecEveryReplicaTrainsTheChiefsChoice) {
   const std::string launcher = "--num_ps=1 --num_workers=1";
   const Proc first = cluster("auto", launcher, model_flags(4, "--codec=auto --auto_link_rate=1mbit" + costs));
   ASSERT_EQ(first.exit_code, 0) << first.output;
+  // tg-cluster's summary gives each task's wall and CPU time.
+  EXPECT_NE(first.output.find("exited with status 0; ran "), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find(" cores)"), std::string::npos) << first.output;
   const auto choice_of = [&](const std::string& run) {
     std::ifstream f(dir_ / run / "result.json");
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
