@@ -469,10 +469,15 @@ def probe(link, src, dst, procs):
     return r["bytes"] * 8 / r["seconds"] if r["seconds"] > 0 else 0.0
 
 
+def steps_per_mode(args):
+    """The steps one mode's workers run: warm-up, timed and compute-only."""
+    return args.warmup + args.steps + args.compute_steps
+
+
 def mode_timeout_s(args):
     """How long one mode's workers may take, start to finish: a fixed allowance
     for start-up and the evaluation, plus STEP_TIMEOUT_S per step."""
-    return WORKER_TIMEOUT_S + STEP_TIMEOUT_S * (args.warmup + args.steps + args.compute_steps)
+    return WORKER_TIMEOUT_S + STEP_TIMEOUT_S * steps_per_mode(args)
 
 
 def run_mode(link, mode, args, tmp, procs):
@@ -507,7 +512,7 @@ def run_mode(link, mode, args, tmp, procs):
         if time.monotonic() > deadline:
             stop([q for q, _, _ in ranks])
             raise WorkerFailed("%s workers did not finish their %d steps within %d s (stopped)"
-                               % (mode, args.warmup + args.steps + args.compute_steps, allowed))
+                               % (mode, steps_per_mode(args), allowed))
         time.sleep(0.2)
     if any(c not in (None, 0) for c in codes):
         stop([q for q, _, _ in ranks])
@@ -675,7 +680,7 @@ def driver(args):
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGALRM, on_signal)
     # A hung run still cleans up (SIGALRM -> Interrupted).
-    signal.alarm(TOTAL_TIMEOUT_S + len(args.modes) * STEP_TIMEOUT_S * (args.warmup + args.steps + args.compute_steps))
+    signal.alarm(TOTAL_TIMEOUT_S + len(args.modes) * STEP_TIMEOUT_S * steps_per_mode(args))
     t_start = time.monotonic()
     load_start = os.getloadavg()  # other jobs on the machine disturb timings: recorded
     busy_before = cpu_busy()

@@ -222,7 +222,7 @@ def run_one(args, net, codec, replicas, num_ps, rate, steps, extra=()):
     n = len(measured)
     for k in ["step"] + BREAKDOWN:
         row[f"{k}_ms"] = sum(e.get(f"{k}_ms", 0) for e in measured) / n if n else float("nan")
-    row["warmup_step_ms"] = sum(e.get("step_ms", 0) for e in train[:half]) / half if half else float("nan")
+    row["warmup_step_ms"] = sum(e.get("step_ms", 0) for e in train[:half]) / half if half else None  # JSON has no NaN
     batch = 1 if net == "alexnet" else 32
     row["examples_per_sec"] = replicas * batch / (row["step_ms"] / 1000)
     row["bytes_sent_per_replica"] = train[-1]["bytes_sent_per_worker"] if train else 0
