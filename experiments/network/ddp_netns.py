@@ -660,6 +660,9 @@ def driver(args):
         if not 1 <= v <= MAX_STEPS:
             print("ddp_netns.py: %s must be in 1..%d" % (name, MAX_STEPS), file=sys.stderr)
             return 2
+    if not 0 <= args.seed < 2 ** 31:
+        print("ddp_netns.py: --seed must be in 0..%d, got %d" % (2 ** 31 - 1, args.seed), file=sys.stderr)
+        return 2
     rate = parse_rate(args.rate)
     # Bucket: at least 64 KiB (above a GSO super-packet, so tbf need not split
     # every one) and at least 1 ms of traffic at the rate, which keeps the
