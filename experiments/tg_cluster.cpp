@@ -284,6 +284,7 @@ struct Task {
   Clock::time_point started;
   double seconds = 0;      // wall time it ran, every start added up
   double cpu_seconds = 0;  // user + system CPU time, every start added up
+  double peak_rss_mib = 0; // the largest resident set of any start (its children's included)
   int restarts = 0;                             // times started again (--restart_failed)
   std::optional<Clock::time_point> restart_at;  // when it is to be started again
 };
@@ -314,7 +315,7 @@ std::string describe_status(int status) {
 
 // Reaps task t when it has ended (options WNOHANG), or waits for it to end
 // (options 0): true when reaped. Keeps its status, and adds its run's wall
-// and CPU time (its children's included) to the task's.
+// and CPU time (its children's included) to the task's, and its peak memory.
 bool reap(Task& t, int options) {
   int st = 0;
   rusage ru{};
@@ -324,6 +325,7 @@ bool reap(Task& t, int options) {
   t.seconds += std::chrono::duration<double>(Clock::now() - t.started).count();
   const auto secs = [](const timeval& v) { return static_cast<double>(v.tv_sec) + 1e-6 * static_cast<double>(v.tv_usec); };
   t.cpu_seconds += secs(ru.ru_utime) + secs(ru.ru_stime);
+  t.peak_rss_mib = std::max(t.peak_rss_mib, static_cast<double>(ru.ru_maxrss) / 1024.0);  // KiB on Linux
   return true;
 }
 
@@ -759,13 +761,14 @@ void let_the_others_notice(std::vector<Task>& tasks) {
 int report(const Options& o, const std::vector<Task>& tasks, const std::string& failure, const std::string& shown) {
   std::fprintf(stderr, "\ntg-cluster: tasks\n");
   // CPU time beside wall time: on a machine the tasks share, where the
-  // cores went (a ps at 0.9 cores is the step's bottleneck, say).
+  // cores went (a ps at 0.9 cores is the step's bottleneck, say); and each
+  // task's peak resident memory.
   for (const Task& t : tasks) {
     std::string what = t.pid < 0 ? "not started" : describe_status(t.status);
     if (t.pid >= 0 && t.seconds > 0) {
-      char used[96];
-      std::snprintf(used, sizeof used, "; ran %.1f s, CPU %.1f s (%.2f cores)", t.seconds, t.cpu_seconds,
-                    t.cpu_seconds / t.seconds);
+      char used[128];
+      std::snprintf(used, sizeof used, "; ran %.1f s, CPU %.1f s (%.2f cores), peak RSS %.0f MiB", t.seconds,
+                    t.cpu_seconds, t.cpu_seconds / t.seconds, t.peak_rss_mib);
       what += used;
     }
     std::fprintf(stderr, "  %-12s %-22s %s\n", t.name().c_str(), t.address.c_str(), what.c_str());

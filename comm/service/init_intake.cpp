@@ -27,6 +27,8 @@ std::optional<InitRefusal> check_counts(const rpc::InitHeader& h, const InitLimi
     return invalid("replicas_to_aggregate " + std::to_string(h.replicas_to_aggregate()) +
                    " must be in [1, total_replicas " + std::to_string(h.total_replicas()) + "]");
   if (h.last_step() < 0) return invalid("last_step " + std::to_string(h.last_step()) + " is negative");
+  if (h.checkpoint_interval_steps() < 0)
+    return invalid("checkpoint_interval_steps " + std::to_string(h.checkpoint_interval_steps()) + " is negative");
   if (!h.sync() && !limits.has_update_rule)
     return InitRefusal{InitRefusal::Code::kFailedPrecondition,
                        "Init: async training needs an update rule, and this ps has none"};

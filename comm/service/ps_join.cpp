@@ -63,6 +63,7 @@ grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& 
   const size_t keep = static_cast<size_t>(opt.keep_steps);
   steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
   steps->keep_pulled(opt.keep_pulled_steps);
+  steps->keep_states_every(h.checkpoint_interval_steps());
   scales.emplace(variables.size(), total, needed, keep);
   presums.emplace(std::move(plan.presum_floats), total, needed, keep);
   replicas.reset(total);
@@ -126,6 +127,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   if (sync) {
     steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
     steps->keep_pulled(opt.keep_pulled_steps);
+    steps->keep_states_every(h.checkpoint_interval_steps());
   } else {
     updates = std::move(fresh_updates);
   }

@@ -162,7 +162,9 @@ grpc::Status ParameterServer::Impl::checkpoint(const Caller& caller, const rpc::
         return grpc::Status(StatusCode::FAILED_PRECONDITION,
                             "Checkpoint: this ps keeps no server states of step " + std::to_string(req->step()) +
                                 " (global step " + std::to_string(global_step_locked()) +
-                                "; it keeps those of the last summed steps, for codecs that have them)");
+                                "; for codecs that have them, it keeps those of the last step it summed until the "
+                                "next step's sums begin, and those of the checkpoint steps Init named "
+                                "(checkpoint_interval_steps) among its last kept steps)");
       tensors = std::move(*states);
     } else {
       tensors = detail::async_checkpoint(*updates, *handler, shards().size());

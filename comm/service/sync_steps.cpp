@@ -7,6 +7,17 @@
 #include "chunks.h"
 
 namespace terngrad::comm::detail {
+namespace {
+
+// The result of a push that keeps nothing.
+SyncSteps::PushResult dropped(SyncSteps::PushOutcome outcome, bool counted_stale = false) {
+  SyncSteps::PushResult r;
+  r.outcome = outcome;
+  r.counted_stale = counted_stale;
+  return r;
+}
+
+}  // namespace
 
 SyncSteps::SyncSteps(std::vector<ShardCoding> shards, int replicas, int needed, size_t keep_steps, int64_t first_step,
                      std::vector<std::vector<uint8_t>> server_states)
@@ -15,7 +26,8 @@ SyncSteps::SyncSteps(std::vector<ShardCoding> shards, int replicas, int needed, 
       needed_(needed),
       keep_steps_(keep_steps),
       global_step_(first_step),
-      server_states_(std::move(server_states)) {
+      server_states_(std::move(server_states)),
+      live_states_step_(first_step - 1) {
   if (server_states_.empty()) server_states_.resize(shards_.size());
   if (server_states_.size() != shards_.size())
     throw std::invalid_argument("SyncSteps: " + std::to_string(server_states_.size()) + " server states for " +
@@ -72,19 +84,19 @@ SyncSteps::PushResult SyncSteps::push(uint32_t replica, int64_t step, std::span<
   if (step < current_.step || (step == current_.step && current_.closed)) {
     if (step <= last_pushed_[replica]) {
       ++duplicates_;
-      return {PushOutcome::kDuplicate};
+      return dropped(PushOutcome::kDuplicate);
     }
-    if (last_stale_[replica] == step) return {PushOutcome::kStale, false};
+    if (last_stale_[replica] == step) return dropped(PushOutcome::kStale, false);
     last_stale_[replica] = step;
     ++stale_;
-    return {PushOutcome::kStale, true};
+    return dropped(PushOutcome::kStale, true);
   }
-  if (step > current_.step) return {PushOutcome::kAhead};
+  if (step > current_.step) return dropped(PushOutcome::kAhead);
   size_t repeated = 0;
   for (uint32_t s : shards) repeated += current_.got[replica][s];
   if (repeated == shards.size()) {  // a retried push or bucket
     ++duplicates_;
-    return {PushOutcome::kDuplicate};
+    return dropped(PushOutcome::kDuplicate);
   }
   PushResult kept;
   kept.repeated = repeated;
@@ -122,6 +134,7 @@ SyncSteps::SumJob SyncSteps::take_sums(std::span<const uint32_t> shards) {
     for (uint32_t s : shards)
       if (current_.have[s] == replicas_) job.shards_.push_back(s);
     job.from_.assign(replicas_, true);
+    if (!job.shards_.empty()) live_states_step_ = kNoStep;  // sum() changes them
     return job;
   }
   if (current_.count < needed_) {
@@ -132,6 +145,7 @@ SyncSteps::SumJob SyncSteps::take_sums(std::span<const uint32_t> shards) {
   // the step. The buffer stays (closed, payloads moved out) so that late
   // pushes read as stale and waiting pulls can still list who pushed.
   current_.closed = true;
+  live_states_step_ = kNoStep;  // sum() changes them
   job.kind_ = SumJob::Kind::kWholeStep;
   job.from_ = current_.pushed;
   job.loss_ = current_.loss;
@@ -202,11 +216,15 @@ void SyncSteps::finish(int64_t step, const std::vector<bool>& pushed, const std:
     if (recent_.front().use_count() == 1) spare_sums_ = std::move(recent_.front()->shards);  // nobody streams it
     recent_.pop_front();
   }
-  if (keeps_server_states_) {
-    // Every shard of the step is summed and the next has not begun: the
-    // states are this step's. The oldest copy's buffers are reused.
+  // Every shard of the step is summed and the next has not begun: the
+  // states are this step's.
+  live_states_step_ = step;
+  if (keeps_server_states_ && keep_states_every_ > 0 && (step + 1) % keep_states_every_ == 0) {
+    // A checkpoint step: copied aside, into the buffers of the oldest copy
+    // once the ring is full or that copy left the window.
     StatesAfter after;
-    if (states_after_.size() >= std::max<size_t>(keep_steps_, 1)) {
+    while (!states_after_.empty() && (states_after_.size() >= std::max<size_t>(keep_steps_, 1) ||
+                                      states_after_.front().step < step + 1 - static_cast<int64_t>(keep_steps_))) {
       after = std::move(states_after_.front());
       states_after_.pop_front();
     }
@@ -219,7 +237,15 @@ void SyncSteps::finish(int64_t step, const std::vector<bool>& pushed, const std:
   if (step == current_.step) start(global_step_);
 }
 
+void SyncSteps::keep_states_every(int64_t every) {
+  if (every < 0) throw std::invalid_argument("SyncSteps: checkpoint interval " + std::to_string(every) + " is negative");
+  keep_states_every_ = every;
+}
+
 const std::vector<std::vector<uint8_t>>* SyncSteps::server_states_after(int64_t step) const {
+  if (!keeps_server_states_) return nullptr;
+  if (step == live_states_step_) return &server_states_;
+  if (step < global_step_ - static_cast<int64_t>(keep_steps_)) return nullptr;  // left the window
   for (const StatesAfter& a : states_after_)
     if (a.step == step) return &a.states;
   return nullptr;

@@ -137,12 +137,25 @@ class SyncSteps {
   // replica that restarts catches up through them (ServerOptions::
   // keep_pulled_steps). Costs keep_steps steps' sums in memory.
   void keep_pulled(bool keep) { keep_pulled_ = keep; }
+  // The chief checkpoints after every step s with (s + 1) % every == 0 (0:
+  // only after its last step; InitHeader.checkpoint_interval_steps). The
+  // states after those steps are copied aside when the step completes.
+  // std::invalid_argument for a negative interval.
+  void keep_states_every(int64_t every);
 
   // [shard] the codecs' server states (server_ef() residuals; empty for
   // codecs that keep none) as the sum of `step` left them, for the chief's
-  // checkpoint of that step; null unless step is one of the last keep_steps
-  // completed steps. Kept apart from the sums, which go once every replica
-  // has pulled them, and only when some codec keeps a state.
+  // checkpoint of that step, or null (and always null when no codec keeps
+  // a state). Two sources:
+  // - the live states, while step is the last completed step and no sum of
+  //   the next step has begun: the chief asks before it pushes the next
+  //   step, so its checkpoint at any step, and the last, costs no copy;
+  // - the copies of the steps keep_states_every() names, while they are
+  //   among the last keep_steps steps: a restarted chief catching up
+  //   through the kept steps asks for them after the run moved on.
+  // Copying every step's states instead cost a copy of the whole model per
+  // step under the service's lock, and keep_steps such copies of memory.
+  // The pointer is valid until the next take_sums().
   const std::vector<std::vector<uint8_t>>* server_states_after(int64_t step) const;
 
   // The replicas that have not delivered every shard of the current step.
@@ -187,11 +200,16 @@ class SyncSteps {
   // begins only after every shard of this one is settled.
   mutable std::vector<std::vector<uint8_t>> server_states_;
   bool keeps_server_states_ = false;  // some shard's codec keeps one
+  // The step whose sum server_states_ reflect, or kNoStep while a sum of
+  // a later step has begun (taken, perhaps still running).
+  static constexpr int64_t kNoStep = INT64_MIN;
+  int64_t live_states_step_;
+  int64_t keep_states_every_ = 0;
   struct StatesAfter {
     int64_t step = 0;
     std::vector<std::vector<uint8_t>> states;  // [shard]
   };
-  std::deque<StatesAfter> states_after_;  // the last keep_steps completed steps
+  std::deque<StatesAfter> states_after_;  // checkpoint steps among the last keep_steps
   std::vector<int64_t> last_pushed_;              // [replica]
   std::vector<int64_t> last_stale_;               // [replica] the last step counted stale
   uint64_t stale_ = 0, duplicates_ = 0;

@@ -41,6 +41,7 @@ rpc::InitChunk WorkerClient::Impl::init_header(int p, int64_t global_step, uint6
   h->set_total_replicas(static_cast<uint32_t>(total));
   h->set_replicas_to_aggregate(static_cast<uint32_t>(needed));
   if (!sync) h->set_last_step(opt.last_step);
+  if (sync) h->set_checkpoint_interval_steps(opt.checkpoint_interval_steps);
   h->set_rewind_id(rewind_id);
   h->set_new_plan(rewind_id != 0 && rewind_id == opt.new_plan_rewind_id);
   return head;

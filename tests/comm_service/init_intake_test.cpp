@@ -112,6 +112,8 @@ TEST(InitIntake, RefusesBadCountsAndLayoutsByName) {
   expect_refused(take(with([](rpc::InitHeader& h) { h.set_total_replicas(tc::kMaxReplicas + 1); })), "total_replicas");
   expect_refused(take(with([](rpc::InitHeader& h) { h.set_replicas_to_aggregate(5); })), "replicas_to_aggregate 5");
   expect_refused(take(with([](rpc::InitHeader& h) { h.set_last_step(-3); })), "last_step -3 is negative");
+  expect_refused(take(with([](rpc::InitHeader& h) { h.set_checkpoint_interval_steps(-1); })),
+                 "checkpoint_interval_steps -1 is negative");
   expect_refused(take(with([](rpc::InitHeader& h) { h.mutable_variables(0)->set_size(uint64_t{1} << 41); })),
                  "more than 2^40");
   expect_refused(take(with([](rpc::InitHeader& h) { h.mutable_shards(2)->set_variable(9); })), "names variable 9 of 2");

@@ -299,9 +299,9 @@ TEST(SyncSteps, AClosedStepHasNothingMoreToTake) {
 }
 
 // server_ef(): each shard's server state goes from sum to sum in step order,
-// starts from the one given (a checkpoint's), and the states after each of
-// the last keep_steps steps stay for the chief's checkpoint even once every
-// replica has pulled that step's sums.
+// starts from the one given (a checkpoint's), and the states after the last
+// step, and after the checkpoint steps among the last keep_steps, stay for
+// the chief's checkpoint even once every replica has pulled that step's sums.
 TEST(SyncSteps, ServerStatesFollowTheSumsAndOutliveThePulls) {
   const Shards shards("server_ef(terngrad:share_scale=0)", {1000, 64});
   // Where the ps resumes from: the state one earlier sum left (step 9).
@@ -316,6 +316,8 @@ TEST(SyncSteps, ServerStatesFollowTheSumsAndOutliveThePulls) {
     shards.codecs[s]->aggregate_step(views, shards.elements[s], {0, 9, 0}, start[s], out);
   }
   td::SyncSteps steps(shards.coding(), 2, 2, 2, 10, start);
+  steps.keep_states_every(2);  // the chief checkpoints after steps 11, 13, ...
+  EXPECT_EQ(*steps.server_states_after(9), start) << "the states Init gave";
   // The same arithmetic by hand: the codec's aggregate_step in step order.
   expect_state = start;
   for (int64_t step = 10; step < 13; ++step)
@@ -345,8 +347,8 @@ TEST(SyncSteps, ServerStatesFollowTheSumsAndOutliveThePulls) {
   }
   EXPECT_EQ(states_after[2], expect_state);  // the last step's states, as the codec computes them
   EXPECT_NE(states_after[1], states_after[2]);
-  EXPECT_EQ(steps.server_states_after(10), nullptr) << "keep_steps is 2";
-  ASSERT_NE(steps.server_states_after(11), nullptr);
+  EXPECT_EQ(steps.server_states_after(10), nullptr) << "not a checkpoint step, nor the last";
+  ASSERT_NE(steps.server_states_after(11), nullptr) << "a checkpoint step, copied aside";
   EXPECT_EQ(*steps.server_states_after(11), states_after[1]);
   // A stateless layout keeps none.
   const Shards plain("fp32", {100});
@@ -354,4 +356,56 @@ TEST(SyncSteps, ServerStatesFollowTheSumsAndOutliveThePulls) {
   EXPECT_EQ(push(none, plain, 0, 0, every(1)).outcome, Outcome::kAccepted);
   EXPECT_EQ(none.server_states_after(0), nullptr);
   EXPECT_THROW(td::SyncSteps(shards.coding(), 2, 2, 2, 0, std::vector<std::vector<uint8_t>>(3)), std::invalid_argument);
+  EXPECT_THROW(steps.keep_states_every(-1), std::invalid_argument);
+}
+
+// The live states serve the last step until a sum of the next step begins
+// (not at its first push: the step's first shard summed), whether every
+// replica is needed (shard by shard) or backups make the step (whole); the
+// copies of checkpoint steps stay while they are among the last keep_steps.
+TEST(SyncSteps, TheLastStepsStatesLastUntilTheNextSumBeginsAndCheckpointStepsStayInTheWindow) {
+  for (const bool backups : {false, true}) {
+    SCOPED_TRACE(backups ? "2 of 3 replicas make a step" : "every replica is needed");
+    const Shards shards("server_ef(terngrad:share_scale=0)", {300, 64});
+    td::SyncSteps steps(shards.coding(), backups ? 3 : 2, 2, 3, 0);
+    steps.keep_states_every(4);  // steps 3, 7, ...
+    std::vector<std::vector<std::vector<uint8_t>>> after;  // [step][shard]
+    for (int64_t step = 0; step < 8; ++step) {
+      ASSERT_NE(steps.server_states_after(step - 1), nullptr) << "step " << step;
+      if (!backups) {
+        // One shard from each replica: shard 0 is summed, shard 1 not yet.
+        EXPECT_EQ(push(steps, shards, 0, step, {0}).outcome, Outcome::kAccepted);
+        ASSERT_NE(steps.server_states_after(step - 1), nullptr) << "nothing summed at one replica's push";
+        EXPECT_EQ(push(steps, shards, 1, step, {0}).outcome, Outcome::kAccepted);
+        EXPECT_EQ(steps.server_states_after(step - 1) != nullptr, (step - 1) % 4 == 3 && step >= 4)
+            << "a sum of step " << step << " began: only a checkpoint step's copy is left";
+        EXPECT_EQ(push(steps, shards, 0, step, {1}).outcome, Outcome::kAccepted);
+        EXPECT_EQ(push(steps, shards, 1, step, {1}).outcome, Outcome::kAccepted);
+      } else {
+        EXPECT_EQ(push(steps, shards, 2, step, every(2)).outcome, Outcome::kAccepted);
+        ASSERT_NE(steps.server_states_after(step - 1), nullptr) << "one of the two replicas needed";
+        EXPECT_EQ(push(steps, shards, 1, step, every(2)).outcome, Outcome::kAccepted);  // makes the step
+        EXPECT_EQ(push(steps, shards, 0, step, every(2)).outcome, Outcome::kStale);
+      }
+      ASSERT_EQ(steps.global_step(), step + 1);
+      const auto* live = steps.server_states_after(step);
+      ASSERT_NE(live, nullptr) << "step " << step;
+      after.push_back(*live);
+      if (step > 0) {
+        EXPECT_NE(after[step], after[step - 1]);
+      }
+    }
+    // global step 8, keep_steps 3: steps 5..7 are in the window; 3 left it.
+    EXPECT_EQ(steps.server_states_after(3), nullptr) << "a checkpoint step out of the window";
+    for (int64_t step : {4, 5, 6}) EXPECT_EQ(steps.server_states_after(step), nullptr) << "step " << step;
+    ASSERT_NE(steps.server_states_after(7), nullptr);
+    EXPECT_EQ(*steps.server_states_after(7), after[7]);
+    // The next step's sum moves the live states on; step 7's copy stays.
+    EXPECT_EQ(push(steps, shards, 1, 8, every(2)).outcome, Outcome::kAccepted);
+    EXPECT_EQ(push(steps, shards, backups ? 2 : 0, 8, every(2)).outcome, Outcome::kAccepted);
+    ASSERT_NE(steps.server_states_after(7), nullptr);
+    EXPECT_EQ(*steps.server_states_after(7), after[7]) << "the copy, not the live states";
+    ASSERT_NE(steps.server_states_after(8), nullptr);
+    EXPECT_NE(*steps.server_states_after(8), after[7]);
+  }
 }

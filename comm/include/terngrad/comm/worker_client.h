@@ -42,6 +42,11 @@ struct ClientOptions {
   // push past it (they are answered as dropped), so concurrent replicas
   // cannot carry the run beyond it. 0: no limit.
   int64_t last_step = 0;
+  // Sync, the chief's Init: it checkpoints after every step s with
+  // (s + 1) % checkpoint_interval_steps == 0 (0: only after the last). The
+  // ps keeps the server states of those steps, and of the last step it
+  // summed, for fetch_server_states() (InitHeader.checkpoint_interval_steps).
+  int64_t checkpoint_interval_steps = 0;
   // How long a call that met a ps which restarted (empty) waits for it to be
   // refilled (async: set_ps_refill) or the run rewound (sync: rewind_run),
   // and this replica registered with it again, before it ends the run. 0: a
@@ -222,8 +227,11 @@ class WorkerClient {
 
   // Sync, chief: [layout shard] the server state as the sum of `step` left
   // it (codecs that keep one, server_ef(); empty for the others), for the
-  // checkpoint of that step. The ps keeps the last few steps' states; a
-  // step it no longer keeps is a PeerError.
+  // checkpoint of that step. The ps keeps the states of the last step it
+  // summed until a sum of the next step begins (so the chief asks before it
+  // pushes that step), and those of the steps ClientOptions::
+  // checkpoint_interval_steps names while they are among its last kept
+  // steps (a restarted chief's catch-up); any other step is a PeerError.
   std::vector<std::vector<uint8_t>> fetch_server_states(int64_t step);
 
   // This replica is done. The chief also ends the run on every ps (ok), or
