@@ -261,6 +261,7 @@ std::vector<uint8_t> make_seed_script(bool secret, bool async, bool server_ef) {
     h->set_sync(!async);
     h->set_total_replicas(2);
     h->set_replicas_to_aggregate(2);
+    if (!async) h->set_checkpoint_interval_steps(1);  // the ps copies each step's states aside too
     return head;
   };
   const auto register_both = [&](uint64_t fingerprint) {
