@@ -189,9 +189,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   co.tls = tls;
   co.startup_timeout_s = cfg.startup_timeout_secs;  // a ps may come up after its replicas
   if (!cfg.sync_replicas) co.last_step = cfg.max_steps;  // async: the ps applies exactly max_steps
-  // Sync: the steps the chief checkpoints after (sync_loop.cpp's
-  // after_update), whose server states the ps keeps aside.
-  if (cfg.sync_replicas) co.checkpoint_interval_steps = std::max<int64_t>(cfg.save_interval_steps, 0);
+  // The steps the chief checkpoints after (sync_loop.cpp's after_update),
+  // whose server states the ps keeps aside; sent in sync runs only
+  // (worker_join.cpp). The flags refused a negative interval.
+  co.checkpoint_interval_steps = cfg.save_interval_steps;
   // A ps that restarts: async, refilled from the chief's values; sync, the
   // run rewound to the chief's latest checkpoint (which it needs).
   if (!cfg.sync_replicas || (!cfg.train_dir.empty() && cfg.save_interval_steps > 0))
