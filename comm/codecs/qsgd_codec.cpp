@@ -125,6 +125,15 @@ TG_QSGD_INLINE void half_words_impl(const uint32_t* raw, size_t first_half, size
   }
 }
 
+// The reference's level for version 2 (fields_impl's arithmetic from r on):
+// l = trunc(r), rounded up iff u = 256 h + 128 < (r - l) * 2^24.
+inline uint32_t level_of_halves_reference(float r, uint16_t h) {
+  const uint32_t l = static_cast<uint32_t>(static_cast<int32_t>(r));
+  const float frac = r - static_cast<float>(static_cast<int32_t>(l));
+  const float u = static_cast<float>(static_cast<int32_t>(tq::half_word(h) >> 8));
+  return l + (u < frac * 16777216.0f ? 1u : 0u);
+}
+
 // Byte-aligned packers for the widths a byte holds whole: fields 0..len
 // (len a multiple of 8 / width) into len * width / 8 bytes, field e at bits
 // [e*w, (e+1)*w) as the general BitWriter below (the reference) puts them.
@@ -183,32 +192,69 @@ TG_QSGD_AVX512 __m512 quotient16(__m512 a, const BucketDiv& bd) {
   return _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, div, a), y, q0);
 }
 
-// Levels and sign-of-kept masks of 16 elements with their words.
-template <bool kUnitLevels>  // levels = 1 (2-bit fields): r = q * 1 = q, the multiply skipped
-TG_QSGD_AVX512 __m512i levels16(const float* g, const uint32_t* w, const BucketDiv& bd, __m512 levels,
+// Version 2's level without u as a float, for r = q * levels < 128 (every
+// fused kernel: 8-bit fields hold levels <= 127). The reference takes
+// l = trunc(r), frac = r - l and rounds up iff u < t, with u = 256 h + 128 (h
+// the element's 16-bit half) and t = frac * 2^24 (both exact). Dividing by
+// 256: h + 1/2 < frac * 2^16, and for an integer h that is
+// h < ceil(frac * 2^16 - 1/2). With M = r * 2^16 = l * 2^16 + frac * 2^16
+// (exact: a power of two) and T = ceil(M - 1/2) = l * 2^16 + that ceiling,
+// it rounds up iff h <= T - l * 2^16 - 1, so the level l + up is
+// floor((T - 1 - h) / 2^16) + 1 = (T + 65535 - h) >> 16: T - 1 - h lies in
+// [(l - 1) * 2^16, (l + 1) * 2^16) as h runs over [0, 2^16).
+// M - 1/2 is exact in float: for M >= 1/2, M < 2^23 is a multiple of its ulp
+// (<= 1/2, so 1/2 is one too) and M - 1/2 < M keeps that grid with fewer
+// than 2^24 steps; for M < 1/2 it is negative, T = 0, and the level is 0 as
+// in the reference (t < 128 <= u). So the FMA's one rounding changes
+// nothing and T in [0, 2^23) converts exactly.
+// tests/comm/qsgd_codec_test.cpp checks it for every h at the ties of every
+// level below 128 and their float neighbours (QsgdRounding.*), and the bytes
+// against the float64 reference at every SIMD level, both streams.
+
+// Version 2's levels of 16 elements: r in [0, 128), h their halves.
+TG_QSGD_AVX512 __m512i level_of_halves16(__m512 r, __m256i h) {
+  const __m512i t = _mm512_cvt_roundps_epi32(_mm512_fmsub_ps(r, _mm512_set1_ps(65536.0f), _mm512_set1_ps(0.5f)),
+                                             _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+  return _mm512_srli_epi32(_mm512_sub_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(65535)), _mm512_cvtepu16_epi32(h)),
+                           16);
+}
+
+// Levels and sign-of-kept masks of 16 elements with their random integers:
+// version 1's words (u = word >> 8) or version 2's halves.
+template <bool kUnitLevels, bool kHalves>  // levels = 1 (2-bit fields): r = q * 1 = q, the multiply skipped
+TG_QSGD_AVX512 __m512i levels16(const float* g, const void* rnd, const BucketDiv& bd, __m512 levels,
                                 __mmask16& neg) {
   const __m512 x = _mm512_loadu_ps(g);
   const __m512 a = _mm512_abs_ps(x);
   const __m512 q = quotient16(a, bd);
   const __m512 r = kUnitLevels ? q : _mm512_mul_ps(q, levels);
-  const __m512i l = _mm512_cvttps_epi32(r);
-  const __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, _mm512_cvtepi32_ps(l)), _mm512_set1_ps(16777216.0f));
-  const __m512 u = _mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(w), 8));
-  const __m512i level = _mm512_mask_add_epi32(l, _mm512_cmp_ps_mask(u, t, _CMP_LT_OQ), l, _mm512_set1_epi32(1));
+  __m512i level;
+  if constexpr (kHalves) {
+    level = level_of_halves16(r, _mm256_loadu_si256(static_cast<const __m256i*>(rnd)));
+  } else {
+    const __m512i l = _mm512_cvttps_epi32(r);
+    const __m512 t = _mm512_mul_ps(_mm512_sub_ps(r, _mm512_cvtepi32_ps(l)), _mm512_set1_ps(16777216.0f));
+    const __m512 u = _mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(rnd), 8));
+    level = _mm512_mask_add_epi32(l, _mm512_cmp_ps_mask(u, t, _CMP_LT_OQ), l, _mm512_set1_epi32(1));
+  }
   neg = _mm512_movepi32_mask(_mm512_castps_si512(x)) & _mm512_test_epi32_mask(level, level);
   return level;
 }
 
 // Elements [0, len) (whole vectors of 16 only) packed at kBits bits from out;
-// returns the elements done.
-template <int kBits>
+// returns the elements done. rnd: len words (version 1) or halves (2).
+template <int kBits, bool kHalves>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) size_t avx512_fields_packed(
-    const float* g, size_t len, const BucketDiv& bd, float lv, const uint32_t* w, uint8_t* out) {
+    const float* g, size_t len, const BucketDiv& bucket, float lv, const void* rnd, uint8_t* out) {
+  const BucketDiv bd = bucket;  // a local copy: the stores to out cannot alias it, so its broadcasts stay hoisted
   const __m512 levels = _mm512_set1_ps(lv);
+  const auto* words = static_cast<const uint32_t*>(rnd);
+  const auto* halves = static_cast<const uint16_t*>(rnd);
   size_t i = 0;
   for (; i + 16 <= len; i += 16) {
     __mmask16 neg;
-    const __m512i level = levels16<kBits == 2>(g + i, w + i, bd, levels, neg);
+    const void* ri = kHalves ? static_cast<const void*>(halves + i) : static_cast<const void*>(words + i);
+    const __m512i level = levels16<kBits == 2, kHalves>(g + i, ri, bd, levels, neg);
     if (kBits == 2) {  // levels = 1: field = level << 1 | sign, level 0 or 1
       const uint32_t bits = _pdep_u32(_cvtmask16_u32(_mm512_test_epi32_mask(level, level)), 0xAAAAAAAAu) |
                             _pdep_u32(_cvtmask16_u32(neg), 0x55555555u);
@@ -229,42 +275,89 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) size_t avx512
 
 #define TG_QSGD_AVX2 __attribute__((target("avx2,fma,bmi2"), always_inline)) inline
 
-// a / div, correctly rounded, for 8 a >= 0 (see BucketDiv).
-TG_QSGD_AVX2 __m256 quotient8(__m256 a, const BucketDiv& bd) {
+// a[v] / div, correctly rounded, for V vectors of 8 a >= 0 (see BucketDiv).
+// One test of the V vectors for a tiny element, in integers: 0 < a < lo iff
+// bits(a) - 1 < bits(lo) - 1 unsigned, which a signed compare of both sides
+// plus 2^31 - 1 (mod 2^32) decides.
+template <int V>
+TG_QSGD_AVX2 void quotients8(const __m256 (&a)[V], const BucketDiv& bd, __m256 (&q)[V]) {
   const __m256 div = _mm256_set1_ps(bd.div);
-  if (!bd.fast) return _mm256_div_ps(a, div);
+  bool divide = !bd.fast;
+  if (!divide) {
+    const __m256i bias = _mm256_set1_epi32(0x7FFFFFFF);
+    const __m256i lo_key = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(std::bit_cast<uint32_t>(bd.lo))), bias);
+    __m256i tiny = _mm256_setzero_si256();
+    for (int v = 0; v < V; ++v)
+      tiny = _mm256_or_si256(tiny, _mm256_cmpgt_epi32(lo_key, _mm256_add_epi32(_mm256_castps_si256(a[v]), bias)));
+    divide = __builtin_expect(!_mm256_testz_si256(tiny, tiny), 0);
+  }
+  if (divide) {
+    for (int v = 0; v < V; ++v) q[v] = _mm256_div_ps(a[v], div);
+    return;
+  }
   const __m256 y = _mm256_set1_ps(bd.y);
-  const __m256 q0 = _mm256_mul_ps(a, y);
-  const __m256 tiny = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(bd.lo), _CMP_LT_OQ),
-                                    _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NEQ_OQ));
-  if (__builtin_expect(_mm256_movemask_ps(tiny) != 0, 0)) return _mm256_div_ps(a, div);
-  return _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, div, a), y, q0);
+  for (int v = 0; v < V; ++v) {
+    const __m256 q0 = _mm256_mul_ps(a[v], y);
+    q[v] = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, div, a[v]), y, q0);
+  }
 }
 
-// Levels of 8 elements; sign-of-kept as 0/1 per lane.
-TG_QSGD_AVX2 __m256i levels8(const float* g, const uint32_t* w, const BucketDiv& bd, __m256 levels, __m256i& sign) {
-  const __m256 x = _mm256_loadu_ps(g);
-  const __m256 a = _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
-  const __m256 q = quotient8(a, bd);
+// Version 2's levels of 8 elements (see level_of_halves16): r in [0, 128).
+TG_QSGD_AVX2 __m256i level_of_halves8(__m256 r, __m128i h) {
+  const __m256 m = _mm256_fmsub_ps(r, _mm256_set1_ps(65536.0f), _mm256_set1_ps(0.5f));
+  const __m256i t = _mm256_cvttps_epi32(_mm256_round_ps(m, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+  return _mm256_srli_epi32(_mm256_sub_epi32(_mm256_add_epi32(t, _mm256_set1_epi32(65535)), _mm256_cvtepu16_epi32(h)),
+                           16);
+}
+
+// Levels of 8 elements; sign-of-kept as 0/1 per lane. rnd: 8 words (version
+// 1) or halves (2; the threshold above levels16).
+template <bool kHalves>
+TG_QSGD_AVX2 __m256i levels8(__m256 x, __m256 q, const void* rnd, __m256 levels, __m256i& sign) {
   const __m256 r = _mm256_mul_ps(q, levels);
-  const __m256i l = _mm256_cvttps_epi32(r);
-  const __m256 t = _mm256_mul_ps(_mm256_sub_ps(r, _mm256_cvtepi32_ps(l)), _mm256_set1_ps(16777216.0f));
-  const __m256 u = _mm256_cvtepi32_ps(_mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)), 8));
-  const __m256i level = _mm256_sub_epi32(l, _mm256_castps_si256(_mm256_cmp_ps(u, t, _CMP_LT_OQ)));  // - (-1)
+  __m256i level;
+  if constexpr (kHalves) {
+    level = level_of_halves8(r, _mm_loadu_si128(static_cast<const __m128i*>(rnd)));
+  } else {
+    const __m256i l = _mm256_cvttps_epi32(r);
+    const __m256 t = _mm256_mul_ps(_mm256_sub_ps(r, _mm256_cvtepi32_ps(l)), _mm256_set1_ps(16777216.0f));
+    const __m256 u = _mm256_cvtepi32_ps(_mm256_srli_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(rnd)), 8));
+    level = _mm256_sub_epi32(l, _mm256_castps_si256(_mm256_cmp_ps(u, t, _CMP_LT_OQ)));  // - (-1)
+  }
   const __m256i nonzero = _mm256_cmpgt_epi32(level, _mm256_setzero_si256());
   sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 31), nonzero);
   return level;
 }
 
-template <int kBits>
-__attribute__((target("avx2,fma,bmi2"))) size_t avx2_fields_packed(const float* g, size_t len, const BucketDiv& bd,
-                                                                   float lv, const uint32_t* w, uint8_t* out) {
+// V vectors of 8 elements from g: their values and quotients |x| / div.
+template <int V>
+TG_QSGD_AVX2 void load_quotients8(const float* g, const BucketDiv& bd, __m256 (&x)[V], __m256 (&q)[V]) {
+  __m256 a[V];
+  for (int v = 0; v < V; ++v) {
+    x[v] = _mm256_loadu_ps(g + 8 * v);
+    a[v] = _mm256_and_ps(x[v], _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  }
+  quotients8<V>(a, bd, q);
+}
+
+template <int kBits, bool kHalves>
+__attribute__((target("avx2,fma,bmi2"))) size_t avx2_fields_packed(const float* g, size_t len,
+                                                                   const BucketDiv& bucket, float lv, const void* rnd,
+                                                                   uint8_t* out) {
+  const BucketDiv bd = bucket;  // a local copy: the stores to out cannot alias it, so its broadcasts stay hoisted
   const __m256 levels = _mm256_set1_ps(lv);
+  const auto at = [rnd](size_t i) -> const void* {
+    return kHalves ? static_cast<const void*>(static_cast<const uint16_t*>(rnd) + i)
+                   : static_cast<const void*>(static_cast<const uint32_t*>(rnd) + i);
+  };
   size_t i = 0;
   if (kBits == 2) {
     for (; i + 16 <= len; i += 16) {
+      __m256 x[2], q[2];
+      load_quotients8<2>(g + i, bd, x, q);
       __m256i s0, s1;
-      const __m256i l0 = levels8(g + i, w + i, bd, levels, s0), l1 = levels8(g + i + 8, w + i + 8, bd, levels, s1);
+      const __m256i l0 = levels8<kHalves>(x[0], q[0], at(i), levels, s0),
+                    l1 = levels8<kHalves>(x[1], q[1], at(i + 8), levels, s1);
       // Bit 31 of each lane: level 1 (its bit 0 shifted up), sign.
       const uint32_t lm = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(l0, 31)))) |
                           static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(l1, 31)))) << 8;
@@ -276,10 +369,12 @@ __attribute__((target("avx2,fma,bmi2"))) size_t avx2_fields_packed(const float* 
     return i;
   }
   for (; i + 32 <= len; i += 32) {
+    __m256 x[4], q[4];
+    load_quotients8<4>(g + i, bd, x, q);
     __m256i f[4];
     for (int v = 0; v < 4; ++v) {
       __m256i sign;
-      const __m256i level = levels8(g + i + 8 * v, w + i + 8 * v, bd, levels, sign);
+      const __m256i level = levels8<kHalves>(x[v], q[v], at(i + 8 * v), levels, sign);
       f[v] = _mm256_or_si256(_mm256_slli_epi32(level, 1), sign);
     }
     // 32-bit fields -> bytes in element order (the packs work per 128-bit lane).
@@ -352,8 +447,35 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void avx512_q
 __attribute__((target("avx2,fma,bmi2"))) void avx2_quotients(const float* a, size_t n, float div, float* q) {
   const BucketDiv bd = bucket_div(div);
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(q + i, quotient8(_mm256_loadu_ps(a + i), bd));
+  for (; i + 32 <= n; i += 32) {  // as the packed kernel divides: 4 vectors, one tiny test
+    __m256 av[4], qv[4];
+    for (int v = 0; v < 4; ++v) av[v] = _mm256_loadu_ps(a + i + 8 * v);
+    quotients8<4>(av, bd, qv);
+    for (int v = 0; v < 4; ++v) _mm256_storeu_ps(q + i + 8 * v, qv[v]);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 av[1] = {_mm256_loadu_ps(a + i)};
+    __m256 qv[1];
+    quotients8<1>(av, bd, qv);
+    _mm256_storeu_ps(q + i, qv[0]);
+  }
   for (; i < n; ++i) q[i] = a[i] / div;
+}
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void avx512_levels_of_halves(
+    const float* r, const uint16_t* h, size_t n, uint32_t* level) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_si512(level + i, level_of_halves16(_mm512_loadu_ps(r + i),
+                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  for (; i < n; ++i) level[i] = level_of_halves_reference(r[i], h[i]);
+}
+__attribute__((target("avx2,fma,bmi2"))) void avx2_levels_of_halves(const float* r, const uint16_t* h, size_t n,
+                                                                    uint32_t* level) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(level + i),
+                        level_of_halves8(_mm256_loadu_ps(r + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < n; ++i) level[i] = level_of_halves_reference(r[i], h[i]);
 }
 // half_words_impl with the halves widened in registers (x86 is little-endian:
 // the 16-bit halves lie in memory in element order).
@@ -382,7 +504,8 @@ __attribute__((target("avx2"))) void avx2_half_words(const uint32_t* raw, size_t
 #pragma GCC diagnostic pop
 #endif
 
-using FieldsPacked = size_t (*)(const float*, size_t, const BucketDiv&, float, const uint32_t*, uint8_t*);
+// Fused kernel: (g, len, bucket divisor, levels, random integers, out) -> elements done.
+using FieldsPacked = size_t (*)(const float*, size_t, const BucketDiv&, float, const void*, uint8_t*);
 
 struct Kernels {
   double (*sum_squares)(const float*, size_t);
@@ -390,7 +513,9 @@ struct Kernels {
   void (*pack2)(const uint16_t*, size_t, uint8_t*);
   void (*pack4)(const uint16_t*, size_t, uint8_t*);
   void (*pack8)(const uint16_t*, size_t, uint8_t*);
-  FieldsPacked packed2, packed4, packed8;  // fused x86 kernels, or nullptr
+  // Fused x86 kernels for 2-, 4- and 8-bit fields, or nullptr: [0] takes
+  // version 1's words, [1] version 2's halves.
+  FieldsPacked packed2[2], packed4[2], packed8[2];
   void (*half_words)(const uint32_t*, size_t, size_t, uint32_t*);
 };
 
@@ -408,13 +533,16 @@ double portable_sum_squares(const float* x, size_t len) { return sum_squares_imp
 void portable_half_words(const uint32_t* raw, size_t first_half, size_t len, uint32_t* words) {
   half_words_impl(raw, first_half, len, words);
 }
-TG_QSGD_KERNELS(portable, , portable_sum_squares, nullptr, nullptr, nullptr, portable_half_words)
+TG_QSGD_KERNELS(portable, , portable_sum_squares, {}, {}, {}, portable_half_words)
 #if defined(__x86_64__)
-TG_QSGD_KERNELS(avx2, __attribute__((target("avx2,fma,bmi2"))), avx2_sum_squares_fma, avx2_fields_packed<2>, avx2_fields_packed<4>,
-                avx2_fields_packed<8>, avx2_half_words)
+#define TG_QSGD_BOTH_STREAMS(F, BITS) \
+  { F<BITS, false>, F<BITS, true> }
+TG_QSGD_KERNELS(avx2, __attribute__((target("avx2,fma,bmi2"))), avx2_sum_squares_fma,
+                TG_QSGD_BOTH_STREAMS(avx2_fields_packed, 2), TG_QSGD_BOTH_STREAMS(avx2_fields_packed, 4),
+                TG_QSGD_BOTH_STREAMS(avx2_fields_packed, 8), avx2_half_words)
 TG_QSGD_KERNELS(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl"))), avx512_sum_squares_fma,
-                avx512_fields_packed<2>,
-                avx512_fields_packed<4>, avx512_fields_packed<8>, avx512_half_words)
+                TG_QSGD_BOTH_STREAMS(avx512_fields_packed, 2), TG_QSGD_BOTH_STREAMS(avx512_fields_packed, 4),
+                TG_QSGD_BOTH_STREAMS(avx512_fields_packed, 8), avx512_half_words)
 #endif
 
 const Kernels& kernels() {
@@ -555,10 +683,15 @@ class QsgdCodec final : public GradientCodec {
     BitWriter bw{out};
     const float levels = static_cast<float>(params_.levels);
     alignas(64) uint32_t words[kChunk];
+    alignas(64) uint32_t raw[4 * ((kChunk + 4 + 7) / 8)];  // version 2's Philox words: the halves
     alignas(64) uint16_t fields[kChunk];
     const bool halves = params_.stream == tq::RandomStream::kPhilox7Half16;
     tq::PhiloxStream philox(ctx.seed, ctx.step, ctx.tensor_id, halves ? 7 : 10);
-    const FieldsPacked packed = bits_ == 2 ? k.packed2 : bits_ == 4 ? k.packed4 : bits_ == 8 ? k.packed8 : nullptr;
+    const int stream = halves ? 1 : 0;
+    const FieldsPacked packed = bits_ == 2   ? k.packed2[stream]
+                                : bits_ == 4 ? k.packed4[stream]
+                                : bits_ == 8 ? k.packed8[stream]
+                                             : nullptr;
     // Prefetches run 2 buckets (at least 4 KiB) ahead and stop at the end of
     // the last bucket this range touches.
     const uint64_t ahead = std::max<uint64_t>(2 * B, 1024), prefetch_end = std::min(N, (a1 + B - 1) / B * B);
@@ -583,16 +716,24 @@ class QsgdCodec final : public GradientCodec {
         // prefetches at once stalls on the line fill buffers.
         for (uint64_t q = e + ahead, q1 = std::min({e + ahead + len, prefetch_end}); q < q1; q += 16)
           __builtin_prefetch(grad.data() + q, 0, 2);
+        // Version 2: element i's half is half (e % 8) + i of the blocks from
+        // e / 8 (a bucket or cut may start mid-block); x86 is little-endian,
+        // so the halves lie in raw in element order, and the fused kernels
+        // read them there. Version 1: element i's word is words[i].
+        const size_t off = static_cast<size_t>(e % 8);
         if (halves)
-          draw_half_words(k, philox, e, len, words);
+          philox.words(e / 8, (off + len + 7) / 8, raw);
         else
           philox.words(e / 4, (len + 3) / 4, words);  // e is a multiple of 4 (buckets and cuts are)
         size_t done = 0;
         if (packed != nullptr && bw.nbits == 0) {  // whole vectors in registers, straight to bytes
-          done = packed(grad.data() + e, len, bd, levels, words, bw.p);
+          const void* rnd = halves ? static_cast<const void*>(reinterpret_cast<const uint16_t*>(raw) + off)
+                                   : static_cast<const void*>(words);
+          done = packed(grad.data() + e, len, bd, levels, rnd, bw.p);
           bw.p += done * bits_ / 8;
         }
         if (done < len) {
+          if (halves) k.half_words(raw, off + done, len - done, words + done);
           k.fields(grad.data() + e + done, len - done, div, levels, words + done, fields);
           pack(k, bw, fields, len - done);
         }
@@ -600,17 +741,6 @@ class QsgdCodec final : public GradientCodec {
     }
     bw.flush();
     return kNoBucket;
-  }
-
-  // Version 2's random integers of elements [e, e + len) (e a multiple of 4,
-  // len <= kChunk) as the words the level kernels take (u = word >> 8):
-  // element i's 16-bit half h of Philox4x32-7 block i / 8 (the low half of
-  // word (i % 8) / 2 for even i) becomes half_word(h), u = 256 h + 128.
-  static void draw_half_words(const Kernels& k, tq::PhiloxStream& philox, uint64_t e, size_t len, uint32_t* words) {
-    alignas(64) uint32_t raw[4 * ((kChunk + 4 + 7) / 8)];
-    const size_t off = static_cast<size_t>(e % 8);  // 0 or 4: a bucket or cut may start mid-block
-    philox.words(e / 8, (off + len + 7) / 8, raw);
-    k.half_words(raw, off, len, words);
   }
 
   // Appends len fields. Whole bytes of 2-, 4- and 8-bit fields go through
@@ -764,6 +894,17 @@ void qsgd_quotients(const float* a, size_t n, float div, float* q) {
   }
 #endif
   for (size_t i = 0; i < n; ++i) q[i] = a[i] / div;
+}
+
+void qsgd_levels_of_halves(const float* r, const uint16_t* h, size_t n, uint32_t* level) {
+#if defined(__x86_64__)
+  switch (tq::cpu_simd_level()) {
+    case tq::SimdLevel::kAvx512: return avx512_levels_of_halves(r, h, n, level);
+    case tq::SimdLevel::kAvx2: return avx2_levels_of_halves(r, h, n, level);
+    default: break;
+  }
+#endif
+  for (size_t i = 0; i < n; ++i) level[i] = level_of_halves_reference(r[i], h[i]);
 }
 
 std::unique_ptr<GradientCodec> make_qsgd_codec(const QsgdParams& params) {

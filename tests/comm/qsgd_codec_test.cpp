@@ -207,6 +207,60 @@ TEST(QsgdDivision, EqualsTheIeeeDivisionAtEveryLevel) {
   }
 }
 
+// Version 2's fused x86 kernels compute a level from r = q * levels < 128 as
+// (ceil(r * 2^16 - 1/2) + 65535 - h) >> 16 instead of the reference's
+// trunc(r) + (256 h + 128 < frac * 2^24) (qsgd_codec.cpp, level_of_halves16).
+// Every half h against r at its tie (256 h + 128 == frac * 2^24) in a spread
+// of integer parts up to 127, the floats on both sides of it, and random r;
+// then r spread over every binade below 128 (subnormals, 0, the float below
+// 128) against random halves: every level computes the reference's level.
+TEST(QsgdRounding, VersionTwoLevelsEqualTheReferenceAtEveryLevel) {
+  LevelGuard guard;
+  std::mt19937 rng(17);
+  std::vector<float> r;
+  std::vector<uint16_t> h;
+  auto add = [&](float v, uint32_t hv) {
+    r.push_back(v);
+    h.push_back(static_cast<uint16_t>(hv));
+  };
+  for (uint32_t hv = 0; hv < 65536; ++hv) {
+    // The tie is exact only where r's ulp allows it: l = 0 always, then
+    // integer parts whose ulp (2^-17 below 2^6) keeps 17 fraction bits.
+    const float frac = static_cast<float>(2 * hv + 1) * 0x1p-17f;
+    for (uint32_t l : {0u, 1u + hv % 63}) {
+      const float tie = static_cast<float>(l) + frac;
+      for (float v : {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 128.0f)}) add(v, hv);
+    }
+    add(std::bit_cast<float>(static_cast<uint32_t>(rng() % 0x43000000u)), hv);  // [0, 128)
+  }
+  for (int e = -149; e < 7; ++e)
+    for (int k = 0; k < 64; ++k)
+      add(k == 0 ? std::ldexp(1.0f, e)
+                 : std::min(std::nextafter(128.0f, 0.0f),
+                            std::ldexp(1.0f + static_cast<float>(rng() % (1u << 23)) * 0x1p-23f, e)),
+          rng());
+  for (float v : {0.0f, std::nextafter(128.0f, 0.0f), 127.0f, 1.0f, 0.5f, std::nextafter(1.0f, 0.0f), 0x1p-17f,
+                  0x1p-18f})
+    for (uint32_t hv : {0u, 1u, 32767u, 32768u, 65535u}) add(v, hv);
+  std::vector<uint32_t> level(r.size());
+  for (tq::SimdLevel lv : tq::supported_simd_levels()) {
+    tq::set_cpu_simd_level(lv);
+    std::fill(level.begin(), level.end(), 1000u);
+    terngrad::comm::detail::qsgd_levels_of_halves(r.data(), h.data(), r.size(), level.data());
+    size_t ups = 0;
+    for (size_t i = 0; i < r.size(); ++i) {
+      const uint32_t l = static_cast<uint32_t>(r[i]);
+      const float frac = r[i] - static_cast<float>(l);
+      const bool up = static_cast<float>(256 * static_cast<int32_t>(h[i]) + 128) < frac * 16777216.0f;
+      ASSERT_EQ(level[i], l + (up ? 1u : 0u)) << tq::simd_level_name(lv) << ": r " << r[i] << " (bits 0x" << std::hex
+                                              << std::bit_cast<uint32_t>(r[i]) << std::dec << "), h " << h[i];
+      ups += up;
+    }
+    EXPECT_GT(ups, r.size() / 8);  // both outcomes occur
+    EXPECT_LT(ups, r.size() - r.size() / 8);
+  }
+}
+
 // The x86 kernels divide |g| / norm without a divide (a correctly rounded
 // reciprocal and one FMA correction, qsgd_codec.cpp), falling back to the
 // divide for buckets whose norm lies outside [2^-100, 2^100] and for vectors
