@@ -542,6 +542,36 @@ TEST_F(Distributed, RestartedWorkerRejoinsTheRun) {
   EXPECT_NE(refused.output.find("(restart 2 of 2)"), std::string::npos) << refused.output;
 }
 
+// server_ef() with a backup replica (--replicas_to_aggregate=2 of 3) and a
+// checkpoint every 20 steps: the run moves on without a slow or dead chief,
+// so a checkpoint may ask the ps for the server states of a step it has
+// already left behind, which it keeps aside at the checkpoint steps of the
+// rejoin window (comm/service/sync_steps.h). The chief is killed and comes
+// back while the two workers go on, catches up through the kept sums, and
+// checkpoints to the end. (Instrumented once, 2026-11-28: after the rejoin
+// the chief ran 5 to 26 steps behind the ps, and its checkpoints of steps
+// 160 to 240 were served from those copies.)
+TEST_F(Distributed, ServerEfChiefRestartsInARunWithABackupReplica) {
+  const std::string flags =
+      "--codec='ef(server_ef(terngrad:round=nearest))' --replicas_to_aggregate=2 --save_interval_steps=20 "
+      "--rejoin_window_steps=400 --eval_interval_steps=0";
+  const Proc r = cluster("server-ef-backup", "--num_ps=1 --num_workers=2 --kill_task=chief:0 --kill_after_secs=4 "
+                                             "--restart_failed=1",
+                         model_flags(600, flags));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("chief 0 was killed by signal 9"), std::string::npos) << r.output;
+  std::ifstream clog(dir_ / "server-ef-backup" / "logs" / "chief-0.log");
+  const std::string chief_log((std::istreambuf_iterator<char>(clog)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(chief_log.find("caught up") != std::string::npos ||
+              chief_log.find("nothing to catch up") != std::string::npos) << chief_log;
+  std::ifstream f(dir_ / "server-ef-backup" / "result.json");
+  const auto result =
+      terngrad::json::parse_strict(std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+  EXPECT_EQ(result.at("steps"), 600);
+  EXPECT_GT(result.at("top1").get<double>(), 0.5) << "10 classes: chance is 0.1";
+  EXPECT_TRUE(fs::exists(dir_ / "server-ef-backup" / "ckpt-600.tgck"));
+}
+
 // A ps that restarts (issue 36). Async: it comes back empty, refuses the
 // replicas' calls ("before Init"), and the chief initializes it again with
 // the values it last pulled and the slots of its last checkpoint; every
