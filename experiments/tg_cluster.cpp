@@ -210,14 +210,8 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "ps_link_rate")) != "\x01")
       o.ps_link_rate = v, o.ps_link_rate_bps = to_rate("ps_link_rate", v);
     else if ((v = value_of(a, "link_rate_changes")) != "\x01") {
-      for (const std::string& entry : comma_list(v)) {
-        const size_t colon = entry.find(':');
-        if (colon == std::string::npos) usage_error("--link_rate_changes=" + v + ": \"" + entry + "\" is not SECS:RATE");
-        const double secs = to_double("link_rate_changes", entry.substr(0, colon));
-        if (!(secs > 0) || (!o.link_rate_changes.empty() && secs <= o.link_rate_changes.back().first))
-          usage_error("--link_rate_changes=" + v + ": \"" + entry + "\": the seconds must be > 0 and ascending");
-        o.link_rate_changes.emplace_back(secs, to_rate("link_rate_changes", entry.substr(colon + 1)));
-      }
+      if (const std::string why = terngrad::comm::rate_schedule_problem<double>(v, &o.link_rate_changes); !why.empty())
+        usage_error("--link_rate_changes=" + v + ": " + why);
     }
     else usage_error("unknown launcher flag " + a + " (tg-train flags go after \"--\")");
   }

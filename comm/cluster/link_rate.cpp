@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 namespace terngrad::comm {
 
@@ -46,26 +47,32 @@ std::string link_rate_problem(const std::string& text, uint64_t* out) {
   return "";
 }
 
-std::string link_changes_problem(const std::string& text, std::vector<std::pair<int64_t, uint64_t>>* changes) {
-  std::vector<std::pair<int64_t, uint64_t>> out;
+template <class Key>
+std::string rate_schedule_problem(const std::string& text, std::vector<std::pair<Key, uint64_t>>* changes) {
+  constexpr bool kSteps = std::is_integral_v<Key>;
+  std::vector<std::pair<Key, uint64_t>> out;
   std::istringstream in(text);
   std::string entry;
   while (std::getline(in, entry, ',')) {
     const std::string named = "entry \"" + entry + "\" ";
     const size_t colon = entry.find(':');
-    if (colon == std::string::npos) return named + "is not STEP:RATE";
-    int64_t step = 0;
-    const std::string s = entry.substr(0, colon);
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), step);
-    if (ec != std::errc() || end != s.data() + s.size() || step < 1) return named + "has no step >= 1 before its ':'";
-    if (!out.empty() && step <= out.back().first) return named + "does not come after the step before it";
+    if (colon == std::string::npos) return named + (kSteps ? "is not STEP:RATE" : "is not SECS:RATE");
+    Key key{};
+    const std::string k = entry.substr(0, colon);
+    const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), key);
+    if (ec != std::errc() || end != k.data() + k.size() || !(kSteps ? key >= 1 : key > 0))
+      return named + (kSteps ? "has no step >= 1 before its ':'" : "has no seconds > 0 before its ':'");
+    if (!out.empty() && key <= out.back().first)
+      return named + (kSteps ? "does not come after the step before it" : "does not come after the time before it");
     uint64_t bps = 0;
     if (const std::string why = link_rate_problem(entry.substr(colon + 1), &bps); !why.empty()) return named + why;
-    out.emplace_back(step, bps);
+    out.emplace_back(key, bps);
   }
-  if (out.empty()) return "no STEP:RATE entry";
+  if (out.empty()) return kSteps ? "no STEP:RATE entry" : "no SECS:RATE entry";
   if (changes) *changes = std::move(out);
   return "";
 }
+template std::string rate_schedule_problem(const std::string&, std::vector<std::pair<int64_t, uint64_t>>*);
+template std::string rate_schedule_problem(const std::string&, std::vector<std::pair<double, uint64_t>>*);
 
 }  // namespace terngrad::comm

@@ -236,8 +236,10 @@ TEST(LinkRate, TgClusterRefusesBadLinkFlags) {
            {"--ps_link_rate=50mbit", "--ps_link_rate=50mbit needs --link_rate"},
            {"--link_rate=100mbit --host=127.0.0.1", "--host=127.0.0.1 with --link_rate"},
            {"--link_rate_changes=5:1gbit", "--link_rate_changes needs --link_rate"},
-           {"--link_rate=1gbit --link_rate_changes=5", "\"5\" is not SECS:RATE"},
-           {"--link_rate=1gbit --link_rate_changes=5:1gbit,3:1mbit", "\"3:1mbit\": the seconds must be > 0 and ascending"},
+           {"--link_rate=1gbit --link_rate_changes=5", "entry \"5\" is not SECS:RATE"},
+           {"--link_rate=1gbit --link_rate_changes=5:1gbit,3:1mbit", "entry \"3:1mbit\" does not come after the time before it"},
+           {"--link_rate=1gbit --link_rate_changes=0:1gbit", "entry \"0:1gbit\" has no seconds > 0 before its ':'"},
+           {"--link_rate=1gbit --link_rate_changes=2:fast", "entry \"2:fast\" expected a rate in tc's syntax"},
            {"--link_rate=1gbit --link_rate_changes=5:fast", "fast"}}) {
     const Proc p = run_command(std::string(TG_CLUSTER_BIN) + " " + c.flags + " -- --net=lenet --max_steps=1");
     EXPECT_EQ(p.exit_code, 2) << c.flags << "\n" << p.output;

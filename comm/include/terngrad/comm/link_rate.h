@@ -16,10 +16,18 @@ namespace terngrad::comm {
 // which is never what "100" meant. Accepts 10kbit to 100gbit.
 std::string link_rate_problem(const std::string& text, uint64_t* bps = nullptr);
 
-// What is wrong with text as a schedule of rates, "STEP:RATE[,STEP:RATE...]"
-// with steps >= 1 and ascending (--auto_link_changes), naming the entry; ""
-// when it is one (the (step, bits per second) pairs in *changes).
-std::string link_changes_problem(const std::string& text,
-                                 std::vector<std::pair<int64_t, uint64_t>>* changes = nullptr);
+// What is wrong with text as a schedule of rates, "KEY:RATE[,KEY:RATE...]"
+// with keys ascending, naming the entry; "" when it is one (the (key, bits
+// per second) pairs in *changes). Key int64_t: global steps >= 1
+// (STEP:RATE, --auto_link_changes); double: seconds > 0 (SECS:RATE,
+// tg-cluster --link_rate_changes).
+template <class Key>
+std::string rate_schedule_problem(const std::string& text, std::vector<std::pair<Key, uint64_t>>* changes);
+
+// The STEP:RATE schedule of --auto_link_changes (rate_schedule_problem).
+inline std::string link_changes_problem(const std::string& text,
+                                        std::vector<std::pair<int64_t, uint64_t>>* changes = nullptr) {
+  return rate_schedule_problem<int64_t>(text, changes);
+}
 
 }  // namespace terngrad::comm
