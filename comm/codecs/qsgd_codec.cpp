@@ -193,7 +193,8 @@ TG_QSGD_AVX512 __m512 quotient16(__m512 a, const BucketDiv& bd) {
 }
 
 // Version 2's level without u as a float, for r = q * levels < 128 (every
-// fused kernel: 8-bit fields hold levels <= 127). The reference takes
+// fused kernel: 8-bit fields hold levels <= 127, and q = |g| / norm <= 1, as
+// the float norm is at least the bucket's largest |g|). The reference takes
 // l = trunc(r), frac = r - l and rounds up iff u < t, with u = 256 h + 128 (h
 // the element's 16-bit half) and t = frac * 2^24 (both exact). Dividing by
 // 256: h + 1/2 < frac * 2^16, and for an integer h that is
@@ -207,9 +208,10 @@ TG_QSGD_AVX512 __m512 quotient16(__m512 a, const BucketDiv& bd) {
 // than 2^24 steps; for M < 1/2 it is negative, T = 0, and the level is 0 as
 // in the reference (t < 128 <= u). So the FMA's one rounding changes
 // nothing and T in [0, 2^23) converts exactly.
-// tests/comm/qsgd_codec_test.cpp checks it for every h at the ties of every
-// level below 128 and their float neighbours (QsgdRounding.*), and the bytes
-// against the float64 reference at every SIMD level, both streams.
+// tests/comm/qsgd_codec_test.cpp checks it for every h at its tie and the
+// floats beside it, over a spread of integer parts, and r over every binade
+// below 128 (QsgdRounding.*), and the bytes against the float64 reference
+// at every SIMD level, both streams.
 
 // Version 2's levels of 16 elements: r in [0, 128), h their halves.
 TG_QSGD_AVX512 __m512i level_of_halves16(__m512 r, __m256i h) {
@@ -311,7 +313,7 @@ TG_QSGD_AVX2 __m256i level_of_halves8(__m256 r, __m128i h) {
 }
 
 // Levels of 8 elements; sign-of-kept as 0/1 per lane. rnd: 8 words (version
-// 1) or halves (2; the threshold above levels16).
+// 1) or halves (2: level_of_halves8).
 template <bool kHalves>
 TG_QSGD_AVX2 __m256i levels8(__m256 x, __m256 q, const void* rnd, __m256 levels, __m256i& sign) {
   const __m256 r = _mm256_mul_ps(q, levels);
