@@ -50,13 +50,14 @@ std::string link_rate_problem(const std::string& text, uint64_t* out) {
 template <class Key>
 std::string rate_schedule_problem(const std::string& text, std::vector<std::pair<Key, uint64_t>>* changes) {
   constexpr bool kSteps = std::is_integral_v<Key>;
+  const std::string form = kSteps ? "STEP:RATE" : "SECS:RATE";
   std::vector<std::pair<Key, uint64_t>> out;
   std::istringstream in(text);
   std::string entry;
   while (std::getline(in, entry, ',')) {
     const std::string named = "entry \"" + entry + "\" ";
     const size_t colon = entry.find(':');
-    if (colon == std::string::npos) return named + (kSteps ? "is not STEP:RATE" : "is not SECS:RATE");
+    if (colon == std::string::npos) return named + "is not " + form;
     Key key{};
     const std::string k = entry.substr(0, colon);
     const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), key);
@@ -68,7 +69,7 @@ std::string rate_schedule_problem(const std::string& text, std::vector<std::pair
     if (const std::string why = link_rate_problem(entry.substr(colon + 1), &bps); !why.empty()) return named + why;
     out.emplace_back(key, bps);
   }
-  if (out.empty()) return kSteps ? "no STEP:RATE entry" : "no SECS:RATE entry";
+  if (out.empty()) return "no " + form + " entry";
   if (changes) *changes = std::move(out);
   return "";
 }

@@ -151,8 +151,9 @@ class SyncSteps {
   //   the next step has begun: the chief asks before it pushes the next
   //   step, so its checkpoint at any step, and the last, costs no copy;
   // - the copies of the steps keep_states_every() names, while they are
-  //   among the last keep_steps steps: a restarted chief catching up
-  //   through the kept steps asks for them after the run moved on.
+  //   among the last keep_steps steps: a chief that lags behind the run
+  //   (backup replicas: the ps moves on without it, and a restarted chief
+  //   rejoins behind) asks for them after the ps left that step.
   // Copying every step's states instead cost a copy of the whole model per
   // step under the service's lock, and keep_steps such copies of memory.
   // The pointer is valid until the next take_sums().

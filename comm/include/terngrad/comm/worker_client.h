@@ -231,7 +231,8 @@ class WorkerClient {
   // summed until a sum of the next step begins (so the chief asks before it
   // pushes that step), and those of the steps ClientOptions::
   // checkpoint_interval_steps names while they are among its last kept
-  // steps (a restarted chief's catch-up); any other step is a PeerError.
+  // steps (a chief behind a run with backup replicas); any other step is a
+  // PeerError.
   std::vector<std::vector<uint8_t>> fetch_server_states(int64_t step);
 
   // This replica is done. The chief also ends the run on every ps (ok), or
