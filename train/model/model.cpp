@@ -83,9 +83,11 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
   ForwardContext fwd = ctx;
   if (!fwd.state) fwd.state = &state_;  // read only by an evaluation-mode batch norm
   const Tensor* in = &x;
+  if (params_needed) fwd.params_needed = &params_needed;
+  auto has_params = [&](size_t i) { return i < layer_params_.size() && layer_params_[i].first < layer_params_[i].second; };
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (params_needed && i < layer_params_.size() && layer_params_[i].first < layer_params_[i].second)
-      params_needed(layer_params_[i].first, layer_params_[i].second);
+    if (params_needed && has_params(i) && !layers_[i]->streams_params())
+      for (size_t v = layer_params_[i].first; v < layer_params_[i].second; ++v) params_needed(v, params_.value(v).size());
     layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
     in = &ws.acts[i + 1];
   }
@@ -94,9 +96,15 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
   for (size_t i = layers_.size(); i-- > 0;) {
     const Tensor& layer_in = i == 0 ? x : ws.acts[i];
     Tensor* dx = i == 0 ? nullptr : &ws.dacts[i];
-    layers_[i]->backward(params_, layer_in, ws.acts[i + 1], *dy, dx, grads, ws.scratch[i].get());
-    if (grads_ready && i < layer_params_.size() && layer_params_[i].first < layer_params_[i].second)
+    LayerScratch* scratch = ws.scratch[i].get();
+    if (grads_ready && has_params(i) && layers_[i]->splits_backward()) {  // the gradients leave while dx computes
+      layers_[i]->backward_params(params_, layer_in, ws.acts[i + 1], *dy, grads, scratch);
       grads_ready(loss, layer_params_[i].first, layer_params_[i].second);
+      layers_[i]->backward_input(params_, layer_in, ws.acts[i + 1], *dy, dx, scratch);
+    } else {
+      layers_[i]->backward(params_, layer_in, ws.acts[i + 1], *dy, dx, grads, scratch);
+      if (grads_ready && has_params(i)) grads_ready(loss, layer_params_[i].first, layer_params_[i].second);
+    }
     dy = dx;
   }
   return loss;

@@ -43,32 +43,42 @@ void ExponentialMovingAverage::check(const ParamSet& params, const char* what) c
 
 void ExponentialMovingAverage::update(const ParamSet& params, int64_t step) {
   check(params, "update");
-  for (size_t i = 0; i < shadow_.size(); ++i) update_one(params, i, step);
+  for (size_t i = 0; i < shadow_.size(); ++i) update_one(params, i, 0, shadow_[i].size(), step);
 }
 
 void ExponentialMovingAverage::update_variable(const ParamSet& params, size_t i, int64_t step) {
-  // Parameter i alone is checked: every variable of a step calls this.
+  update_range(params, i, 0, i < shadow_.size() ? shadow_[i].size() : 0, step);
+}
+
+void ExponentialMovingAverage::update_range(const ParamSet& params, size_t i, int64_t begin, int64_t count,
+                                            int64_t step) {
+  // Parameter i alone is checked: every shard of a step calls this.
   if (params.size() != shadow_.size() || i >= shadow_.size())
-    throw std::invalid_argument("ExponentialMovingAverage::update_variable(" + std::to_string(i) + ") with " +
+    throw std::invalid_argument("ExponentialMovingAverage::update_range(" + std::to_string(i) + ") with " +
                                 std::to_string(params.size()) + " parameters, the average has " +
                                 std::to_string(shadow_.size()));
   const Param& p = params.params[i];
   if (p.name != names_[i] || p.value.size() != shadow_[i].size())
-    throw std::invalid_argument("ExponentialMovingAverage::update_variable: parameter " + std::to_string(i) +
+    throw std::invalid_argument("ExponentialMovingAverage::update_range: parameter " + std::to_string(i) +
                                 " is '" + p.name + "' with " + std::to_string(p.value.size()) +
                                 " elements, the average has '" + names_[i] + "' with " +
                                 std::to_string(shadow_[i].size()));
-  update_one(params, i, step);
+  if (begin < 0 || count < 0 || begin > p.value.size() || count > p.value.size() - begin)
+    throw std::invalid_argument("ExponentialMovingAverage::update_range: elements [" + std::to_string(begin) + ", +" +
+                                std::to_string(count) + ") outside '" + p.name + "' of " +
+                                std::to_string(p.value.size()));
+  update_one(params, i, begin, count, step);
 }
 
-void ExponentialMovingAverage::update_one(const ParamSet& params, size_t i, int64_t step) {
+void ExponentialMovingAverage::update_one(const ParamSet& params, size_t i, int64_t begin, int64_t count,
+                                          int64_t step) {
   if (swapped_)
     throw std::logic_error("ExponentialMovingAverage::update: the shadows are swapped into the parameters; "
                            "call swap() again first");
   const auto one_minus = static_cast<float>(1.0 - decay_at(step));
-  float* s = shadow_[i].ptr();
-  const float* v = params.params[i].value.ptr();
-  const int64_t n = shadow_[i].size();
+  float* s = shadow_[i].ptr() + begin;
+  const float* v = params.params[i].value.ptr() + begin;
+  const int64_t n = count;
 #pragma omp parallel for if (n > (int64_t{1} << 15))
   for (int64_t j = 0; j < n; ++j) s[j] -= one_minus * (s[j] - v[j]);
 }

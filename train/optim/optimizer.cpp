@@ -58,10 +58,13 @@ void Optimizer::check_count(const ParamSet& params, const GradSet& grads) const 
                                 std::to_string(params.size()) + " parameters");
 }
 
-void Optimizer::update_variable(ParamSet& params, const GradSet& grads, size_t i, float lr) {
+void Optimizer::update_range(ParamSet& params, const GradSet& grads, size_t i, int64_t begin, int64_t count,
+                             float lr) {
+  const auto b = static_cast<size_t>(begin), n = static_cast<size_t>(count);
   std::span<float> slot_spans[kMaxSlots];  // no allocation per step
-  for (size_t k = 0; k < specs_.size(); ++k) slot_spans[k] = slots_[i][k].data;
-  update(params.params[i].value.data, grads[i].data, std::span(slot_spans, specs_.size()), lr, steps_ + 1);
+  for (size_t k = 0; k < specs_.size(); ++k) slot_spans[k] = std::span<float>(slots_[i][k].data).subspan(b, n);
+  update(std::span<float>(params.params[i].value.data).subspan(b, n), std::span<const float>(grads[i].data).subspan(b, n),
+         std::span(slot_spans, specs_.size()), lr, steps_ + 1);
 }
 
 void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
@@ -70,30 +73,42 @@ void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
   if (!applied_.empty())
     throw std::logic_error(name() + " optimizer: apply() in the middle of a step applied by variable");
   for (size_t i = 0; i < params.size(); ++i) check_variable(params, grads, i);
-  for (size_t i = 0; i < params.size(); ++i) update_variable(params, grads, i, lr);
+  for (size_t i = 0; i < params.size(); ++i) update_range(params, grads, i, 0, params.params[i].value.size(), lr);
   ++steps_;
 }
 
-void Optimizer::apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr) {
+void Optimizer::apply_range(ParamSet& params, const GradSet& grads, size_t i, int64_t begin, int64_t count,
+                            float lr) {
   if (applied_.empty()) init(params);  // the whole set, once a step (names compared)
   check_count(params, grads);
   if (i >= params.size())
-    throw std::invalid_argument(name() + " optimizer: apply_variable(" + std::to_string(i) + ") of " +
+    throw std::invalid_argument(name() + " optimizer: apply_range(" + std::to_string(i) + ") of " +
                                 std::to_string(params.size()) + " parameters");
   check_variable(params, grads, i);
-  if (applied_.empty()) applied_.assign(params.size(), false);
-  if (applied_[i])
+  const int64_t size = params.params[i].value.size();
+  if (begin < 0 || count < 0 || begin > size || count > size - begin)
+    throw std::invalid_argument(name() + " optimizer: apply_range of '" + params.params[i].name + "' elements [" +
+                                std::to_string(begin) + ", +" + std::to_string(count) + ") outside its " +
+                                std::to_string(size));
+  if (applied_.empty()) applied_.assign(params.size(), 0);
+  if (count > size - applied_[i])
     throw std::logic_error(name() + " optimizer: '" + params.params[i].name + "' applied twice in step " +
-                           std::to_string(steps_ + 1));
-  update_variable(params, grads, i, lr);
-  applied_[i] = true;
+                           std::to_string(steps_ + 1) + " (" + std::to_string(applied_[i]) + " of " +
+                           std::to_string(size) + " elements applied, " + std::to_string(count) + " more)");
+  update_range(params, grads, i, begin, count, lr);
+  applied_[i] += count;
+}
+
+void Optimizer::apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr) {
+  apply_range(params, grads, i, 0, i < params.size() ? params.params[i].value.size() : 0, lr);
 }
 
 void Optimizer::finish_step() {
-  for (size_t i = 0; i < applied_.size(); ++i)
-    if (!applied_[i])
-      throw std::logic_error(name() + " optimizer: finish_step() before '" + names_[i] + "' was applied");
   if (applied_.empty()) throw std::logic_error(name() + " optimizer: finish_step() with no variable applied");
+  for (size_t i = 0; i < applied_.size(); ++i)
+    if (applied_[i] != sizes_[i])
+      throw std::logic_error(name() + " optimizer: finish_step() before '" + names_[i] + "' was applied (" +
+                             std::to_string(applied_[i]) + " of " + std::to_string(sizes_[i]) + " elements)");
   applied_.clear();
   ++steps_;
 }

@@ -18,7 +18,7 @@ class CpuReplicaStep final : public ReplicaStep {
     const TrainConfig& cfg = s_.cfg();
     if (!cfg.comm_only) return s_.compute_gradient(0, step, ready, needed);
     // --comm_only: the emulated compute, then the whole fixed gradient at once.
-    if (needed) needed(0, s_.num_variables());
+    need_all(s_, needed);
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));
     return s_.fixed_gradient(0, ready);
   }
@@ -40,7 +40,9 @@ class CpuReplicaStep final : public ReplicaStep {
   }
 
   void apply(int64_t step, int replicas) override { s_.apply(step, sum_, replicas); }
-  void apply_variable(int64_t step, size_t v, int replicas) override { s_.apply_variable(step, sum_, v, replicas); }
+  void apply_range(int64_t step, size_t v, int64_t begin, int64_t count, int replicas) override {
+    s_.apply_range(step, sum_, v, begin, count, replicas);
+  }
   void finish_apply() override { s_.finish_apply(); }
 
   bool overlaps_communication() const override { return s_.cfg().overlap_comm; }

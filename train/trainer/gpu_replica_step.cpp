@@ -23,7 +23,7 @@ class GpuReplicaStep final : public ReplicaStep {
   // The device computes the whole gradient before any of it is ready.
   float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
                          const Model::ParamsNeeded& needed) override {
-    if (needed) needed(0, s_.num_variables());
+    need_all(s_, needed);
     s_.next_batch(0, step, x_, labels_);
     const float loss = replica_.compute_gradient(
         x_, labels_, stream_seed(s_.cfg().seed, step, s_.workers().at(0), Purpose::kDropout));
@@ -77,7 +77,7 @@ class GpuReplicaStep final : public ReplicaStep {
   }
 
   // The device applies the whole update at once.
-  void apply_variable(int64_t /*step*/, size_t v, int /*replicas*/) override {
+  void apply_range(int64_t /*step*/, size_t v, int64_t /*begin*/, int64_t /*count*/, int /*replicas*/) override {
     throw std::logic_error("variable " + std::to_string(v) + ": the GPU replica step applies whole steps only");
   }
   void finish_apply() override { throw std::logic_error("the GPU replica step applies whole steps only"); }

@@ -127,7 +127,9 @@ OverlappedStep::OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::W
       wants_scales_(wants_scales),
       replicas_(replicas),
       shards_left_(s.num_variables()),
-      applied_(s.num_variables()) {}
+      next_shard_(s.num_variables()),
+      applied_elements_(s.num_variables()),
+      shard_applied_(layout.shards.size()) {}
 
 void OverlappedStep::flush(float loss) {
   if (!bucket_.empty()) client_.push_bucket(loss, bucket_, bucket_views_);
@@ -155,21 +157,26 @@ bool OverlappedStep::take_next_sum(StepClock& clock) {
   replica_.decode_sum(pending_step_, shard, wire_.sums[*sh]);
   clock.s[StepClock::kDecode] += since(td);
   const size_t v = shard.variable;
-  if (--shards_left_[v] == 0 && replicas_ > 0) {
+  --shards_left_[v];
+  if (replicas_ > 0) {  // the shard's elements are final: apply them now
     const auto ta = Clock::now();
-    replica_.apply_variable(pending_step_, v, replicas_);
-    applied_[v] = true;
+    replica_.apply_range(pending_step_, v, static_cast<int64_t>(shard.begin), static_cast<int64_t>(shard.count),
+                         replicas_);
+    shard_applied_[*sh] = true;
+    const std::vector<size_t>& in_order = layout_.shards_of[v];
+    for (size_t& k = next_shard_[v]; k < in_order.size() && shard_applied_[in_order[k]]; ++k)
+      applied_elements_[v] = static_cast<int64_t>(layout_.shards[in_order[k]].begin + layout_.shards[in_order[k]].count);
     clock.s[StepClock::kApply] += since(ta);
   }
   return true;
 }
 
-void OverlappedStep::take_sums_until(size_t first, size_t end, StepClock& clock) {
-  for (size_t v = first; v < end; ++v)
-    while (!applied_[v])
-      if (!take_next_sum(clock))
-        throw std::logic_error("step " + std::to_string(pending_step_) + ": every sum arrived, variable " +
-                               std::to_string(v) + " is not applied");
+void OverlappedStep::take_sums_until(size_t v, int64_t elements, StepClock& clock) {
+  while (applied_elements_[v] < elements)
+    if (!take_next_sum(clock))
+      throw std::logic_error("step " + std::to_string(pending_step_) + ": every sum arrived, variable " +
+                             std::to_string(v) + " is applied up to element " + std::to_string(applied_elements_[v]) +
+                             " of " + std::to_string(elements));
 }
 
 OverlappedStep::Finished OverlappedStep::finish(StepClock& clock) {
@@ -220,8 +227,10 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
     pending_step_ = step;
     for (size_t v = 0; v < s_.num_variables(); ++v) {
       shards_left_[v] = layout_.shards_of[v].size();
-      applied_[v] = false;
+      next_shard_[v] = 0;
+      applied_elements_[v] = 0;
     }
+    std::fill(shard_applied_.begin(), shard_applied_.end(), false);
   };
   bool begun = false;
   const std::vector<float> no_scales(s_.num_variables(), 0.0f);
@@ -242,11 +251,11 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
     encode(loss, v, no_scales);
     encode_s += since(t);
   };
-  auto needed = [&](size_t first, size_t end) {
+  auto needed = [&](size_t v, int64_t elements) {
     if (!pending_ || begun) return;
     const auto t = Clock::now();
     if (replicas_ > 0)
-      take_sums_until(first, end, clock);
+      take_sums_until(v, elements, clock);
     else
       before = finish(clock);  // nothing is applied before the last sum
     aside_s += since(t);

@@ -10,11 +10,12 @@
 //
 // In: the ps sums each shard once every replica delivered it. run() returns
 // once the step's payloads are queued; its sums are taken by the next step's
-// forward pass, layer by layer: before a layer reads its variables, the sums
-// that have arrived are decoded, and each variable whose shards are all in
-// is applied (optimizer and moving average, TrainingSession::apply_variable),
-// so the first layers compute while the last ones' sums still cross the
-// link. finish() takes the rest of a step's sums (before an evaluation, a
+// forward pass as it reads the variables (Model::forward_backward's
+// params_needed: a layer's variables, or a Dense layer's weights a row block
+// at a time): each sum is decoded as it arrives and its shard applied at
+// once (optimizer and moving average, TrainingSession::apply_range), so the
+// first layers, and the first rows of a large fully connected one, compute
+// while the last sums still cross the link. finish() takes the rest of a step's sums (before an evaluation, a
 // checkpoint or the end). With backup replicas (--replicas_to_aggregate
 // below the replica count) the number of payloads summed is known only at
 // the end, so the whole update waits for the last sum.
@@ -76,9 +77,9 @@ class OverlappedStep {
   using Clock = std::chrono::steady_clock;
   void queue_variable(float loss, size_t v);
   void flush(float loss);
-  // Decodes the pending step's sums as they arrive until variables
-  // [first, end) are applied (replicas_ > 0).
-  void take_sums_until(size_t first, size_t end, StepClock& clock);
+  // Decodes the pending step's sums as they arrive until elements
+  // [0, elements) of variable v are applied (replicas_ > 0).
+  void take_sums_until(size_t v, int64_t elements, StepClock& clock);
   // Decodes the next sum (waiting for it); false when none is left.
   bool take_next_sum(StepClock& clock);
 
@@ -99,7 +100,9 @@ class OverlappedStep {
   int64_t pending_step_ = 0;
   Clock::time_point began_;                      // its begin_step()
   std::vector<size_t> shards_left_;              // [variable] sums not yet decoded
-  std::vector<bool> applied_;                    // [variable]
+  std::vector<size_t> next_shard_;               // [variable] its first shard (in element order) not applied
+  std::vector<int64_t> applied_elements_;        // [variable] elements [0, this) applied
+  std::vector<bool> shard_applied_;              // [shard]
   std::vector<std::pair<Clock::time_point, Clock::time_point>> blocked_;  // waits on the network
 };
 

@@ -12,6 +12,11 @@ void ReplicaStep::encode(int64_t step, const std::vector<float>& shared, Wire& w
   for (size_t v = 0; v < wire.slices.size(); ++v) encode_into(step, v, shared, wire);
 }
 
+void ReplicaStep::need_all(TrainingSession& s, const Model::ParamsNeeded& needed) {
+  if (!needed) return;
+  for (size_t v = 0; v < s.num_variables(); ++v) needed(v, s.model().params().value(v).size());
+}
+
 std::unique_ptr<ReplicaStep> make_replica_step(TrainingSession& s) {
   return s.cfg().device == "gpu" ? make_gpu_replica_step(s) : make_cpu_replica_step(s);
 }

@@ -8,7 +8,7 @@
 //   ...the ps sums every replica's payloads per shard...
 //   decode_sum(step, shard, sum) each pulled sum into the step's update
 //   apply(step, R)              average over R replicas, optimizer, moving average
-//                               (or apply_variable() per variable, then finish_apply())
+//                               (or apply_range() per shard, then finish_apply())
 // so a cluster of replicas computes what the in-process trainer
 // (trainer.cpp) computes with as many virtual workers.
 //
@@ -43,6 +43,8 @@ class ReplicaStep {
   virtual float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
                                  const Model::ParamsNeeded& needed) = 0;
   float compute_gradient(int64_t step) { return compute_gradient(step, {}, {}); }
+  // needed() of every variable, whole (a step that reads them all at once).
+  static void need_all(TrainingSession& s, const Model::ParamsNeeded& needed);
   // Local scale of each variable (0 for codecs without scale sharing).
   virtual const std::vector<float>& local_scales() const = 0;
   // TrainingSession::presum_variable's contract (multi-round codecs), for
@@ -62,9 +64,10 @@ class ReplicaStep {
   // Once every shard's sum is decoded: the update averaged over `replicas`,
   // the optimizer at step's rate, the moving average (TrainingSession::apply).
   virtual void apply(int64_t step, int replicas) = 0;
-  // The same a variable at a time, once every shard of v is decoded; then
-  // finish_apply() once all are (TrainingSession::apply_variable).
-  virtual void apply_variable(int64_t step, size_t v, int replicas) = 0;
+  // The same a piece at a time: elements [begin, begin + count) of variable
+  // v once their sums are decoded; then finish_apply() once all are
+  // (TrainingSession::apply_range).
+  virtual void apply_range(int64_t step, size_t v, int64_t begin, int64_t count, int replicas) = 0;
   virtual void finish_apply() = 0;
   // Whether a sync step may overlap its communication with the backward
   // pass and the next step's forward pass (OverlappedStep, --overlap_comm):

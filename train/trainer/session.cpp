@@ -812,11 +812,16 @@ void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {
   if (ema_) ema_->update(params(), step);
 }
 
-void TrainingSession::apply_variable(int64_t step, GradSet& update_sum, size_t v, int replicas) {
+void TrainingSession::apply_range(int64_t step, GradSet& update_sum, size_t v, int64_t begin, int64_t count,
+                                  int replicas) {
+  const Tensor& sum = update_sum.at(v);
+  if (begin < 0 || count < 0 || begin > sum.size() || count > sum.size() - begin)
+    throw std::invalid_argument("apply_range: elements [" + std::to_string(begin) + ", +" + std::to_string(count) +
+                                ") outside variable " + std::to_string(v) + " of " + std::to_string(sum.size()));
   const float inv_r = 1.0f / static_cast<float>(replicas);
-  for (float& g : update_sum.at(v).data) g *= inv_r;
-  optimizer_->apply_variable(params(), update_sum, v, static_cast<float>(schedule_->lr(step)));
-  if (ema_) ema_->update_variable(params(), v, step);
+  for (float& g : std::span<float>(update_sum[v].data).subspan(begin, count)) g *= inv_r;
+  optimizer_->apply_range(params(), update_sum, v, begin, count, static_cast<float>(schedule_->lr(step)));
+  if (ema_) ema_->update_range(params(), v, begin, count, step);
 }
 
 void TrainingSession::finish_apply() { optimizer_->finish_step(); }

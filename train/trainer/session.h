@@ -195,7 +195,7 @@ class TrainingSession {
   // between steps.
   //
   // needed, when given, is Model::forward_backward's params_needed: called
-  // before each layer's forward pass with its variables.
+  // before the forward pass reads each variable (or a Dense layer's block).
   using VariableReady = std::function<void(float loss, size_t v)>;
   float compute_gradient(size_t local, int64_t step, const VariableReady& ready = {},
                          const Model::ParamsNeeded& needed = {});
@@ -241,10 +241,12 @@ class TrainingSession {
   // update_sum[v] = the decoded sum of R workers' gradients; applies
   // optimizer(update_sum / R) at `step`, then the EMA.
   void apply(int64_t step, GradSet& update_sum, int replicas);
-  // apply() a variable at a time, for a replica that applies each variable
-  // as soon as its sum has arrived: apply_variable() once for every v, in
-  // any order, then finish_apply(). The same arithmetic as apply().
-  void apply_variable(int64_t step, GradSet& update_sum, size_t v, int replicas);
+  // apply() a piece at a time, for a replica that applies each shard as
+  // soon as its sum has arrived: apply_range() over disjoint element ranges
+  // covering every variable, in any order, then finish_apply(). The same
+  // arithmetic as apply() (Optimizer::apply_range); std::invalid_argument
+  // for a range outside variable v.
+  void apply_range(int64_t step, GradSet& update_sum, size_t v, int64_t begin, int64_t count, int replicas);
   void finish_apply();
   // A zero gradient set shaped like the variables.
   GradSet make_grads() const { return model_->make_grads(); }

@@ -2,6 +2,11 @@
 // weights and biases), flattening order and parameter metadata.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
 #include "reference.h"
 #include "terngrad/train/layers.h"
 
@@ -73,6 +78,75 @@ TEST(Dense, FlattensNhwcRowsLikeTensorFlowReshape) {
   Tensor y;
   fc.forward(params, x, y, scratch.get(), ForwardContext{});
   EXPECT_EQ(y.data[0], 5.0f);
+}
+
+
+// A layer wide enough to take several row blocks: 150 rows of 600 units
+// make blocks of 64, 64 and 22 rows (Dense::forward_block_rows).
+struct WideDense {
+  Dense fc{DenseConfig{.name = "fc3", .units = 600, .relu = true}};
+  ParamSet params;
+  Tensor x;
+  WideDense() {
+    std::mt19937_64 rng(5);
+    fc.create_params({3, 150}, params, rng);
+    params.params[fc.weights_index()].value = testing::random_tensor({150, 600}, rng, -0.2, 0.2);
+    params.params[fc.biases_index()].value = testing::random_tensor({600}, rng, -0.3, 0.3);
+    x = testing::random_tensor({3, 150}, rng);
+  }
+};
+
+Vec as_vec(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+// The forward pass waits for its weights a row block at a time, in order,
+// then for the biases, and its sum of blocks is the float64 product's.
+TEST(Dense, ForwardStreamsItsWeightsInRowBlocks) {
+  WideDense w;
+  ASSERT_EQ(Dense::forward_block_rows(150, 600), 64);
+  std::vector<std::pair<size_t, int64_t>> calls;
+  const ParamsNeeded needed = [&](size_t v, int64_t elements) { calls.emplace_back(v, elements); };
+  ForwardContext ctx;
+  ctx.params_needed = &needed;
+  auto scratch = w.fc.make_scratch();
+  Tensor y;
+  w.fc.forward(w.params, w.x, y, scratch.get(), ctx);
+  const size_t wi = w.fc.weights_index(), bi = w.fc.biases_index();
+  EXPECT_EQ(calls, (std::vector<std::pair<size_t, int64_t>>{{wi, 64 * 600}, {wi, 128 * 600}, {wi, 150 * 600}, {bi, 600}}));
+  const Vec ref = testing::ref_dense(as_vec(w.x.data), 3, 150, as_vec(w.params.value(wi).data),
+                                     as_vec(w.params.value(bi).data), 600, true);
+  ASSERT_EQ(y.data.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(y.data[i], ref[i], 1e-5 * (1 + std::abs(ref[i]))) << i;
+}
+
+// backward_params() then backward_input() is backward(), bit for bit; dx
+// before the parameter gradients is refused.
+TEST(Dense, SplitBackwardIsBackwardBitForBit) {
+  WideDense w;
+  std::mt19937_64 rng(9);
+  const Tensor dy = testing::random_tensor({3, 600}, rng);
+  auto run = [&](bool split, GradSet& grads, Tensor& dx) {
+    auto scratch = w.fc.make_scratch();
+    Tensor y;
+    w.fc.forward(w.params, w.x, y, scratch.get(), ForwardContext{});
+    grads = {Tensor({150, 600}, 0.0f), Tensor({600}, 0.0f)};
+    if (split) {
+      w.fc.backward_params(w.params, w.x, y, dy, grads, scratch.get());
+      w.fc.backward_input(w.params, w.x, y, dy, &dx, scratch.get());
+    } else {
+      w.fc.backward(w.params, w.x, y, dy, &dx, grads, scratch.get());
+    }
+  };
+  GradSet whole, split;
+  Tensor dx_whole, dx_split;
+  run(false, whole, dx_whole);
+  run(true, split, dx_split);
+  EXPECT_EQ(split[0].data, whole[0].data);
+  EXPECT_EQ(split[1].data, whole[1].data);
+  EXPECT_EQ(dx_split.data, dx_whole.data);
+  auto fresh = w.fc.make_scratch();
+  Tensor y, dx;
+  w.fc.forward(w.params, w.x, y, fresh.get(), ForwardContext{});
+  EXPECT_THROW(w.fc.backward_input(w.params, w.x, y, dy, &dx, fresh.get()), std::logic_error);
 }
 
 }  // namespace

@@ -85,19 +85,26 @@ TEST(MovingAverage, RejectsBadDecayAndMismatchedParams) {
   EXPECT_THROW(ema.update(other, 0), std::invalid_argument);
 }
 
-// update_variable() of every parameter is update(), bit for bit.
-TEST(MovingAverage, UpdatingVariableByVariableIsUpdateBitForBit) {
+// update_range() over disjoint ranges covering every parameter (and
+// update_variable(), the whole range) is update(), bit for bit.
+TEST(MovingAverage, UpdatingRangeByRangeIsUpdateBitForBit) {
   ParamSet ps = small_model();
+  ps.add(Param{"fc3/weights", tensor({40001}, normals(40001, 3)), 0.0f, false});  // past the OpenMP size
   tt::ExponentialMovingAverage whole(ps, 0.99), split(ps, 0.99);
   for (int step = 0; step < 20; ++step) {
     for (size_t i = 0; i < ps.size(); ++i)
       for (float& w : ps.params[i].value.data) w += 0.01f * std::sin(static_cast<float>(step + i));
     whole.update(ps, step);
-    for (size_t i = ps.size(); i-- > 0;) split.update_variable(ps, i, step);
+    split.update_range(ps, 2, 33, 40001 - 33, step);
+    split.update_range(ps, 2, 0, 33, step);
+    split.update_range(ps, 0, 7, 5, step);
+    split.update_range(ps, 0, 0, 7, step);
+    split.update_variable(ps, 1, step);
   }
   const auto a = whole.shadows(), b = split.shadows();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second->data, b[i].second->data) << a[i].first;
   EXPECT_THROW(split.update_variable(ps, ps.size(), 0), std::invalid_argument);
+  EXPECT_THROW(split.update_range(ps, 1, 4, 2, 0), std::invalid_argument) << "past its 5 elements";
   split.swap(ps);
   EXPECT_THROW(split.update_variable(ps, 0, 0), std::logic_error) << "shadows swapped in";
 }

@@ -316,21 +316,34 @@ TEST(Optimizer, LargeTensorsGiveTheSameResultAsSmallOnes) {
   }
 }
 
-// A replica applies each variable as its sum arrives (apply_variable, in any
-// order, then finish_step): the same weights and slots as apply(), bit for
-// bit, for every optimizer, Adam's step count included.
-TEST(Optimizer, ApplyingVariableByVariableIsApplyBitForBit) {
+// A replica applies each shard as its sum arrives (apply_range over
+// disjoint ranges, in any order, then finish_step): the same weights and
+// slots as apply(), bit for bit, for every optimizer, Adam's step count
+// included. Ranges of odd sizes and offsets (so the vectorized loops start
+// and end mid-vector), one variable past the size above which the updates
+// run on OpenMP threads, and apply_variable (one whole range).
+TEST(Optimizer, ApplyingRangeByRangeIsApplyBitForBit) {
   for (const char* name : {"sgd", "momentum", "adam", "rmsprop"}) {
     SCOPED_TRACE(name);
     auto whole = tt::make_optimizer(name);
     auto split = tt::make_optimizer(name);
-    ParamSet a = small_model(), b = small_model();
-    ASSERT_GE(a.size(), 2u);
+    auto make = [] {
+      ParamSet ps = small_model();
+      ps.add(Param{"fc3/weights", tensor({301, 331}, normals(301 * 331, 7)), 0.0f, false});
+      return ps;
+    };
+    ParamSet a = make(), b = make();
+    const int64_t big = b.params[2].value.size();
+    // fc3 in ranges that arrive out of order: [0, 17), [17, 40000), [40000, big - 5), [big - 5, big).
+    const std::vector<std::pair<int64_t, int64_t>> ranges = {{40000, big - 5 - 40000}, {0, 17}, {big - 5, 5}, {17, 40000 - 17}};
     for (int t = 1; t <= 4; ++t) {
       const GradSet g = grads_for(a, t);
       const float lr = 0.05f * static_cast<float>(t);
       whole->apply(a, g, lr);
-      for (size_t i = b.size(); i-- > 0;) split->apply_variable(b, g, i, lr);  // last first, as sums arrive
+      for (const auto& [begin, count] : ranges) split->apply_range(b, g, 2, begin, count, lr);
+      split->apply_range(b, g, 0, 5, 7, lr);
+      split->apply_range(b, g, 0, 0, 5, lr);
+      split->apply_variable(b, g, 1, lr);
       split->finish_step();
       for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.params[i].value.data, b.params[i].value.data) << t << " " << i;
     }
@@ -360,5 +373,16 @@ TEST(Optimizer, ApplyingAVariableTwiceOrFinishingEarlyIsRefused) {
   }
   EXPECT_THROW(opt->apply(ps, g, 0.1f), std::logic_error) << "apply() in the middle of a split step";
   EXPECT_THROW(opt->apply_variable(ps, g, ps.size(), 0.1f), std::invalid_argument);
+  // A range outside the parameter, and one that would apply elements twice.
+  EXPECT_THROW(opt->apply_range(ps, g, 1, 3, 3, 0.1f), std::invalid_argument) << "5 elements";
+  EXPECT_THROW(opt->apply_range(ps, g, 1, -1, 2, 0.1f), std::invalid_argument);
+  opt->apply_range(ps, g, 1, 0, 3, 0.1f);
+  EXPECT_THROW(opt->apply_range(ps, g, 1, 2, 3, 0.1f), std::logic_error) << "3 + 3 of 5 elements";
+  try {
+    opt->finish_step();
+    FAIL() << "finish_step with a parameter half applied";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 of 5 elements"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(opt->steps(), 0);
 }

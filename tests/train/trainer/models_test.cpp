@@ -1,4 +1,5 @@
 // The paper's networks: shapes, parameter counts and FLOPs as in their definitions.
+#include <limits>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,11 +28,13 @@ TEST(Models, LeNetMatchesItsDefinition) {
   EXPECT_FLOAT_EQ(m->params().params[0].weight_decay, 5e-4f);
 }
 
-// params_needed is called before each layer's forward pass with its
-// variables, first layer first, each variable once: a replica that fills
-// the variables only there (as the overlapped step applies the last step's
-// sums) gets the loss and gradients of a model that held them all along.
-TEST(Models, ParamsNeededComesBeforeEachLayerReadsItsVariables) {
+// params_needed comes before the forward pass reads any element it names:
+// each variable whole before its layer, except a Dense layer's weights,
+// requested a row block at a time, in order. A replica that fills the
+// variables only as far as they are requested (as the overlapped step
+// applies the last step's sums) gets the loss and gradients of a model that
+// held them all along, bit for bit.
+TEST(Models, ParamsNeededComesBeforeTheForwardPassReadsTheElements) {
   auto m = tt::make_model("lenet", {}, 1);
   auto ws = m->make_workspace();
   auto grads = m->make_grads(), late_grads = m->make_grads();
@@ -44,15 +47,19 @@ TEST(Models, ParamsNeededComesBeforeEachLayerReadsItsVariables) {
   std::vector<std::vector<float>> kept;
   for (auto& p : m->params().params) {
     kept.push_back(p.value.data);
-    std::fill(p.value.data.begin(), p.value.data.end(), 0.0f);
+    std::fill(p.value.data.begin(), p.value.data.end(), std::numeric_limits<float>::quiet_NaN());
   }
-  std::vector<std::pair<size_t, size_t>> calls;
-  const float late_loss = m->forward_backward(ws, x, y, late_grads, ctx, {}, [&](size_t first, size_t end) {
-    calls.emplace_back(first, end);
-    for (size_t v = first; v < end; ++v) m->params().params[v].value.data = kept[v];
+  std::vector<std::pair<size_t, int64_t>> calls;
+  const float late_loss = m->forward_backward(ws, x, y, late_grads, ctx, {}, [&](size_t v, int64_t elements) {
+    calls.emplace_back(v, elements);
+    std::copy_n(kept[v].begin(), elements, m->params().params[v].value.data.begin());
   });
-  const std::vector<std::pair<size_t, size_t>> layers = {{0, 2}, {2, 4}, {4, 6}, {6, 8}};
-  EXPECT_EQ(calls, layers) << "conv1, conv2, fc3, logits";
+  // conv1 and conv2 whole; fc3's 2450 x 500 weights in blocks of 65 rows,
+  // then its biases; the logits layer's 500 x 10 weights in one block.
+  std::vector<std::pair<size_t, int64_t>> expected = {{0, 500}, {1, 20}, {2, 25000}, {3, 50}};
+  for (int64_t rows = 65; rows < 2450 + 65; rows += 65) expected.emplace_back(4, std::min<int64_t>(rows, 2450) * 500);
+  for (auto c : std::vector<std::pair<size_t, int64_t>>{{5, 500}, {6, 5000}, {7, 10}}) expected.push_back(c);
+  EXPECT_EQ(calls, expected);
   EXPECT_EQ(late_loss, loss);
   for (size_t v = 0; v < grads.size(); ++v) EXPECT_EQ(late_grads[v].data, grads[v].data) << v;
 }

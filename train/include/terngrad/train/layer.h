@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -68,6 +69,11 @@ struct LayerScratch {
   virtual ~LayerScratch() = default;
 };
 
+// A wait for parameters (a cluster replica's sums of the last step still
+// arriving): returns once elements [0, elements) of parameter `param` hold
+// this step's values.
+using ParamsNeeded = std::function<void(size_t param, int64_t elements)>;
+
 struct ForwardContext {
   bool training = false;
   uint64_t dropout_seed = 0;  // distinct per (step, worker); dropout masks derive from it
@@ -75,6 +81,10 @@ struct ForwardContext {
   // training forward uses the batch's own statistics and leaves it alone.
   // Model::predict and forward_backward point it at the model's state.
   const StateSet* state = nullptr;
+  // Set in a training forward whose parameters may still be arriving; a
+  // layer that streams_params() calls it before it reads each block of
+  // them. Model::forward_backward waits for the other layers' itself.
+  const ParamsNeeded* params_needed = nullptr;
 };
 
 class Layer {
@@ -113,6 +123,23 @@ class Layer {
   // layer) and ADDS the parameter gradients into grads (the caller zeroes them).
   virtual void backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy,
                         Tensor* dx, GradSet& grads, LayerScratch* scratch) const = 0;
+
+  // Whether forward() waits for its parameters itself, a block at a time,
+  // through ctx.params_needed (Dense: its weights in row blocks, so the first
+  // rows compute while the sums of the last ones still arrive). The model
+  // waits for all of another layer's parameters before its forward().
+  virtual bool streams_params() const { return false; }
+
+  // Whether backward() can run as backward_params() then backward_input():
+  // the parameter gradients first, complete, then dx. A trainer sends the
+  // gradients between the two. backward() is the two calls, same arithmetic.
+  virtual bool splits_backward() const { return false; }
+  // Adds the parameter gradients (backward()'s contract without dx).
+  virtual void backward_params(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy,
+                               GradSet& grads, LayerScratch* scratch) const;
+  // Writes dx, after backward_params() on the same arguments and scratch.
+  virtual void backward_input(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                              LayerScratch* scratch) const;
 
   // Multiply-adds of one example's forward pass (for the GFLOP/s report).
   virtual int64_t forward_macs_per_example(const Shape& in) const {

@@ -212,6 +212,19 @@ class Dense final : public Layer {
                 GradSet& grads, LayerScratch* scratch) const override;
   int64_t forward_macs_per_example(const Shape& in) const override;  // D * units
 
+  // The forward pass is a sum over row blocks of the weights, in order, each
+  // waited for through ctx.params_needed when set. The blocks depend on the
+  // shape alone (forward_block_rows), so the sum is the same bit for bit
+  // whether the weights were all in or arrived block by block.
+  bool streams_params() const override { return true; }
+  static int64_t forward_block_rows(int64_t d, int64_t units);
+  // dw and db, then dx.
+  bool splits_backward() const override { return true; }
+  void backward_params(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, GradSet& grads,
+                       LayerScratch* scratch) const override;
+  void backward_input(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
+                      LayerScratch* scratch) const override;
+
   // Dense keeps its masked output gradient here when relu is fused.
   std::unique_ptr<LayerScratch> make_scratch() const override;
 

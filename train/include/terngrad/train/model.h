@@ -46,13 +46,18 @@ class Model {
   // so their gradients can leave while earlier layers still compute (the
   // loss is known by then). Those gradients are final: nothing adds to them later.
   //
-  // params_needed, when given, is called before each layer's forward pass
-  // with that layer's variables [first, end) (layers with variables only,
-  // first to last): a cluster replica waits there for the variables' sums
-  // of the last step, so the forward pass starts on the first layers while
-  // the rest still arrive. It must return once they hold their values.
+  // params_needed, when given, is called before a layer's forward pass reads
+  // its variables, first layer first, with (variable, elements): it must
+  // return once elements [0, elements) of that variable hold their values. A
+  // cluster replica waits there for the last step's sums, so the forward pass
+  // starts on the first layers while the rest still arrive. Most layers get
+  // one call per variable, whole, before their forward pass; a layer that
+  // streams_params() (Dense) calls it itself, a row block at a time.
+  //
+  // grads_ready for a layer that splits_backward() (Dense) comes between its
+  // parameter gradients and its dx.
   using GradsReady = std::function<void(float loss, size_t first, size_t end)>;
-  using ParamsNeeded = std::function<void(size_t first, size_t end)>;
+  using ParamsNeeded = train::ParamsNeeded;
   float forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels,
                          GradSet& grads, const ForwardContext& ctx, const GradsReady& grads_ready = {},
                          const ParamsNeeded& params_needed = {}) const;

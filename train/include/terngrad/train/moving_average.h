@@ -23,7 +23,10 @@ class ExponentialMovingAverage {
   // shadow -= (1 - decay_at(step)) * (shadow - value), for every parameter.
   // Throws if the parameters do not match or the shadows are swapped in.
   void update(const ParamSet& params, int64_t step);
-  // The same for parameter i alone (a variable applied as its sum arrives).
+  // The same for elements [begin, begin + count) of parameter i alone (a
+  // shard applied as its sum arrives); std::invalid_argument for a range
+  // outside it. update_variable: the whole parameter.
+  void update_range(const ParamSet& params, size_t i, int64_t begin, int64_t count, int64_t step);
   void update_variable(const ParamSet& params, size_t i, int64_t step);
 
   // Exchanges shadows and parameter values (O(1) per tensor): call once to
@@ -39,7 +42,7 @@ class ExponentialMovingAverage {
 
  private:
   void check(const ParamSet& params, const char* what) const;
-  void update_one(const ParamSet& params, size_t i, int64_t step);
+  void update_one(const ParamSet& params, size_t i, int64_t begin, int64_t count, int64_t step);
 
   double decay_;
   std::vector<std::string> names_;

@@ -53,14 +53,17 @@ class Optimizer {
   // (including a slot resized through slots()).
   void apply(ParamSet& params, const GradSet& grads, float lr);
 
-  // The same update a variable at a time (a cluster replica applies each
-  // variable as soon as its sum has arrived, while the next step's forward
-  // pass already reads the variables before it): apply_variable() once for
-  // every parameter index, in any order, then finish_step(). The result is
-  // apply()'s, bit for bit. apply_variable() throws std::invalid_argument as
-  // apply() does, and std::logic_error for a variable applied twice in one
-  // step; finish_step() throws std::logic_error while one is missing.
-  void apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr);
+  // The same update a piece at a time (a cluster replica applies each shard
+  // of a variable as soon as its sum has arrived, while the next step's
+  // forward pass already reads the elements before it): apply_range() over
+  // disjoint ranges that cover every parameter, in any order, then
+  // finish_step(). The result is apply()'s, bit for bit: every update rule is
+  // elementwise. apply_range() throws std::invalid_argument as apply() does
+  // and for a range outside the parameter, and std::logic_error when a
+  // parameter's ranges add up past its size in one step (an element applied
+  // twice); finish_step() throws std::logic_error while an element is missing.
+  void apply_range(ParamSet& params, const GradSet& grads, size_t i, int64_t begin, int64_t count, float lr);
+  void apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr);  // the whole range
   void finish_step();
 
   // Slot tensors by TensorFlow name, parameter order, then slot order. Empty
@@ -94,7 +97,7 @@ class Optimizer {
  private:
   void check_count(const ParamSet& params, const GradSet& grads) const;
   void check_variable(const ParamSet& params, const GradSet& grads, size_t i) const;
-  void update_variable(ParamSet& params, const GradSet& grads, size_t i, float lr);
+  void update_range(ParamSet& params, const GradSet& grads, size_t i, int64_t begin, int64_t count, float lr);
 
   std::vector<SlotSpec> specs_;  // slot_specs(), fixed at init()
   std::vector<std::string> names_;
@@ -102,7 +105,7 @@ class Optimizer {
   std::vector<std::vector<Tensor>> slots_;  // [param][slot]
   bool initialized_ = false;
   int64_t steps_ = 0;
-  std::vector<bool> applied_;  // this step's variables so far (apply_variable); empty between steps
+  std::vector<int64_t> applied_;  // [param] elements applied this step (apply_range); empty between steps
 };
 
 // Creates "sgd", "momentum", "adam" or "rmsprop"; throws
