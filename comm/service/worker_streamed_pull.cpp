@@ -112,16 +112,19 @@ int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
   return m.async_steps[0];
 }
 
-void WorkerClient::wait_values(size_t first, size_t end) {
+void WorkerClient::wait_values(size_t v, uint64_t elements) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lk(m.sm);
-  if (end > m.pulled.values.size() || first > end)
-    throw std::invalid_argument("wait_values(" + std::to_string(first) + ", " + std::to_string(end) + ") of " +
-                                std::to_string(m.pulled.values.size()) + " variables");
+  if (v >= m.pulled.values.size() || elements > m.pulled.values[v].size())
+    throw std::invalid_argument("wait_values(" + std::to_string(v) + ", " + std::to_string(elements) + "): " +
+                                std::to_string(m.pulled.values.size()) + " variables" +
+                                (v < m.pulled.values.size()
+                                     ? ", variable " + std::to_string(v) + " has " +
+                                           std::to_string(m.pulled.values[v].size()) + " elements"
+                                     : std::string()));
   auto landed = [&] {
-    for (size_t v = first; v < end; ++v)
-      for (size_t sh : m.layout.shards_of[v])
-        if (!m.pulled.landed[sh]) return false;
+    for (size_t sh : m.layout.shards_of[v])
+      if (m.layout.shards[sh].begin < elements && !m.pulled.landed[sh]) return false;
     return true;
   };
   m.scv.wait(lk, [&] { return m.pulled.error || landed(); });

@@ -794,9 +794,11 @@ TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
   std::vector<float> a(5000, -1.0f), b(100, -1.0f);
   const std::span<float> vals[2] = {a, b};
   EXPECT_EQ(chief.begin_pull(vals), 3);
-  chief.wait_values(1, 2);
+  chief.wait_values(1, 100);
   EXPECT_EQ(b, b0);
-  chief.wait_values(0, 2);
+  chief.wait_values(0, 1);
+  EXPECT_EQ(a[0], a0[0]) << "the first shard of a has landed";
+  chief.wait_values(0, 5000);
   chief.end_pull();
   EXPECT_EQ(a, a0);
   auto fp32 = tc::make_codec("fp32");
@@ -827,7 +829,8 @@ TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
   chief.push_payloads(0.5f, first, first_view);
   EXPECT_THROW(chief.end_push(), std::logic_error);
   EXPECT_EQ(chief.pull_values(vals2), 4) << "nothing of the short push was applied";
-  EXPECT_THROW(chief.wait_values(1, 3), std::invalid_argument);
+  EXPECT_THROW(chief.wait_values(2, 1), std::invalid_argument) << "no variable 2";
+  EXPECT_THROW(chief.wait_values(1, 101), std::invalid_argument) << "b has 100 elements";
   chief.finish(true);
 }
 

@@ -36,7 +36,7 @@ class AsyncLoop final : public ReplicaLoop {
     int64_t global = first;
     int64_t last_saved = first;
     for (;;) {
-      // The values land variable by variable; the forward pass waits per layer.
+      // The values land shard by shard; the forward pass waits for the ones it reads.
       global = r_.client.begin_pull(values);
       if (global >= cfg_.max_steps) {
         r_.client.end_pull();
@@ -80,7 +80,9 @@ class AsyncLoop final : public ReplicaLoop {
     };
     float loss = 0;
     if (r_.step.overlaps_communication()) {
-      loss = r_.step.compute_gradient(global, ready, [&](size_t first, size_t end) { r_.client.wait_values(first, end); });
+      loss = r_.step.compute_gradient(global, ready, [&](size_t v, int64_t elements) {
+        r_.client.wait_values(v, static_cast<uint64_t>(elements));
+      });
       r_.client.end_pull();
     } else {  // a step that takes the weights whole (the GPU's, --overlap_comm=false)
       r_.client.end_pull();

@@ -211,14 +211,16 @@ class WorkerClient {
   // Async, streamed: pull_values()'s values landing shard by shard on a
   // thread per ps, so the forward pass starts on the first layers while the
   // rest still arrive:
-  //   step = begin_pull(values); wait_values(first, end)...; end_pull();
+  //   step = begin_pull(values); wait_values(v, elements)...; end_pull();
   // begin_pull returns ps 0's global step once every ps has answered. Each ps
   // sends one snapshot of its shards; a retried call keeps the shards that
   // had landed (a replica may have read them) and takes the rest from the ps's
   // snapshot then, as reads of separate variables do in any async ps.
   int64_t begin_pull(std::span<const std::span<float>> values);
-  // Blocks until variables [first, end) have landed; throws what the pull met.
-  void wait_values(size_t first, size_t end);
+  // Blocks until elements [0, elements) of variable v have landed (every
+  // shard of v that begins below `elements`); throws what the pull met, and
+  // std::invalid_argument for a variable or element count out of range.
+  void wait_values(size_t v, uint64_t elements);
   // Waits for every shard; throws what the pull met.
   void end_pull();
 
