@@ -270,6 +270,27 @@ TEST_F(Distributed, AsyncRunsExactlyMaxStepsAndReportsTheClustersRate) {
   EXPECT_LE(secs, number("wall_seconds")) << json;
 }
 
+// A run whose loss stops being finite ends with the chief's error on every
+// task: no replica pushes that step's gradient (it would poison the ps's
+// weights in an async run), and none crashes on the way out (the payloads
+// and sums outlive the client's threads that read and write them).
+TEST_F(Distributed, ADivergedRunEndsWithItsErrorAndNoPoisonedPushOrCrash) {
+  for (const char* mode : {"--sync_replicas=true", "--sync_replicas=false"}) {
+    SCOPED_TRACE(mode);
+    const std::string name = std::string("diverged") + (mode[16] == 't' ? "-sync" : "-async");
+    const Proc r = cluster(name, "--num_ps=1 --num_workers=2",
+                           model_flags(400, std::string("--grad_bits=32 --initial_learning_rate=1e6 ") + mode));
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("training diverged"), std::string::npos) << r.output;
+    for (const char* crash : {"Segmentation fault", "Aborted", "Bus error"})
+      EXPECT_EQ(r.output.find(crash), std::string::npos) << "a task crashed: " << r.output;
+    EXPECT_LT(r.seconds, 60) << r.output;
+    std::ifstream log(dir_ / name / "logs" / "ps-0.log");
+    const std::string ps_log((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(ps_log.find("refused Push"), std::string::npos) << ps_log;
+  }
+}
+
 TEST_F(Distributed, AKilledWorkerIsReportedAndNobodyHangs) {
   const Proc r = run(cluster_bin() +
                     " --replica_threads=1 --num_ps=1 --num_workers=2 --kill_task=worker:1 --kill_after_secs=4 -- " +

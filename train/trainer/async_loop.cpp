@@ -70,8 +70,10 @@ class AsyncLoop final : public ReplicaLoop {
   // finished it (one streamed push per ps, read whole and applied on arrival
   // by the ps, as a plain push).
   float gradient_out(int64_t global, const std::vector<float>& no_scales) {
+    auto diverged = [&] { return std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global)); };
     r_.client.begin_push();
     auto ready = [&](float loss, size_t v) {
+      if (!std::isfinite(loss)) throw diverged();  // before any of this gradient leaves
       r_.step.encode_into(global, v, no_scales, r_.wire);
       const std::vector<size_t>& shards = r_.layout.shards_of[v];
       std::vector<std::span<const uint8_t>> views;
@@ -89,8 +91,7 @@ class AsyncLoop final : public ReplicaLoop {
       r_.step.weights_from_session();
       loss = r_.step.compute_gradient(global, ready, {});
     }
-    if (!std::isfinite(loss))
-      throw std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global));
+    if (!std::isfinite(loss)) throw diverged();
     return loss;
   }
 

@@ -204,6 +204,9 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   // the run switches to a new --codec=auto plan (plan_recheck.h).
   for (;;) {
     const comm::Layout layout = make_layout(s, cfg, static_cast<int>(ps.size()));
+    // Before the client: its threads read the payloads and write the sums in
+    // the wire until it is destroyed, also when the step below throws.
+    Wire wire(s, layout);
     comm::WorkerClient client(ps, layout, replica, cfg.sync_replicas, n, needed, co);
     if (!cfg.quiet) std::fprintf(stderr, "%s: %s", me.c_str(), comm::describe_layout(layout).c_str());
     try {
@@ -211,7 +214,6 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
       if (!restored) restored = s.restore();
       // The device, chosen once: the loops below have no device branches.
       const std::unique_ptr<detail::ReplicaStep> step = detail::make_replica_step(s);
-      Wire wire(s, layout);
       detail::Replica r{s, *step, client, layout, wire, me, chief};
       r.recheck = recheck ? &*recheck : nullptr;
       if (follows_new_plans)

@@ -241,7 +241,12 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
   std::optional<ScaleSharingEncoder> sharing;
   if (wants_scales_) sharing.emplace(client_, s_, replica_, step, encode);
   double encode_s = 0;  // on this thread
+  auto diverged = [&](float loss) {
+    return std::runtime_error("training diverged at step " + std::to_string(step) + " (loss " + std::to_string(loss) +
+                              ")");
+  };
   auto ready = [&](float loss, size_t v) {
+    if (!std::isfinite(loss)) throw diverged(loss);  // before any of this gradient leaves
     if (!begun) {  // the forward pass read every variable: the pending step is all in
       begin();
       begun = true;
@@ -261,8 +266,7 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
     aside_s += since(t);
   };
   const float loss = replica_.compute_gradient(step, ready, needed);
-  if (!std::isfinite(loss))
-    throw std::runtime_error("training diverged at step " + std::to_string(step) + " (loss " + std::to_string(loss) + ")");
+  if (!std::isfinite(loss)) throw diverged(loss);
   if (!begun) begin();  // a model without variables
   clock.s[StepClock::kCompute] += since(t_step) - encode_s - aside_s;
   if (sharing) {
