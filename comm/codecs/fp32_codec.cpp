@@ -20,6 +20,7 @@ class Fp32Codec final : public GradientCodec {
   std::string spec() const override { return "fp32"; }
   CodecConfig config() const override { return {Fp32Params{}, std::nullopt}; }
   size_t payload_bytes(uint64_t n) const override { return dense_payload_bytes(kType, n); }
+  bool encodes_slices_separately() const override { return true; }  // a copy of each slice
 
   void encode_slices(std::span<const float> grad, const EncodeContext& ctx, std::span<const ElementRange> slices,
                      std::span<const std::span<uint8_t>> outs) override {

@@ -54,12 +54,13 @@ void Dense::create_params(const Shape& in, ParamSet& params, std::mt19937_64& in
 
 std::unique_ptr<LayerScratch> Dense::make_scratch() const { return std::make_unique<DenseScratch>(); }
 
-int64_t Dense::forward_block_rows(int64_t d, int64_t units) {
+int64_t Dense::block_rows(int64_t d, int64_t units) {
   // About 32 Ki weights a block (half a 256 KiB shard of the network's, so a
-  // block waits for one new shard at most), and at least 64 rows so that
-  // each product stays a GEMM worth packing. Measured against one GEMM over
-  // all rows (Eigen, AVX-512, one core): as fast or faster for LeNet's fc3,
-  // CifarNet's local3 and AlexNet's fc6 at batch 32 and 128.
+  // block waits for one new shard at most, and a shard's gradient is done a
+  // block after its first row), and at least 64 rows so that each product
+  // stays a GEMM worth packing. Measured against one GEMM over all rows
+  // (Eigen, AVX-512, one core): the forward pass as fast or faster for
+  // LeNet's fc3, CifarNet's local3 and AlexNet's fc6 at batch 32 and 128.
   const int64_t rows = std::max<int64_t>(64, (int64_t{1} << 15) / std::max<int64_t>(units, 1));
   return std::min(rows, d);
 }
@@ -73,7 +74,7 @@ void Dense::forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScr
   y.resize({f.n, u});
   auto y_m = view(y.ptr(), f.n, u, u);
   y_m.setZero();
-  const int64_t rows = forward_block_rows(f.d, u);
+  const int64_t rows = block_rows(f.d, u);
   for (int64_t r = 0; r < f.d; r += rows) {
     const int64_t k = std::min(rows, f.d - r);
     if (ctx.params_needed) (*ctx.params_needed)(w_, (r + k) * u);
@@ -92,12 +93,12 @@ void Dense::forward(const ParamSet& params, const Tensor& x, Tensor& y, LayerScr
 
 void Dense::backward(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
                      GradSet& grads, LayerScratch* scratch) const {
-  backward_params(params, x, y, dy, grads, scratch);
+  backward_params(params, x, y, dy, grads, scratch, nullptr);
   backward_input(params, x, y, dy, dx, scratch);
 }
 
 void Dense::backward_params(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy,
-                            GradSet& grads, LayerScratch* scratch) const {
+                            GradSet& grads, LayerScratch* scratch, const GradsDone* done) const {
   const Flat f = flatten(name(), x.shape);
   const int64_t u = cfg_.units;
   detail::check_same_shape(dy, {f.n, u}, "dy", name());
@@ -114,7 +115,13 @@ void Dense::backward_params(const ParamSet& params, const Tensor& x, const Tenso
   }
   for (int64_t r = 0; r < f.n; ++r)
     for (int64_t j = 0; j < u; ++j) db[j] += dz[r * u + j];
-  view(dw, f.d, u, u).noalias() += view(x.ptr(), f.n, f.d, f.d).transpose() * view(dz, f.n, u, u);
+  const auto dz_m = view(dz, f.n, u, u);
+  const int64_t rows = block_rows(f.d, u);
+  for (int64_t r = 0; r < f.d; r += rows) {
+    const int64_t k = std::min(rows, f.d - r);
+    view(dw + r * u, k, u, u).noalias() += view(x.ptr() + r, f.n, k, f.d).transpose() * dz_m;
+    if (done) (*done)(w_, (r + k) * u);
+  }
 }
 
 void Dense::backward_input(const ParamSet& params, const Tensor& x, const Tensor&, const Tensor& dy, Tensor* dx,

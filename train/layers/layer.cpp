@@ -5,8 +5,8 @@
 
 namespace terngrad::train {
 
-void Layer::backward_params(const ParamSet&, const Tensor&, const Tensor&, const Tensor&, GradSet&,
-                            LayerScratch*) const {
+void Layer::backward_params(const ParamSet&, const Tensor&, const Tensor&, const Tensor&, GradSet&, LayerScratch*,
+                            const GradsDone*) const {
   throw std::logic_error(name() + ": backward_params on a layer that does not split its backward pass");
 }
 

@@ -74,7 +74,7 @@ const Tensor& Model::predict(Workspace& ws, const Tensor& x) const {
 
 float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels, GradSet& grads,
                               const ForwardContext& ctx, const GradsReady& grads_ready,
-                              const ParamsNeeded& params_needed) const {
+                              const ParamsNeeded& params_needed, const GradsPartReady& grads_part_ready) const {
   if (static_cast<int64_t>(labels.size()) != x.dim(0)) {
     throw std::invalid_argument(name_ + ": " + std::to_string(labels.size()) + " labels for a batch of " +
                                 std::to_string(x.dim(0)));
@@ -92,14 +92,16 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
     in = &ws.acts[i + 1];
   }
   const float loss = softmax_cross_entropy(*in, labels, ws.dlogits);
+  const GradsDone part_done = [&](size_t v, int64_t elements) { grads_part_ready(loss, v, elements); };
+  const GradsDone* done = grads_part_ready ? &part_done : nullptr;
   const Tensor* dy = &ws.dlogits;
   for (size_t i = layers_.size(); i-- > 0;) {
     const Tensor& layer_in = i == 0 ? x : ws.acts[i];
     Tensor* dx = i == 0 ? nullptr : &ws.dacts[i];
     LayerScratch* scratch = ws.scratch[i].get();
-    if (grads_ready && has_params(i) && layers_[i]->splits_backward()) {  // the gradients leave while dx computes
-      layers_[i]->backward_params(params_, layer_in, ws.acts[i + 1], *dy, grads, scratch);
-      grads_ready(loss, layer_params_[i].first, layer_params_[i].second);
+    if ((grads_ready || done) && has_params(i) && layers_[i]->splits_backward()) {  // they leave while dx computes
+      layers_[i]->backward_params(params_, layer_in, ws.acts[i + 1], *dy, grads, scratch, done);
+      if (grads_ready) grads_ready(loss, layer_params_[i].first, layer_params_[i].second);
       layers_[i]->backward_input(params_, layer_in, ws.acts[i + 1], *dy, dx, scratch);
     } else {
       layers_[i]->backward(params_, layer_in, ws.acts[i + 1], *dy, dx, grads, scratch);

@@ -3,6 +3,7 @@
 // arrives. A replica pulls the current values, computes its gradient at them
 // and pushes it, tagged with the global step it pulled.
 #include <cmath>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -67,29 +68,42 @@ class AsyncLoop final : public ReplicaLoop {
  private:
   // The gradient at the values being pulled (each layer waits for its own),
   // each variable's payloads leaving as soon as the backward pass has
-  // finished it (one streamed push per ps, read whole and applied on arrival
-  // by the ps, as a plain push).
+  // finished it, and a shard of a codec that encodes slices separately
+  // (fp32) as soon as its elements are (one streamed push per ps, read whole
+  // and applied on arrival by the ps, as a plain push).
   float gradient_out(int64_t global, const std::vector<float>& no_scales) {
     auto diverged = [&] { return std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global)); };
     r_.client.begin_push();
-    auto ready = [&](float loss, size_t v) {
+    std::vector<bool> pushed(r_.layout.shards.size(), false);
+    auto push = [&](float loss, size_t v, int64_t elements) {  // v's shards in [0, elements) not pushed yet
       if (!std::isfinite(loss)) throw diverged();  // before any of this gradient leaves
-      r_.step.encode_into(global, v, no_scales, r_.wire);
       const std::vector<size_t>& shards = r_.layout.shards_of[v];
-      std::vector<std::span<const uint8_t>> views;
-      for (size_t sh : shards) views.push_back(r_.wire.views[sh]);
-      r_.client.push_payloads(loss, shards, views);
+      const bool separately = r_.s.codec(0, v).encodes_slices_separately();
+      if (!separately) r_.step.encode_into(global, v, no_scales, r_.wire);
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const comm::ShardSpec& shard = r_.layout.shards[shards[i]];
+        if (pushed[shards[i]] || static_cast<int64_t>(shard.begin + shard.count) > elements) continue;
+        if (separately) r_.step.encode_slice_into(global, v, i, no_scales, r_.wire);
+        const size_t one[1] = {shards[i]};
+        const std::span<const uint8_t> view[1] = {r_.wire.views[shards[i]]};
+        r_.client.push_payloads(loss, one, view);
+        pushed[shards[i]] = true;
+      }
+    };
+    auto ready = [&](float loss, size_t v) { push(loss, v, std::numeric_limits<int64_t>::max()); };
+    auto part_ready = [&](float loss, size_t v, int64_t elements) {
+      if (r_.s.codec(0, v).encodes_slices_separately()) push(loss, v, elements);
     };
     float loss = 0;
     if (r_.step.overlaps_communication()) {
-      loss = r_.step.compute_gradient(global, ready, [&](size_t v, int64_t elements) {
-        r_.client.wait_values(v, static_cast<uint64_t>(elements));
-      });
+      loss = r_.step.compute_gradient(
+          global, ready, [&](size_t v, int64_t elements) { r_.client.wait_values(v, static_cast<uint64_t>(elements)); },
+          part_ready);
       r_.client.end_pull();
     } else {  // a step that takes the weights whole (the GPU's, --overlap_comm=false)
       r_.client.end_pull();
       r_.step.weights_from_session();
-      loss = r_.step.compute_gradient(global, ready, {});
+      loss = r_.step.compute_gradient(global, ready, {}, {});
     }
     if (!std::isfinite(loss)) throw diverged();
     return loss;

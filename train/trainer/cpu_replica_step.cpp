@@ -13,10 +13,10 @@ class CpuReplicaStep final : public ReplicaStep {
  public:
   explicit CpuReplicaStep(TrainingSession& s) : s_(s), sum_(s.make_grads()) {}
 
-  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
-                         const Model::ParamsNeeded& needed) override {
+  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready, const Model::ParamsNeeded& needed,
+                         const TrainingSession::VariablePartReady& part_ready) override {
     const TrainConfig& cfg = s_.cfg();
-    if (!cfg.comm_only) return s_.compute_gradient(0, step, ready, needed);
+    if (!cfg.comm_only) return s_.compute_gradient(0, step, ready, needed, part_ready);
     // --comm_only: the emulated compute, then the whole fixed gradient at once.
     need_all(s_, needed);
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cfg.compute_ms));

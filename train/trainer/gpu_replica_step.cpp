@@ -21,8 +21,8 @@ class GpuReplicaStep final : public ReplicaStep {
   }
 
   // The device computes the whole gradient before any of it is ready.
-  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
-                         const Model::ParamsNeeded& needed) override {
+  float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready, const Model::ParamsNeeded& needed,
+                         const TrainingSession::VariablePartReady& /*part_ready: whole variables here*/) override {
     need_all(s_, needed);
     s_.next_batch(0, step, x_, labels_);
     const float loss = replica_.compute_gradient(

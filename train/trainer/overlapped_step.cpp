@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -129,7 +130,8 @@ OverlappedStep::OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::W
       shards_left_(s.num_variables()),
       next_shard_(s.num_variables()),
       applied_elements_(s.num_variables()),
-      shard_applied_(layout.shards.size()) {}
+      shard_applied_(layout.shards.size()),
+      queued_(layout.shards.size()) {}
 
 void OverlappedStep::flush(float loss) {
   if (!bucket_.empty()) client_.push_bucket(loss, bucket_, bucket_views_);
@@ -138,12 +140,22 @@ void OverlappedStep::flush(float loss) {
   bucket_bytes_ = 0;
 }
 
-void OverlappedStep::queue_variable(float loss, size_t v) {
-  for (size_t sh : layout_.shards_of[v]) {
-    bucket_.push_back(sh);
-    bucket_views_.push_back(wire_.views[sh]);
-    bucket_bytes_ += wire_.views[sh].size();
-    if (bucket_bytes_ >= bucket_limit_) flush(loss);
+void OverlappedStep::queue_shard(float loss, size_t sh) {
+  bucket_.push_back(sh);
+  bucket_views_.push_back(wire_.views[sh]);
+  bucket_bytes_ += wire_.views[sh].size();
+  if (bucket_bytes_ >= bucket_limit_) flush(loss);
+}
+
+void OverlappedStep::encode_slices_done(int64_t step, float loss, size_t v, int64_t elements,
+                                        const std::vector<float>& no_scales) {
+  const std::vector<size_t>& shards = layout_.shards_of[v];
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const comm::ShardSpec& shard = layout_.shards[shards[i]];
+    if (queued_[shards[i]] || static_cast<int64_t>(shard.begin + shard.count) > elements) continue;
+    replica_.encode_slice_into(step, v, i, no_scales, wire_);
+    queue_shard(loss, shards[i]);
+    queued_[shards[i]] = true;
   }
 }
 
@@ -234,9 +246,10 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
   };
   bool begun = false;
   const std::vector<float> no_scales(s_.num_variables(), 0.0f);
+  std::fill(queued_.begin(), queued_.end(), false);
   auto encode = [&](float loss, size_t v, const std::vector<float>& shared) {
     replica_.encode_into(step, v, shared, wire_);
-    queue_variable(loss, v);
+    for (size_t sh : layout_.shards_of[v]) queue_shard(loss, sh);
   };
   std::optional<ScaleSharingEncoder> sharing;
   if (wants_scales_) sharing.emplace(client_, s_, replica_, step, encode);
@@ -245,15 +258,31 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
     return std::runtime_error("training diverged at step " + std::to_string(step) + " (loss " + std::to_string(loss) +
                               ")");
   };
-  auto ready = [&](float loss, size_t v) {
+  auto first_gradient = [&](float loss) {
     if (!std::isfinite(loss)) throw diverged(loss);  // before any of this gradient leaves
     if (!begun) {  // the forward pass read every variable: the pending step is all in
       begin();
       begun = true;
     }
+  };
+  // Slices that encode separately (fp32) leave as the backward pass
+  // finishes them, a row block of a fully connected layer at a time.
+  auto streams = [&](size_t v) { return !sharing && s_.codec(0, v).encodes_slices_separately(); };
+  auto part_ready = [&](float loss, size_t v, int64_t elements) {
+    if (!streams(v)) return;
+    first_gradient(loss);
+    const auto t = Clock::now();
+    encode_slices_done(step, loss, v, elements, no_scales);
+    encode_s += since(t);
+  };
+  auto ready = [&](float loss, size_t v) {
+    first_gradient(loss);
     if (sharing) return sharing->ready(loss, v);
     const auto t = Clock::now();
-    encode(loss, v, no_scales);
+    if (streams(v))
+      encode_slices_done(step, loss, v, std::numeric_limits<int64_t>::max(), no_scales);
+    else
+      encode(loss, v, no_scales);
     encode_s += since(t);
   };
   auto needed = [&](size_t v, int64_t elements) {
@@ -265,7 +294,7 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
       before = finish(clock);  // nothing is applied before the last sum
     aside_s += since(t);
   };
-  const float loss = replica_.compute_gradient(step, ready, needed);
+  const float loss = replica_.compute_gradient(step, ready, needed, part_ready);
   if (!std::isfinite(loss)) throw diverged(loss);
   if (!begun) begin();  // a model without variables
   clock.s[StepClock::kCompute] += since(t_step) - encode_s - aside_s;

@@ -4,7 +4,9 @@
 // Out: each variable's payloads are queued for the ps as soon as the
 // backward pass has finished it (in buckets sized to the link; the
 // client sends the earliest layer's first, P3-style, so their sums come
-// back first). Codecs that share scales exchange each layer's scales on a
+// back first), and a shard of a codec that encodes slices separately
+// (fp32) as soon as its elements are (a fully connected layer's weight
+// gradient is done a row block at a time). Codecs that share scales exchange each layer's scales on a
 // second thread, then encode and queue it there, so the backward pass does
 // not wait.
 //
@@ -75,7 +77,10 @@ class OverlappedStep {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void queue_variable(float loss, size_t v);
+  void queue_shard(float loss, size_t sh);
+  // Encodes and queues v's slices that lie in [0, elements) and are not
+  // queued yet (a codec that encodes_slices_separately()).
+  void encode_slices_done(int64_t step, float loss, size_t v, int64_t elements, const std::vector<float>& no_scales);
   void flush(float loss);
   // Decodes the pending step's sums as they arrive until elements
   // [0, elements) of variable v are applied (replicas_ > 0).
@@ -103,6 +108,7 @@ class OverlappedStep {
   std::vector<size_t> next_shard_;               // [variable] its first shard (in element order) not applied
   std::vector<int64_t> applied_elements_;        // [variable] elements [0, this) applied
   std::vector<bool> shard_applied_;              // [shard]
+  std::vector<bool> queued_;                     // [shard] this step's payload queued
   std::vector<std::pair<Clock::time_point, Clock::time_point>> blocked_;  // waits on the network
 };
 

@@ -8,6 +8,11 @@ void ReplicaStep::encode_into(int64_t step, size_t v, const std::vector<float>& 
   wire.encoded(v);
 }
 
+void ReplicaStep::encode_slice_into(int64_t step, size_t v, size_t i, const std::vector<float>& shared, Wire& wire) {
+  encode_variable(step, v, shared, std::span(wire.slices[v]).subspan(i, 1), std::span(wire.outs[v]).subspan(i, 1));
+  wire.encoded_slice(v, i);
+}
+
 void ReplicaStep::encode(int64_t step, const std::vector<float>& shared, Wire& wire) {
   for (size_t v = 0; v < wire.slices.size(); ++v) encode_into(step, v, shared, wire);
 }

@@ -40,9 +40,11 @@ class ReplicaStep {
   // (TrainingSession::compute_gradient's contract). needed, when given, is
   // called with each layer's variables before they are read
   // (Model::forward_backward's params_needed).
+  // part_ready, when given, is TrainingSession::compute_gradient's.
   virtual float compute_gradient(int64_t step, const TrainingSession::VariableReady& ready,
-                                 const Model::ParamsNeeded& needed) = 0;
-  float compute_gradient(int64_t step) { return compute_gradient(step, {}, {}); }
+                                 const Model::ParamsNeeded& needed,
+                                 const TrainingSession::VariablePartReady& part_ready) = 0;
+  float compute_gradient(int64_t step) { return compute_gradient(step, {}, {}, {}); }
   // needed() of every variable, whole (a step that reads them all at once).
   static void need_all(TrainingSession& s, const Model::ParamsNeeded& needed);
   // Local scale of each variable (0 for codecs without scale sharing).
@@ -57,6 +59,8 @@ class ReplicaStep {
   // encode_variable() of variable v into the wire's payloads, whose views
   // then hold the bytes to push (Wire::encoded()).
   void encode_into(int64_t step, size_t v, const std::vector<float>& shared, Wire& wire);
+  // The same for v's slice i alone, for a codec that encodes_slices_separately().
+  void encode_slice_into(int64_t step, size_t v, size_t i, const std::vector<float>& shared, Wire& wire);
   // encode_into() of every variable (TrainingSession::encode's contract).
   void encode(int64_t step, const std::vector<float>& shared, Wire& wire);
   // The pulled sum of one shard of step `step`, decoded into the step's update.

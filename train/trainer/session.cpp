@@ -730,7 +730,7 @@ void TrainingSession::save_gradients(size_t local, int64_t step) const {
 }
 
 float TrainingSession::compute_gradient(size_t local, int64_t step, const VariableReady& ready,
-                                        const Model::ParamsNeeded& needed) {
+                                        const Model::ParamsNeeded& needed, const VariablePartReady& part_ready) {
   WorkerState& w = worker_[local];
   next_batch(local, step, w.x, w.labels);
   ForwardContext ctx;
@@ -738,15 +738,20 @@ float TrainingSession::compute_gradient(size_t local, int64_t step, const Variab
   ctx.dropout_seed = stream_seed(cfg_.seed, step, w.global, Purpose::kDropout);
   const ParamSet& ps = model_->params();
   std::vector<bool> done(ps.size(), false);
-  // Weight decay and the local scale complete a variable's gradient.
-  auto finish = [&](float loss, size_t v) {
+  std::vector<int64_t> decayed(ps.size(), 0);  // [v] elements [0, this) have their weight decay
+  auto decay = [&](size_t v, int64_t end) {
     const Param& p = ps.params[v];
     if (p.weight_decay != 0.0f) {
       float* g = w.grads[v].ptr();
       const float* x = p.value.ptr();
       const float wd = p.weight_decay;
-      for (int64_t i = 0; i < p.value.size(); ++i) g[i] += wd * x[i];
+      for (int64_t i = decayed[v]; i < end; ++i) g[i] += wd * x[i];
     }
+    decayed[v] = std::max(decayed[v], end);
+  };
+  // Weight decay and the local scale complete a variable's gradient.
+  auto finish = [&](float loss, size_t v) {
+    decay(v, ps.params[v].value.size());
     w.scales[v] = w.codecs[v]->wants_shared_scale() ? w.codecs[v]->local_scale(w.grads[v].data) : 0.0f;
     done[v] = true;
     if (ready) ready(loss, v);
@@ -756,7 +761,13 @@ float TrainingSession::compute_gradient(size_t local, int64_t step, const Variab
     layer_done = [&](float loss, size_t first, size_t end) {
       for (size_t v = end; v-- > first;) finish(loss, v);
     };
-  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done, needed);
+  Model::GradsPartReady part_done;
+  if (part_ready)
+    part_done = [&](float loss, size_t v, int64_t elements) {
+      decay(v, elements);
+      part_ready(loss, v, elements);
+    };
+  const float loss = model_->forward_backward(w.ws, w.x, w.labels, w.grads, ctx, layer_done, needed, part_done);
   // Batch norm's moving statistics: from this process's first worker's batch
   // (session.h says why that is safe while the other workers compute).
   if (local == 0) model_->fold_state(w.ws);

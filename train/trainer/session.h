@@ -196,9 +196,13 @@ class TrainingSession {
   //
   // needed, when given, is Model::forward_backward's params_needed: called
   // before the forward pass reads each variable (or a Dense layer's block).
+  // part_ready, when given, gets (loss, v, elements) as elements [0, elements)
+  // of v's gradient are final, weight decay included (Model's
+  // grads_part_ready), before ready(v).
   using VariableReady = std::function<void(float loss, size_t v)>;
+  using VariablePartReady = Model::GradsPartReady;
   float compute_gradient(size_t local, int64_t step, const VariableReady& ready = {},
-                         const Model::ParamsNeeded& needed = {});
+                         const Model::ParamsNeeded& needed = {}, const VariablePartReady& part_ready = {});
   // The batch compute_gradient draws at `step` (advancing the sampler), for a
   // backend that computes the gradient elsewhere (--device=gpu).
   void next_batch(size_t local, int64_t step, Tensor& x, std::vector<int32_t>& labels);

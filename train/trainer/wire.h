@@ -45,6 +45,12 @@ struct Wire {
                                           c.encoded_size(payloads[sh], l_.shards[sh].count));
   }
 
+  // The same for slice i of variable v alone.
+  void encoded_slice(size_t v, size_t i) {
+    const size_t sh = l_.shards_of[v].at(i);
+    views[sh] = std::span<const uint8_t>(payloads[sh]).first(s_.codec(0, v).encoded_size(payloads[sh], l_.shards[sh].count));
+  }
+
   // What this replica sent in its last step: the used bytes of every
   // payload and the pre-round vectors.
   double step_bytes() const {

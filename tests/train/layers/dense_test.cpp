@@ -82,7 +82,7 @@ TEST(Dense, FlattensNhwcRowsLikeTensorFlowReshape) {
 
 
 // A layer wide enough to take several row blocks: 150 rows of 600 units
-// make blocks of 64, 64 and 22 rows (Dense::forward_block_rows).
+// make blocks of 64, 64 and 22 rows (Dense::block_rows).
 struct WideDense {
   Dense fc{DenseConfig{.name = "fc3", .units = 600, .relu = true}};
   ParamSet params;
@@ -102,7 +102,7 @@ Vec as_vec(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 // then for the biases, and its sum of blocks is the float64 product's.
 TEST(Dense, ForwardStreamsItsWeightsInRowBlocks) {
   WideDense w;
-  ASSERT_EQ(Dense::forward_block_rows(150, 600), 64);
+  ASSERT_EQ(Dense::block_rows(150, 600), 64);
   std::vector<std::pair<size_t, int64_t>> calls;
   const ParamsNeeded needed = [&](size_t v, int64_t elements) { calls.emplace_back(v, elements); };
   ForwardContext ctx;
@@ -118,19 +118,30 @@ TEST(Dense, ForwardStreamsItsWeightsInRowBlocks) {
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(y.data[i], ref[i], 1e-5 * (1 + std::abs(ref[i]))) << i;
 }
 
-// backward_params() then backward_input() is backward(), bit for bit; dx
-// before the parameter gradients is refused.
+// backward_params() then backward_input() is backward(), bit for bit, and
+// backward_params() reports the weight gradient done a row block at a time;
+// dx before the parameter gradients is refused.
 TEST(Dense, SplitBackwardIsBackwardBitForBit) {
   WideDense w;
   std::mt19937_64 rng(9);
   const Tensor dy = testing::random_tensor({3, 600}, rng);
+  std::vector<float> whole_dw;  // the unsplit backward's weight gradient, once known
   auto run = [&](bool split, GradSet& grads, Tensor& dx) {
     auto scratch = w.fc.make_scratch();
     Tensor y;
     w.fc.forward(w.params, w.x, y, scratch.get(), ForwardContext{});
     grads = {Tensor({150, 600}, 0.0f), Tensor({600}, 0.0f)};
     if (split) {
-      w.fc.backward_params(w.params, w.x, y, dy, grads, scratch.get());
+      std::vector<std::pair<size_t, int64_t>> calls;
+      const GradsDone done = [&](size_t v, int64_t elements) {
+        calls.emplace_back(v, elements);
+        // What is reported done is final: the rows before it equal the unsplit backward's at the end.
+        if (!whole_dw.empty())
+          for (int64_t i = 0; i < elements; ++i) ASSERT_EQ(grads[v].data[i], whole_dw[i]) << i;
+      };
+      w.fc.backward_params(w.params, w.x, y, dy, grads, scratch.get(), &done);
+      const size_t wi = w.fc.weights_index();
+      EXPECT_EQ(calls, (std::vector<std::pair<size_t, int64_t>>{{wi, 64 * 600}, {wi, 128 * 600}, {wi, 150 * 600}}));
       w.fc.backward_input(w.params, w.x, y, dy, &dx, scratch.get());
     } else {
       w.fc.backward(w.params, w.x, y, dy, &dx, grads, scratch.get());
@@ -139,6 +150,7 @@ TEST(Dense, SplitBackwardIsBackwardBitForBit) {
   GradSet whole, split;
   Tensor dx_whole, dx_split;
   run(false, whole, dx_whole);
+  whole_dw = whole[0].data;
   run(true, split, dx_split);
   EXPECT_EQ(split[0].data, whole[0].data);
   EXPECT_EQ(split[1].data, whole[1].data);

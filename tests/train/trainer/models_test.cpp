@@ -33,7 +33,8 @@ TEST(Models, LeNetMatchesItsDefinition) {
 // requested a row block at a time, in order. A replica that fills the
 // variables only as far as they are requested (as the overlapped step
 // applies the last step's sums) gets the loss and gradients of a model that
-// held them all along, bit for bit.
+// held them all along, bit for bit. grads_part_ready reports each Dense
+// layer's weight gradient a row block at a time.
 TEST(Models, ParamsNeededComesBeforeTheForwardPassReadsTheElements) {
   auto m = tt::make_model("lenet", {}, 1);
   auto ws = m->make_workspace();
@@ -49,17 +50,25 @@ TEST(Models, ParamsNeededComesBeforeTheForwardPassReadsTheElements) {
     kept.push_back(p.value.data);
     std::fill(p.value.data.begin(), p.value.data.end(), std::numeric_limits<float>::quiet_NaN());
   }
-  std::vector<std::pair<size_t, int64_t>> calls;
-  const float late_loss = m->forward_backward(ws, x, y, late_grads, ctx, {}, [&](size_t v, int64_t elements) {
-    calls.emplace_back(v, elements);
-    std::copy_n(kept[v].begin(), elements, m->params().params[v].value.data.begin());
-  });
+  std::vector<std::pair<size_t, int64_t>> calls, parts;
+  const float late_loss = m->forward_backward(
+      ws, x, y, late_grads, ctx, {},
+      [&](size_t v, int64_t elements) {
+        calls.emplace_back(v, elements);
+        std::copy_n(kept[v].begin(), elements, m->params().params[v].value.data.begin());
+      },
+      [&](float, size_t v, int64_t elements) { parts.emplace_back(v, elements); });
   // conv1 and conv2 whole; fc3's 2450 x 500 weights in blocks of 65 rows,
   // then its biases; the logits layer's 500 x 10 weights in one block.
   std::vector<std::pair<size_t, int64_t>> expected = {{0, 500}, {1, 20}, {2, 25000}, {3, 50}};
   for (int64_t rows = 65; rows < 2450 + 65; rows += 65) expected.emplace_back(4, std::min<int64_t>(rows, 2450) * 500);
   for (auto c : std::vector<std::pair<size_t, int64_t>>{{5, 500}, {6, 5000}, {7, 10}}) expected.push_back(c);
   EXPECT_EQ(calls, expected);
+  // The weight gradients of the two Dense layers are reported done in the
+  // same row blocks, last layer first.
+  std::vector<std::pair<size_t, int64_t>> expected_parts = {{6, 5000}};
+  for (int64_t rows = 65; rows < 2450 + 65; rows += 65) expected_parts.emplace_back(4, std::min<int64_t>(rows, 2450) * 500);
+  EXPECT_EQ(parts, expected_parts);
   EXPECT_EQ(late_loss, loss);
   for (size_t v = 0; v < grads.size(); ++v) EXPECT_EQ(late_grads[v].data, grads[v].data) << v;
 }

@@ -177,6 +177,12 @@ class GradientCodec {
   virtual uint64_t presum_floats(uint32_t round, uint64_t n) const;
   virtual void presum(uint32_t round, std::span<const float> grad, const EncodeContext& ctx, std::span<float> out);
 
+  // Whether a slice's payload depends on that slice's elements alone (fp32:
+  // no statistics, scale or state of the whole variable). A replica may then
+  // encode and send each slice as soon as the backward pass has finished its
+  // elements, before the rest of the variable exists.
+  virtual bool encodes_slices_separately() const { return false; }
+
   // Codecs whose payload is not an element range of the variable (PowerSGD's
   // factors) return true: encode_slices() then takes only one slice, the
   // whole variable, and placement keeps such a variable in one shard.

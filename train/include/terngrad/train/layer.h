@@ -74,6 +74,11 @@ struct LayerScratch {
 // this step's values.
 using ParamsNeeded = std::function<void(size_t param, int64_t elements)>;
 
+// A layer's backward pass reporting part of a parameter's gradient done:
+// elements [0, elements) of parameter `param` are final (the layer adds
+// nothing more to them), so they can leave while the rest is computed.
+using GradsDone = std::function<void(size_t param, int64_t elements)>;
+
 struct ForwardContext {
   bool training = false;
   uint64_t dropout_seed = 0;  // distinct per (step, worker); dropout masks derive from it
@@ -134,9 +139,11 @@ class Layer {
   // the parameter gradients first, complete, then dx. A trainer sends the
   // gradients between the two. backward() is the two calls, same arithmetic.
   virtual bool splits_backward() const { return false; }
-  // Adds the parameter gradients (backward()'s contract without dx).
+  // Adds the parameter gradients (backward()'s contract without dx). done,
+  // when given, may be called as a prefix of a parameter's gradient becomes
+  // final (Dense: its weights a row block at a time).
   virtual void backward_params(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy,
-                               GradSet& grads, LayerScratch* scratch) const;
+                               GradSet& grads, LayerScratch* scratch, const GradsDone* done) const;
   // Writes dx, after backward_params() on the same arguments and scratch.
   virtual void backward_input(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
                               LayerScratch* scratch) const;

@@ -213,15 +213,17 @@ class Dense final : public Layer {
   int64_t forward_macs_per_example(const Shape& in) const override;  // D * units
 
   // The forward pass is a sum over row blocks of the weights, in order, each
-  // waited for through ctx.params_needed when set. The blocks depend on the
-  // shape alone (forward_block_rows), so the sum is the same bit for bit
-  // whether the weights were all in or arrived block by block.
+  // waited for through ctx.params_needed when set; the weight gradient is
+  // computed in the same row blocks, each reported done as it is final. The
+  // blocks depend on the shape alone (block_rows), so the arithmetic is the
+  // same bit for bit whether the weights arrive and the gradient leaves
+  // block by block or all at once.
   bool streams_params() const override { return true; }
-  static int64_t forward_block_rows(int64_t d, int64_t units);
-  // dw and db, then dx.
+  static int64_t block_rows(int64_t d, int64_t units);
+  // db, then dw block by block, then dx.
   bool splits_backward() const override { return true; }
   void backward_params(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, GradSet& grads,
-                       LayerScratch* scratch) const override;
+                       LayerScratch* scratch, const GradsDone* done) const override;
   void backward_input(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor* dx,
                       LayerScratch* scratch) const override;
 

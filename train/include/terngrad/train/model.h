@@ -55,12 +55,16 @@ class Model {
   // streams_params() (Dense) calls it itself, a row block at a time.
   //
   // grads_ready for a layer that splits_backward() (Dense) comes between its
-  // parameter gradients and its dx.
+  // parameter gradients and its dx. Before it, grads_part_ready, when given,
+  // gets (loss, variable, elements) as such a layer finishes each prefix of a
+  // variable's gradient (Dense: its weights a row block at a time): elements
+  // [0, elements) are final, and may leave while the rest is computed.
   using GradsReady = std::function<void(float loss, size_t first, size_t end)>;
+  using GradsPartReady = std::function<void(float loss, size_t v, int64_t elements)>;
   using ParamsNeeded = train::ParamsNeeded;
   float forward_backward(Workspace& ws, const Tensor& x, std::span<const int32_t> labels,
                          GradSet& grads, const ForwardContext& ctx, const GradsReady& grads_ready = {},
-                         const ParamsNeeded& params_needed = {}) const;
+                         const ParamsNeeded& params_needed = {}, const GradsPartReady& grads_part_ready = {}) const;
 
   // Forward only (evaluation, batch norm at the moving statistics); returns
   // the logits tensor inside ws.
