@@ -127,7 +127,6 @@ OverlappedStep::OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::W
       wire_(wire),
       wants_scales_(wants_scales),
       replicas_(replicas),
-      shards_left_(s.num_variables()),
       next_shard_(s.num_variables()),
       applied_elements_(s.num_variables()),
       shard_applied_(layout.shards.size()),
@@ -169,7 +168,6 @@ bool OverlappedStep::take_next_sum(StepClock& clock) {
   replica_.decode_sum(pending_step_, shard, wire_.sums[*sh]);
   clock.s[StepClock::kDecode] += since(td);
   const size_t v = shard.variable;
-  --shards_left_[v];
   if (replicas_ > 0) {  // the shard's elements are final: apply them now
     const auto ta = Clock::now();
     replica_.apply_range(pending_step_, v, static_cast<int64_t>(shard.begin), static_cast<int64_t>(shard.count),
@@ -238,7 +236,6 @@ std::optional<OverlappedStep::Finished> OverlappedStep::run(int64_t step, StepCl
     pending_ = true;
     pending_step_ = step;
     for (size_t v = 0; v < s_.num_variables(); ++v) {
-      shards_left_[v] = layout_.shards_of[v].size();
       next_shard_[v] = 0;
       applied_elements_[v] = 0;
     }

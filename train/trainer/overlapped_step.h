@@ -6,9 +6,9 @@
 // client sends the earliest layer's first, P3-style, so their sums come
 // back first), and a shard of a codec that encodes slices separately
 // (fp32) as soon as its elements are (a fully connected layer's weight
-// gradient is done a row block at a time). Codecs that share scales exchange each layer's scales on a
-// second thread, then encode and queue it there, so the backward pass does
-// not wait.
+// gradient is done a row block at a time). Codecs that share scales
+// exchange each layer's scales on a second thread, then encode and queue it
+// there, so the backward pass does not wait.
 //
 // In: the ps sums each shard once every replica delivered it. run() returns
 // once the step's payloads are queued; its sums are taken by the next step's
@@ -104,7 +104,6 @@ class OverlappedStep {
   bool pending_ = false;
   int64_t pending_step_ = 0;
   Clock::time_point began_;                      // its begin_step()
-  std::vector<size_t> shards_left_;              // [variable] sums not yet decoded
   std::vector<size_t> next_shard_;               // [variable] its first shard (in element order) not applied
   std::vector<int64_t> applied_elements_;        // [variable] elements [0, this) applied
   std::vector<bool> shard_applied_;              // [shard]

@@ -213,13 +213,14 @@ class Dense final : public Layer {
   int64_t forward_macs_per_example(const Shape& in) const override;  // D * units
 
   // The forward pass is a sum over row blocks of the weights, in order, each
-  // waited for through ctx.params_needed when set; the weight gradient is
-  // computed in the same row blocks, each reported done as it is final. The
-  // blocks depend on the shape alone (block_rows), so the arithmetic is the
-  // same bit for bit whether the weights arrive and the gradient leaves
-  // block by block or all at once.
+  // waited for through ctx.params_needed when set (block_rows); the weight
+  // gradient is computed in row blocks too, each reported done as it is
+  // final (grad_block_rows). The blocks depend on the shape alone, so the
+  // arithmetic is the same bit for bit whether the weights arrive and the
+  // gradient leaves block by block or all at once.
   bool streams_params() const override { return true; }
   static int64_t block_rows(int64_t d, int64_t units);
+  static int64_t grad_block_rows(int64_t d, int64_t units);
   // db, then dw block by block, then dx.
   bool splits_backward() const override { return true; }
   void backward_params(const ParamSet& params, const Tensor& x, const Tensor& y, const Tensor& dy, GradSet& grads,
