@@ -75,24 +75,21 @@ class AsyncLoop final : public ReplicaLoop {
     auto diverged = [&] { return std::runtime_error(r_.name + ": training diverged at global step " + std::to_string(global)); };
     r_.client.begin_push();
     std::vector<bool> pushed(r_.layout.shards.size(), false);
+    auto separately = [&](size_t v) { return r_.s.codec(0, v).encodes_slices_separately(); };
     auto push = [&](float loss, size_t v, int64_t elements) {  // v's shards in [0, elements) not pushed yet
       if (!std::isfinite(loss)) throw diverged();  // before any of this gradient leaves
-      const std::vector<size_t>& shards = r_.layout.shards_of[v];
-      const bool separately = r_.s.codec(0, v).encodes_slices_separately();
-      if (!separately) r_.step.encode_into(global, v, no_scales, r_.wire);
-      for (size_t i = 0; i < shards.size(); ++i) {
-        const comm::ShardSpec& shard = r_.layout.shards[shards[i]];
-        if (pushed[shards[i]] || static_cast<int64_t>(shard.begin + shard.count) > elements) continue;
-        if (separately) r_.step.encode_slice_into(global, v, i, no_scales, r_.wire);
-        const size_t one[1] = {shards[i]};
-        const std::span<const uint8_t> view[1] = {r_.wire.views[shards[i]]};
+      auto send = [&](size_t sh) {
+        const size_t one[1] = {sh};
+        const std::span<const uint8_t> view[1] = {r_.wire.views[sh]};
         r_.client.push_payloads(loss, one, view);
-        pushed[shards[i]] = true;
-      }
+      };
+      if (separately(v)) return r_.step.encode_slices_within(global, v, elements, no_scales, r_.wire, pushed, send);
+      r_.step.encode_into(global, v, no_scales, r_.wire);
+      for (size_t sh : r_.layout.shards_of[v]) send(sh);
     };
     auto ready = [&](float loss, size_t v) { push(loss, v, std::numeric_limits<int64_t>::max()); };
     auto part_ready = [&](float loss, size_t v, int64_t elements) {
-      if (r_.s.codec(0, v).encodes_slices_separately()) push(loss, v, elements);
+      if (separately(v)) push(loss, v, elements);
     };
     float loss = 0;
     if (r_.step.overlaps_communication()) {

@@ -148,14 +148,8 @@ void OverlappedStep::queue_shard(float loss, size_t sh) {
 
 void OverlappedStep::encode_slices_done(int64_t step, float loss, size_t v, int64_t elements,
                                         const std::vector<float>& no_scales) {
-  const std::vector<size_t>& shards = layout_.shards_of[v];
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const comm::ShardSpec& shard = layout_.shards[shards[i]];
-    if (queued_[shards[i]] || static_cast<int64_t>(shard.begin + shard.count) > elements) continue;
-    replica_.encode_slice_into(step, v, i, no_scales, wire_);
-    queue_shard(loss, shards[i]);
-    queued_[shards[i]] = true;
-  }
+  replica_.encode_slices_within(step, v, elements, no_scales, wire_, queued_,
+                                [&](size_t sh) { queue_shard(loss, sh); });
 }
 
 bool OverlappedStep::take_next_sum(StepClock& clock) {

@@ -8,9 +8,18 @@ void ReplicaStep::encode_into(int64_t step, size_t v, const std::vector<float>& 
   wire.encoded(v);
 }
 
-void ReplicaStep::encode_slice_into(int64_t step, size_t v, size_t i, const std::vector<float>& shared, Wire& wire) {
-  encode_variable(step, v, shared, std::span(wire.slices[v]).subspan(i, 1), std::span(wire.outs[v]).subspan(i, 1));
-  wire.encoded_slice(v, i);
+void ReplicaStep::encode_slices_within(int64_t step, size_t v, int64_t elements, const std::vector<float>& shared,
+                                       Wire& wire, std::vector<bool>& sent,
+                                       const std::function<void(size_t shard)>& send) {
+  const std::vector<comm::ElementRange>& slices = wire.slices[v];
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const size_t sh = wire.shard_of(v, i);
+    if (sent[sh] || static_cast<int64_t>(slices[i].begin + slices[i].count) > elements) continue;
+    encode_variable(step, v, shared, std::span(slices).subspan(i, 1), std::span(wire.outs[v]).subspan(i, 1));
+    wire.encoded_slice(v, i);
+    sent[sh] = true;
+    send(sh);
+  }
 }
 
 void ReplicaStep::encode(int64_t step, const std::vector<float>& shared, Wire& wire) {

@@ -59,8 +59,11 @@ class ReplicaStep {
   // encode_variable() of variable v into the wire's payloads, whose views
   // then hold the bytes to push (Wire::encoded()).
   void encode_into(int64_t step, size_t v, const std::vector<float>& shared, Wire& wire);
-  // The same for v's slice i alone, for a codec that encodes_slices_separately().
-  void encode_slice_into(int64_t step, size_t v, size_t i, const std::vector<float>& shared, Wire& wire);
+  // For a codec that encodes_slices_separately(): each slice of v that lies
+  // in [0, elements) and whose shard is not marked in `sent` is encoded
+  // alone into the wire, marked, and its shard handed to `send`.
+  void encode_slices_within(int64_t step, size_t v, int64_t elements, const std::vector<float>& shared, Wire& wire,
+                            std::vector<bool>& sent, const std::function<void(size_t shard)>& send);
   // encode_into() of every variable (TrainingSession::encode's contract).
   void encode(int64_t step, const std::vector<float>& shared, Wire& wire);
   // The pulled sum of one shard of step `step`, decoded into the step's update.

@@ -45,9 +45,12 @@ struct Wire {
                                           c.encoded_size(payloads[sh], l_.shards[sh].count));
   }
 
-  // The same for slice i of variable v alone.
+  // The layout shard of variable v's slice i.
+  size_t shard_of(size_t v, size_t i) const { return l_.shards_of[v].at(i); }
+
+  // encoded() for slice i of variable v alone.
   void encoded_slice(size_t v, size_t i) {
-    const size_t sh = l_.shards_of[v].at(i);
+    const size_t sh = shard_of(v, i);
     views[sh] = std::span<const uint8_t>(payloads[sh]).first(s_.codec(0, v).encoded_size(payloads[sh], l_.shards[sh].count));
   }
 
