@@ -118,6 +118,10 @@ void LinkSampler::run() {
   if (fd < 0) return;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    start_us_ = std::chrono::duration_cast<std::chrono::microseconds>(t0.time_since_epoch()).count();
+  }
   std::vector<uint64_t> tx0, rx0, tx, rx;
   read_counters(fd, tx0, rx0);
   auto last = Clock::now();
@@ -191,6 +195,22 @@ LinkIdleReport LinkSampler::stop() {
     r.links.push_back(l);
   }
   return r;
+}
+
+std::vector<terngrad::timeline::Counter> LinkSampler::timeline_counters() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<terngrad::timeline::Counter> out;
+  for (size_t i = 0; i < interfaces_.size(); ++i)
+    for (int direction = 0; direction < 2; ++direction) {
+      terngrad::timeline::Counter c;
+      c.name = interfaces_[i] + (direction == 0 ? " in, Mbit/s" : " out, Mbit/s");
+      for (size_t k = 0; k < timeline_t_.size(); ++k) {
+        c.t_us.push_back(start_us_ + static_cast<int64_t>(timeline_t_[k] * 1e6));
+        c.values.push_back(timeline_mbit_[k][2 * i + direction]);
+      }
+      out.push_back(std::move(c));
+    }
+  return out;
 }
 
 void LinkSampler::write_timeline_csv(const std::string& path) const {

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "terngrad/base/timeline.h"
+
 namespace terngrad::experiments {
 
 struct LinkIdle {
@@ -57,6 +59,10 @@ class LinkSampler {
   // The kept samples as CSV: t_s, then <interface>_in_mbit and _out_mbit per
   // link (the rate in each period). Written atomically.
   void write_timeline_csv(const std::string& path) const;
+  // The same samples as timeline counters ("<interface> in, Mbit/s" and
+  // "... out ..."), on the steady clock in microseconds (terngrad/base/timeline.h),
+  // to merge with the tasks' traces.
+  std::vector<terngrad::timeline::Counter> timeline_counters() const;
 
  private:
   struct Totals {
@@ -79,6 +85,7 @@ class LinkSampler {
   Totals acc_, first_busy_, last_busy_;
   bool seen_busy_ = false;
   uint64_t samples_ = 0;
+  int64_t start_us_ = 0;  // the steady clock at t = 0 of the samples
   std::vector<double> timeline_t_;
   std::vector<std::vector<float>> timeline_mbit_;  // [sample][2 * link + direction]
   std::thread thread_;

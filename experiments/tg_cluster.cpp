@@ -54,6 +54,7 @@
 #include "emulated_network.h"
 #include "link_sampler.h"
 #include "terngrad/base/json.h"
+#include "terngrad/base/timeline.h"
 #include "terngrad/comm/credentials.h"
 #include "terngrad/train/atomic_file.h"
 
@@ -90,6 +91,7 @@ struct Options {
   // Every link re-shaped at these seconds after the start (a link that degrades mid-run).
   std::vector<std::pair<double, uint64_t>> link_rate_changes;
   std::vector<std::string> train_flags;
+  bool trace = false;  // every task's timeline, merged with the ps links' into <log_dir>/trace.json
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -118,6 +120,8 @@ const char* kHelp =
     "                        link shaped to RATE each way (tc syntax: 500kbit, 100mbit, 1gbit, 10gbit);\n"
     "                        byte counts in <log_dir>/link_stats.json; needs root\n"
     "  --ps_link_rate=RATE   the ps tasks' links at another rate (default --link_rate)\n"
+    "  --trace=BOOL          every task writes its timeline (tg-train --trace_file); merged, with the\n"
+    "                        ps links' rates on emulated links, into <log_dir>/trace.json (ui.perfetto.dev)\n"
     "  --link_rate_changes=SECS:RATE[,SECS:RATE...]   every link (ps too) re-shaped to RATE each way\n"
     "                        SECS after the start: a link that degrades or recovers mid-run\n";
 
@@ -183,6 +187,7 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "num_workers")) != "\x01") o.num_workers = to_int("num_workers", v, 0);
     else if ((v = value_of(a, "chief")) != "\x01") o.chief = to_bool("chief", v);
     else if ((v = value_of(a, "evaluator")) != "\x01") o.evaluator = to_bool("evaluator", v);
+    else if ((v = value_of(a, "trace")) != "\x01") o.trace = to_bool("trace", v);
     else if ((v = value_of(a, "host")) != "\x01") o.host = v, o.host_given = true;
     else if ((v = value_of(a, "log_dir")) != "\x01") o.log_dir = v;
     else if ((v = value_of(a, "tg_train")) != "\x01") o.tg_train = v;
@@ -270,6 +275,7 @@ struct Task {
   int index = 0;
   std::string name() const { return type + " " + std::to_string(index); }
   std::string file() const { return type + "-" + std::to_string(index) + ".log"; }
+  std::string trace_file() const { return "trace-" + type + "-" + std::to_string(index) + ".json"; }
   std::string secret_file;  // --secret_file it is started with ("": the user's own secret)
   std::string address;
   pid_t pid = -1;
@@ -539,6 +545,28 @@ struct Launch {
   bool user_threads;
 };
 
+// --trace: the tasks' timelines (a task that died before writing one is
+// named and left out) and the ps links' rates, one file.
+void merge_traces(const Options& o, const std::vector<Task>& tasks,
+                  const std::vector<terngrad::timeline::Counter>& link_rates) {
+  std::vector<std::string> inputs;
+  for (const Task& t : tasks) {
+    const fs::path p = fs::path(o.log_dir) / t.trace_file();
+    if (fs::exists(p))
+      inputs.push_back(p.string());
+    else
+      std::fprintf(stderr, "tg-cluster: %s wrote no timeline (%s)\n", t.name().c_str(), p.c_str());
+  }
+  const fs::path out = fs::path(o.log_dir) / "trace.json";
+  try {
+    terngrad::timeline::merge_files(inputs, link_rates, out.string());
+    std::fprintf(stderr, "tg-cluster: timeline of %zu tasks in %s (open it in ui.perfetto.dev)\n", inputs.size(),
+                 out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tg-cluster: the timeline was not merged: %s\n", e.what());
+  }
+}
+
 // Starts task k (in its namespace on emulated links): "" or why it could
 // not start. A restart appends to the task's log.
 std::string start_task(const Launch& l, std::vector<Task>& tasks, size_t k) {
@@ -550,6 +578,7 @@ std::string start_task(const Launch& l, std::vector<Task>& tasks, size_t k) {
   args.insert(args.end(), o.train_flags.begin(), o.train_flags.end());
   if (!l.user_threads) args.push_back("--threads=" + std::to_string(t.type == "ps" ? 1 : l.threads));
   if (!t.secret_file.empty()) args.push_back("--secret_file=" + t.secret_file);
+  if (o.trace) args.push_back("--trace_file=" + (fs::path(o.log_dir) / t.trace_file()).string());
   const bool shows_progress = t.type == "chief" || (!o.chief && t.type == "worker" && t.index == 0);
   if (!shows_progress) args.push_back("--quiet=true");
   const fs::path log = fs::path(o.log_dir) / t.file();
@@ -836,6 +865,7 @@ int run(Options& o) {
   if (!failure.empty() && failure != "interrupted") let_the_others_notice(tasks);
   // Tasks first: a namespace deleted under a live task would outlive the run.
   stop_all(tasks);
+  std::vector<terngrad::timeline::Counter> link_rates;  // for --trace
   if (net) {
     const double wall = std::chrono::duration<double>(Clock::now() - run_start).count();
     try {
@@ -843,6 +873,7 @@ int run(Options& o) {
       if (sampler) {
         idle = sampler->stop();
         sampler->write_timeline_csv((fs::path(o.log_dir) / "ps_link_timeline.csv").string());
+        if (o.trace) link_rates = sampler->timeline_counters();
       }
       write_link_stats(o, tasks, *net, wall, failure.empty() ? "ok" : failure.substr(0, failure.find('\n')),
                        idle ? &*idle : nullptr, summary_steps(o, shown));
@@ -852,6 +883,7 @@ int run(Options& o) {
     }
     net.reset();  // namespaces, links and anything left in them
   }
+  if (o.trace) merge_traces(o, tasks, link_rates);
   return report(o, tasks, failure, shown);
 }
 

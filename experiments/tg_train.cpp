@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "result_json.h"
+#include "terngrad/base/timeline.h"
 #include "terngrad/train/distributed.h"
 #include "terngrad/train/trainer.h"
 
@@ -38,6 +39,22 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tg-train: %s\nusage: tg-train [--flag=value ...] (tg-train --help lists the flags)\n", e.what());
     return 2;
+  }
+  // --trace_file: the timeline is written however the run ends.
+  struct TraceAtExit {
+    std::string path;
+    ~TraceAtExit() {
+      if (path.empty()) return;
+      try {
+        terngrad::timeline::write(path);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tg-train: %s\n", e.what());
+      }
+    }
+  } trace{cfg.trace_file};
+  if (!cfg.trace_file.empty()) {
+    terngrad::timeline::start(cluster ? cluster->task_name() : "tg-train");
+    terngrad::timeline::name_thread("main");
   }
   if (cluster) {
     const std::string who = cluster->task_name();

@@ -8,6 +8,7 @@
 
 #include "chunks.h"
 #include "ps_service.h"
+#include "terngrad/base/timeline.h"
 #include "terngrad/comm/step_times.h"
 
 namespace terngrad::comm {
@@ -151,9 +152,12 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
       }
       sent_count += fresh.size();
       lock.unlock();  // ready shards do not change
-      for (uint32_t s : fresh)
+      for (uint32_t s : fresh) {
+        // Arg: the replica and the shard ("replica * 1000 + shard").
+        const timeline::Span span("ps: send a sum", 1000 * int64_t{req->replica()} + s);
         if (!write_shard(writer, s, agg.shards[s], false))
           return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+      }
       lock.lock();
       continue;
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ps_service.h"
+#include "terngrad/base/timeline.h"
 
 namespace terngrad::comm {
 
@@ -30,9 +31,13 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   // (codecs) it began with: the push intake reads them without the lock.
   const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
   detail::PushIntake in;
+  const int64_t read_from = timeline::recording() ? timeline::now_us() : 0;
   if (const auto refusal = detail::take_push(
           h, *layout, sync, who, [&](rpc::PushChunk& c) { return reader->Read(&c); }, in))
     return grpc::Status(StatusCode::INVALID_ARGUMENT, *refusal);
+  // Arg: the replica, and the bucket's first shard ("replica * 1000 + shard").
+  timeline::complete("ps: read a push", read_from, timeline::now_us(),
+                     1000 * int64_t{h.replica()} + (in.ids.empty() ? 0 : in.ids.front()));
   return sync ? push_sync(caller, h, epoch, in.ids, in.payloads, in.received, reply)
               : push_async(caller, h, in.payloads, in.received, reply);
 }
@@ -79,7 +84,11 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
   if (!job.empty()) {
     ++sums_in_flight;  // a rewind waits: the job reads *steps
     lock.unlock();
-    const std::string error = steps->sum(job);
+    std::string error;
+    {
+      const timeline::Span span("ps: sum", int64_t{r});
+      error = steps->sum(job);
+    }
     lock.lock();
     if (!error.empty()) {
       --sums_in_flight;

@@ -16,6 +16,7 @@
 #include "chunks.h"
 #include "restarted_ps.h"
 #include "tls_credentials.h"
+#include "terngrad/comm/comm_threads.h"
 #include "worker_service.h"
 
 namespace terngrad::comm {
@@ -181,8 +182,8 @@ WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout,
   m.local_index.assign(m.layout.shards.size(), 0);
   for (const auto& on : m.layout.shards_on)
     for (size_t local = 0; local < on.size(); ++local) m.local_index[on[local]] = static_cast<uint32_t>(local);
-  for (size_t p = 0; p < m.stubs.size(); ++p) m.beaters.emplace_back([this, p] { impl_->beat_loop(p); });
-  m.watchdog = std::thread([this] { impl_->watchdog_loop(); });
+  for (size_t p = 0; p < m.stubs.size(); ++p) m.beaters.push_back(comm_thread([this, p] { impl_->beat_loop(p); }));
+  m.watchdog = comm_thread([this] { impl_->watchdog_loop(); });
 }
 
 WorkerClient::~WorkerClient() {

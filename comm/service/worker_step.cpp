@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "chunks.h"
+#include "terngrad/base/timeline.h"
+#include "terngrad/comm/comm_threads.h"
 #include "worker_service.h"
 
 namespace terngrad::comm {
@@ -26,6 +28,7 @@ void WorkerClient::Impl::fail_step_locked(std::exception_ptr e) {
 }
 
 void WorkerClient::Impl::sender_loop(int p) {
+  timeline::name_thread("push sender");
   std::unique_lock<std::mutex> lk(pm);
   for (;;) {
     pcv.wait(lk, [&] { return stop_senders || !queues[p].empty(); });
@@ -38,6 +41,7 @@ void WorkerClient::Impl::sender_loop(int p) {
     lk.unlock();
     std::exception_ptr error;
     try {
+      const timeline::Span span("push a bucket", b.local.empty() ? -1 : static_cast<int64_t>(b.local.front()));
       push_bucket_to(p, b);
     } catch (...) {
       error = std::current_exception();
@@ -92,6 +96,7 @@ void WorkerClient::Impl::push_bucket_to(int p, const Bucket& b) {
 }
 
 void WorkerClient::Impl::pull_stream(int p) {
+  timeline::name_thread("sum puller");
   const auto& mine = layout.shards_on[p];
   std::vector<detail::Reassembly> parts(mine.size());
   std::vector<bool> have(mine.size(), false);
@@ -137,6 +142,7 @@ void WorkerClient::Impl::pull_stream(int p) {
             have[local] = true;
             payload_received += parts[local].bytes().size();
             std::lock_guard<std::mutex> lk(pm);
+            timeline::instant("sum landed", static_cast<int64_t>(local));
             (*pipe_sums)[mine[local]] = std::move(parts[local].bytes());
             arrived.push_back(mine[local]);
             pcv.notify_all();
@@ -317,11 +323,11 @@ void WorkerClient::begin_step(int64_t step, std::vector<std::vector<uint8_t>>& s
       // last one's without waiting for its reply (a round trip per bucket).
       m.queues.resize(P);
       for (int p = 0; p < P; ++p)
-        for (int k = 0; k < 2; ++k) m.senders.emplace_back([&m, p] { m.sender_loop(p); });
+        for (int k = 0; k < 2; ++k) m.senders.push_back(comm_thread([&m, p] { m.sender_loop(p); }));
     }
   }
   for (int p = 0; p < P; ++p)
-    m.pullers.emplace_back([&m, p] {
+    m.pullers.push_back(comm_thread([&m, p] {
       try {
         m.pull_stream(p);
       } catch (const Impl::Cancelled&) {
@@ -329,7 +335,7 @@ void WorkerClient::begin_step(int64_t step, std::vector<std::vector<uint8_t>>& s
         std::lock_guard<std::mutex> lk(m.pm);
         m.fail_step_locked(std::current_exception());
       }
-    });
+    }));
 }
 
 void WorkerClient::push_bucket(float loss, std::span<const size_t> shards,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "chunks.h"
+#include "terngrad/comm/comm_threads.h"
 #include "worker_service.h"
 
 namespace terngrad::comm {
@@ -86,7 +87,7 @@ int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
   m.pulled.landed.assign(l.shards.size(), false);
   m.pulled.answered.assign(l.num_ps, false);
   for (int p = 0; p < l.num_ps; ++p)
-    m.pulled.readers.emplace_back([&m, p] {
+    m.pulled.readers.push_back(comm_thread([&m, p] {
       try {
         m.stream_pull_from(p);
       } catch (...) {
@@ -94,7 +95,7 @@ int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
         if (!m.pulled.error) m.pulled.error = std::current_exception();
         m.scv.notify_all();
       }
-    });
+    }));
   m.scv.wait(lk, [&] {
     if (m.pulled.error) return true;
     for (bool a : m.pulled.answered)

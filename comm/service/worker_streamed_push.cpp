@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/comm/comm_threads.h"
 #include "worker_service.h"
 
 namespace terngrad::comm {
@@ -60,7 +61,7 @@ void WorkerClient::begin_push() {
   m.streamed.queued.resize(m.layout.num_ps);
   m.streamed.replies.resize(m.layout.num_ps);
   for (int p = 0; p < m.layout.num_ps; ++p)
-    m.streamed.writers.emplace_back([&m, p] {
+    m.streamed.writers.push_back(comm_thread([&m, p] {
       try {
         m.stream_push_to(p);
       } catch (const Impl::Cancelled&) {
@@ -69,7 +70,7 @@ void WorkerClient::begin_push() {
         std::lock_guard<std::mutex> lk(m.sm);
         if (!m.streamed.error) m.streamed.error = std::current_exception();
       }
-    });
+    }));
 }
 
 void WorkerClient::push_payloads(float loss, std::span<const size_t> shards,

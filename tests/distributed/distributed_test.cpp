@@ -22,6 +22,8 @@
 #include <iterator>
 #include <map>
 #include <numeric>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "terngrad/base/json.h"
@@ -114,6 +116,34 @@ TEST_F(Distributed, SyncOnePsTwoWorkersTrainTheInProcessWeightsBitForBit) {
     ASSERT_EQ(b.exit_code, 0) << b.output;
     expect_same_weights("inproc" + tag, "cluster" + tag);
   }
+}
+
+// tg-cluster --trace=true: one timeline with every task's rows (the
+// replicas' passes, pushes and sums, the ps's reads, sums and sends), and the
+// same bits as a run without it. The traced run's replicas also compute at
+// --compute_nice=10, which changes when threads run, never what they compute.
+TEST_F(Distributed, TracedRunWritesOneTimelineOfEveryTaskWithTheSameBits) {
+  const std::string flags = model_flags(6, "--grad_bits=32");
+  const Proc a = cluster("plain", "--num_ps=1 --chief=false --num_workers=2", flags);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const Proc b = cluster("traced", "--trace=true --num_ps=1 --chief=false --num_workers=2", flags + " --compute_nice=10");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  expect_same_weights("plain", "traced");
+  EXPECT_FALSE(fs::exists(dir_ / "plain" / "logs" / "trace.json"));
+  std::ifstream in(dir_ / "traced" / "logs" / "trace.json");
+  ASSERT_TRUE(in) << b.output;
+  std::stringstream text;
+  text << in.rdbuf();
+  const terngrad::json::Json t = terngrad::json::parse_strict(text.str());
+  std::set<std::string> processes, events;
+  for (const auto& e : t.at("traceEvents")) {
+    if (e.at("name") == "process_name") processes.insert(e.at("args").at("name").get<std::string>());
+    events.insert(e.at("name").get<std::string>());
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"ps 0", "worker 0", "worker 1"}));
+  for (const char* name : {"forward", "backward", "push a bucket", "sum landed", "decode and apply a sum",
+                           "ps: read a push", "ps: sum", "ps: send a sum"})
+    EXPECT_TRUE(events.count(name)) << name;
 }
 
 // GoogLeNet's batch norm state in a cluster: every replica folds its own

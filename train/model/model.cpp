@@ -3,6 +3,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "terngrad/base/timeline.h"
 #include "terngrad/train/loss.h"
 
 namespace terngrad::train {
@@ -88,7 +89,10 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (params_needed && has_params(i) && !layers_[i]->streams_params())
       for (size_t v = layer_params_[i].first; v < layer_params_[i].second; ++v) params_needed(v, params_.value(v).size());
-    layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
+    {
+      const timeline::Span span("forward", static_cast<int64_t>(i));
+      layers_[i]->forward(params_, *in, ws.acts[i + 1], ws.scratch[i].get(), fwd);
+    }
     in = &ws.acts[i + 1];
   }
   const float loss = softmax_cross_entropy(*in, labels, ws.dlogits);
@@ -99,6 +103,7 @@ float Model::forward_backward(Workspace& ws, const Tensor& x, std::span<const in
     const Tensor& layer_in = i == 0 ? x : ws.acts[i];
     Tensor* dx = i == 0 ? nullptr : &ws.dacts[i];
     LayerScratch* scratch = ws.scratch[i].get();
+    const timeline::Span span("backward", static_cast<int64_t>(i));
     if ((grads_ready || done) && has_params(i) && layers_[i]->splits_backward()) {  // they leave while dx computes
       layers_[i]->backward_params(params_, layer_in, ws.acts[i + 1], *dy, grads, scratch, done);
       if (grads_ready) grads_ready(loss, layer_params_[i].first, layer_params_[i].second);

@@ -20,6 +20,7 @@
 #include "optimizer_handler.h"
 #include "replica_loop.h"
 #include "session.h"
+#include "terngrad/comm/comm_threads.h"
 #include "terngrad/comm/credentials.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/ps_server.h"
@@ -200,6 +201,10 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   const std::string me = replica_name(c, replica);
   std::optional<detail::ReplicaRun> run;
   std::optional<int64_t> restored;  // the step the session holds
+  // Communication threads are started by a thread that keeps this priority,
+  // also those started after this thread's is lowered (below).
+  comm::start_comm_thread_spawner();
+  bool lowered = false;
   // The replica is built again, from the checkpoint of that step, each time
   // the run switches to a new --codec=auto plan (plan_recheck.h).
   for (;;) {
@@ -226,6 +231,12 @@ TrainResult run_replica(const TrainConfig& cfg, const comm::ClusterSpec& c) {
         run->record_codec_choice(codec_choice);
       } else {
         run->switch_client(client, wire);
+      }
+      if (!lowered && cfg.device == "cpu") {  // once gRPC runs and the replica joined
+        lowered = true;
+        const std::string why = comm::lower_this_thread_priority(cfg.compute_nice);
+        if (!why.empty() && !cfg.quiet)
+          std::fprintf(stderr, "%s: --compute_nice=%d not applied (%s)\n", me.c_str(), cfg.compute_nice, why.c_str());
       }
       const int64_t last = loop->train(first, *run);
       if (const std::optional<int64_t> at = loop->new_plan_at()) {

@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "terngrad/base/timeline.h"
+
 namespace terngrad::train::detail {
 
 namespace {
@@ -133,6 +135,7 @@ OverlappedStep::OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::W
       queued_(layout.shards.size()) {}
 
 void OverlappedStep::flush(float loss) {
+  if (!bucket_.empty()) timeline::instant("bucket queued", static_cast<int64_t>(bucket_.front()));
   if (!bucket_.empty()) client_.push_bucket(loss, bucket_, bucket_views_);
   bucket_.clear();
   bucket_views_.clear();
@@ -154,9 +157,14 @@ void OverlappedStep::encode_slices_done(int64_t step, float loss, size_t v, int6
 
 bool OverlappedStep::take_next_sum(StepClock& clock) {
   const auto t = Clock::now();
-  const std::optional<size_t> sh = client_.next_sum();
+  std::optional<size_t> sh;
+  {
+    const timeline::Span span("wait for a sum");
+    sh = client_.next_sum();
+  }
   blocked_.emplace_back(t, Clock::now());
   if (!sh) return false;
+  const timeline::Span span("decode and apply a sum", static_cast<int64_t>(*sh));
   const auto td = Clock::now();
   const comm::ShardSpec& shard = layout_.shards[*sh];
   replica_.decode_sum(pending_step_, shard, wire_.sums[*sh]);

@@ -192,6 +192,8 @@ std::vector<Flag> output_flags() {
          c.threads = static_cast<int>(to_int("threads", v));
        }},
       {"quiet", "no console progress", TG_BOOL(quiet)},
+      {"trace_file", "write this process's timeline here at exit (Chrome trace JSON, ui.perfetto.dev)",
+       TG_STR(trace_file)},
   };
 }
 
@@ -233,6 +235,8 @@ std::vector<Flag> cluster_flags() {
       {"tls_server_name", "the name on the ps certificates when it is not their host", TG_STR(tls_server_name)},
       {"min_shard_bytes", "split variables into ps shards of at least this", TG_INT(min_shard_bytes)},
       {"max_shard_bytes", "cap on a ps shard's fp32 bytes (0 = none); small shards pipeline", TG_INT(max_shard_bytes)},
+      {"compute_nice", "cluster CPU replica: compute this many nice steps below communication (0..19)",
+       TG_INT(compute_nice)},
       {"overlap_comm", "sync: push each variable during backward, decode sums as they arrive", TG_BOOL(overlap_comm)},
       {"comm_only", "a fixed gradient in place of forward/backward (communication benchmark)", TG_BOOL(comm_only)},
       {"compute_ms", "comm_only: milliseconds of emulated compute per step", TG_DBL(compute_ms)},
@@ -328,6 +332,8 @@ void validate(const TrainConfig& c) {
   require(c.min_shard_bytes >= 256, "--min_shard_bytes must be >= 256, got " + std::to_string(c.min_shard_bytes));
   require(c.max_shard_bytes == 0 || c.max_shard_bytes >= 1024,
           "--max_shard_bytes must be 0 (no cap) or >= 1024, got " + std::to_string(c.max_shard_bytes));
+  require(c.compute_nice >= 0 && c.compute_nice <= 19,
+          "--compute_nice must be in [0, 19], got " + std::to_string(c.compute_nice));
   require(c.compute_ms >= 0 && c.compute_ms <= 600000, "--compute_ms must be in [0, 600000], got " + std::to_string(c.compute_ms));
   const bool auto_codec = comm::is_auto_codec(c.codec);
   if (auto_codec) comm::parse_auto_codec(c.codec, c.sync_replicas);  // names a bad candidate
