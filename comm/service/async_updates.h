@@ -32,6 +32,8 @@ class AsyncUpdates {
                int64_t last_step = 0);
 
   int64_t global_step() const { return global_step_; }
+  // The run's last step is applied: further pushes are dropped.
+  bool past_end() const { return last_step_ > 0 && global_step_ >= last_step_; }
   size_t shards() const { return values_.size(); }
   // A shard's values (shard in [0, shards()), std::out_of_range otherwise).
   std::span<float> values(size_t shard);

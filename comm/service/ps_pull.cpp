@@ -26,6 +26,18 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
   heard(req->replica());
   rpc::PullChunk out;
   if (!sync) {  // the current values of every shard
+    if (req->after_own_push()) {
+      // Held until the replica's push is applied or dropped; the run ending,
+      // a rewind or the caller leaving end the wait too (a long poll, as Pull's).
+      const uint32_t r = req->replica();
+      const int64_t own = req->own_push_step();
+      const auto applied = [&] { return updates->last_pushed(r) >= own || updates->past_end(); };
+      if (long_poll(lock, ctx, applied)) return rewound("Pull", r);
+      if (ended()) return ended_status();
+      if (!applied())
+        return grpc::Status(StatusCode::DEADLINE_EXCEEDED, replica_name(r) + "'s push of step " + std::to_string(own) +
+                                                               " has not arrived; pull again");
+    }
     out.mutable_header()->set_ready(true);
     out.mutable_header()->set_step(updates->global_step());
     if (!values_snapshot || values_snapshot_step != updates->global_step()) {
@@ -40,6 +52,7 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
     }
     const auto held = values_snapshot;  // kept while streaming, even if a newer step replaces it
     lock.unlock();
+    const timeline::Span span("ps: send values", int64_t{req->replica()});
     if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     for (size_t s = 0; s < held->size(); ++s)
       if (!write_shard(writer, s, (*held)[s], true))

@@ -112,6 +112,7 @@ grpc::Status ParameterServer::Impl::push_async(const Caller& caller, const rpc::
   heard(h.replica());
   detail::AsyncUpdates::Outcome outcome;
   try {
+    const timeline::Span span("ps: apply", int64_t{h.replica()});
     outcome = updates->apply(h.replica(), h.step(), payloads);
   } catch (const std::exception& e) {
     fail_locked(std::string("applying ") + replica_name(h.replica()) + "'s push: " + e.what());

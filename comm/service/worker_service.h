@@ -251,8 +251,10 @@ struct WorkerClient::Impl {
     std::exception_ptr error;
   };
   StreamedPull pulled;
-  // Reads ps p's values into pulled.values as they arrive.
-  void stream_pull_from(int p);
+  // Reads ps p's values into pulled.values as they arrive; with
+  // after_own_push, asks p to answer once this replica's push of that step
+  // is applied.
+  void stream_pull_from(int p, std::optional<int64_t> after_own_push);
 
   // ---- the exchanges through ps 0: scale sharing, multi-round pre-rounds ----
 

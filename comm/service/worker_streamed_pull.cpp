@@ -4,10 +4,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chunks.h"
+#include "terngrad/base/timeline.h"
 #include "terngrad/comm/comm_threads.h"
 #include "worker_service.h"
 
@@ -17,13 +19,18 @@ namespace {
 using grpc::StatusCode;
 }  // namespace
 
-void WorkerClient::Impl::stream_pull_from(int p) {
+void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_own_push) {
+  timeline::name_thread("values puller");
   const auto& mine = layout.shards_on[p];
   call(p, "Pull", [&] {
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
     rpc::PullRequest req;
     req.set_replica(static_cast<uint32_t>(replica));
+    if (after_own_push) {
+      req.set_after_own_push(true);
+      req.set_own_push_step(*after_own_push);
+    }
     message_sent += req.ByteSizeLong();
     auto r = stubs[p]->Pull(&ctx, req);
     rpc::PullChunk c;
@@ -54,6 +61,7 @@ void WorkerClient::Impl::stream_pull_from(int p) {
         std::memcpy(pulled.values[sh.variable].data() + sh.begin, parts[t.shard()].bytes().data(), 4 * sh.count);
         payload_received += 4 * sh.count;
         pulled.landed[mine[t.shard()]] = true;
+        timeline::instant("values landed", static_cast<int64_t>(t.shard()));
         scv.notify_all();
       }
     }
@@ -71,6 +79,11 @@ void WorkerClient::Impl::stream_pull_from(int p) {
 }
 
 int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
+  start_pull(values, false);
+  return pulled_step();
+}
+
+void WorkerClient::start_pull(std::span<const std::span<float>> values, bool after_own_push) {
   Impl& m = *impl_;
   if (m.sync) throw std::logic_error("begin_pull in a sync run");
   const Layout& l = m.layout;
@@ -80,22 +93,33 @@ int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
   for (size_t v = 0; v < values.size(); ++v)
     if (values[v].size() != l.variables[v].size)
       throw std::invalid_argument("begin_pull: wrong size for " + l.variables[v].name);
-  std::unique_lock<std::mutex> lk(m.sm);
+  std::lock_guard<std::mutex> lk(m.sm);
   if (!m.pulled.readers.empty()) throw std::logic_error("begin_pull while the last pull is in flight");
+  if (after_own_push && m.streamed.writers.empty())
+    throw std::logic_error("start_pull after this replica's push, with no push in flight");
   m.pulled = {};
   m.pulled.values.assign(values.begin(), values.end());
   m.pulled.landed.assign(l.shards.size(), false);
   m.pulled.answered.assign(l.num_ps, false);
-  for (int p = 0; p < l.num_ps; ++p)
-    m.pulled.readers.push_back(comm_thread([&m, p] {
+  for (int p = 0; p < l.num_ps; ++p) {
+    // The push in flight to ps p carries the step of the values last pulled from it.
+    const std::optional<int64_t> own = after_own_push ? std::optional<int64_t>(m.async_steps[p]) : std::nullopt;
+    m.pulled.readers.push_back(comm_thread([&m, p, own] {
       try {
-        m.stream_pull_from(p);
+        m.stream_pull_from(p, own);
       } catch (...) {
         std::lock_guard<std::mutex> lk(m.sm);
         if (!m.pulled.error) m.pulled.error = std::current_exception();
         m.scv.notify_all();
       }
     }));
+  }
+}
+
+int64_t WorkerClient::pulled_step() {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> lk(m.sm);
+  if (m.pulled.readers.empty()) throw std::logic_error("pulled_step with no pull in flight");
   m.scv.wait(lk, [&] {
     if (m.pulled.error) return true;
     for (bool a : m.pulled.answered)

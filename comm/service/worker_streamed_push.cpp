@@ -7,15 +7,26 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/base/timeline.h"
 #include "terngrad/comm/comm_threads.h"
 #include "worker_service.h"
 
 namespace terngrad::comm {
 
 void WorkerClient::Impl::stream_push_to(int p) {
+  timeline::name_thread("push writer");
+  const timeline::Span span("push stream", p);
   const size_t expected = layout.shards_on[p].size();
   rpc::PushReply& reply = streamed.replies[p];
   uint64_t bytes = 0;
+  // The step of the values this gradient was computed at, read once: a pull
+  // sent with the push (start_pull after_own_push) replaces it when answered,
+  // and a retried call must carry the same tag (a new one would apply twice).
+  int64_t tag = 0;
+  {
+    std::lock_guard<std::mutex> lk(sm);
+    tag = async_steps[p];
+  }
   call(p, "Push", [&] {
     float loss = 0;
     {
@@ -27,7 +38,7 @@ void WorkerClient::Impl::stream_push_to(int p) {
     const auto armed = arm(ctx);
     reply.Clear();
     auto w = stubs[p]->Push(&ctx, &reply);
-    const rpc::PushChunk head = push_head(async_steps[p], loss);
+    const rpc::PushChunk head = push_head(tag, loss);
     message_sent += head.ByteSizeLong();
     bytes = 0;
     bool ok = w->Write(head);
@@ -44,6 +55,7 @@ void WorkerClient::Impl::stream_push_to(int p) {
         next = streamed.queued[p][i];
       }
       ok = write_payload(*w, next.first, next.second, bytes);
+      timeline::instant("payload written", next.first);
     }
     w->WritesDone();
     return w->Finish();

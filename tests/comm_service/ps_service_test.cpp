@@ -834,6 +834,62 @@ TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
   chief.finish(true);
 }
 
+// start_pull(after_own_push): the pull leaves before the push's last bytes,
+// and each ps answers once it has applied the push, so the values include
+// it, with the step after it. (The last shard is queued after the pull was
+// sent: a ps that answered at once would return the values before the push.)
+TEST(PsService, APullSentWithThePushIsAnsweredOnceThePushIsApplied) {
+  HalfStepSgd h0, h1;
+  std::vector<std::unique_ptr<PsTask>> ps;
+  ps.push_back(std::make_unique<PsTask>(0, 1, &h0));
+  ps.push_back(std::make_unique<PsTask>(1, 1, &h1));
+  tc::PlacementOptions po;
+  po.min_shard_bytes = 4096;
+  const tc::Layout l = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
+  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f), zeros_a(5000, 0.0f), zeros_b(100, 0.0f);
+  tc::WorkerClient::InitTensors init;
+  init.values = {a0, b0};
+  init.slots["Velocity"] = {zeros_a, zeros_b};
+  tc::WorkerClient chief(addresses(ps), l, 0, false, 1, 1, fast_client());
+  EXPECT_EQ(chief.join(3, &init), 3);
+  std::vector<float> a(5000), b(100);
+  const std::span<float> vals[2] = {a, b};
+  EXPECT_THROW(chief.start_pull(vals, true), std::logic_error) << "no push in flight";
+  EXPECT_EQ(chief.begin_pull(vals), 3);
+  chief.end_pull();
+  auto fp32 = tc::make_codec("fp32");
+  std::vector<std::vector<uint8_t>> payloads;
+  for (const auto& s : l.shards) {
+    std::vector<float> g(s.count, 1.0f);
+    payloads.emplace_back(fp32->payload_bytes(s.count));
+    fp32->encode(g, {}, payloads.back());
+  }
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    chief.begin_push();
+    for (size_t sh = 0; sh + 1 < l.shards.size(); ++sh) {
+      const size_t one[1] = {sh};
+      const std::span<const uint8_t> view[1] = {payloads[sh]};
+      chief.push_payloads(0.5f, one, view);
+    }
+    chief.start_pull(vals, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the pull reaches the ps first
+    const size_t last[1] = {l.shards.size() - 1};
+    const std::span<const uint8_t> last_view[1] = {payloads.back()};
+    chief.push_payloads(0.5f, last, last_view);
+    EXPECT_TRUE(chief.end_push().applied);
+    EXPECT_EQ(chief.pulled_step(), 4 + round);
+    chief.wait_values(0, 5000);
+    chief.wait_values(1, 100);
+    chief.end_pull();
+    const float applied = 0.5f * static_cast<float>(round + 1);
+    EXPECT_EQ(a, std::vector<float>(5000, 1.0f - applied));
+    EXPECT_EQ(b, std::vector<float>(100, 2.0f - applied));
+  }
+  EXPECT_THROW(chief.pulled_step(), std::logic_error) << "no pull in flight";
+  chief.finish(true);
+}
+
 TEST(PsService, ADeadReplicaIsReportedByNameAndNobodyHangs) {
   PsTask ps(0, 2, nullptr, /*peer_timeout=*/1.5);
   const tc::Layout l = tc::place_variables({{"w", 64, "fp32"}}, 1);

@@ -103,6 +103,26 @@ void Optimizer::apply_variable(ParamSet& params, const GradSet& grads, size_t i,
   apply_range(params, grads, i, 0, i < params.size() ? params.params[i].value.size() : 0, lr);
 }
 
+void Optimizer::apply_to(std::span<float> w, std::span<const float> g, float lr) {
+  if (sizes_.size() != 1)
+    throw std::invalid_argument(name() + " optimizer: apply_to needs one parameter, it holds " +
+                                std::to_string(sizes_.size()));
+  if (static_cast<int64_t>(w.size()) != sizes_[0] || g.size() != w.size())
+    throw std::invalid_argument(name() + " optimizer: apply_to of '" + names_[0] + "' (" + std::to_string(sizes_[0]) +
+                                " elements) with " + std::to_string(w.size()) + " values and " +
+                                std::to_string(g.size()) + " gradients");
+  if (!applied_.empty())
+    throw std::logic_error(name() + " optimizer: apply_to() in the middle of a step applied by variable");
+  std::span<float> slot_spans[kMaxSlots];
+  for (size_t k = 0; k < specs_.size(); ++k) {
+    if (static_cast<int64_t>(slots_[0][k].data.size()) != sizes_[0])
+      throw std::invalid_argument(name() + " optimizer: a slot of '" + names_[0] + "' was resized");
+    slot_spans[k] = std::span<float>(slots_[0][k].data);
+  }
+  update(w, g, std::span(slot_spans, specs_.size()), lr, steps_ + 1);
+  ++steps_;
+}
+
 void Optimizer::finish_step() {
   if (applied_.empty()) throw std::logic_error(name() + " optimizer: finish_step() with no variable applied");
   for (size_t i = 0; i < applied_.size(); ++i)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "replica_loop.h"
+#include "terngrad/base/timeline.h"
 
 namespace terngrad::train::detail {
 
@@ -36,9 +37,18 @@ class AsyncLoop final : public ReplicaLoop {
     const std::vector<float> no_scales(r_.s.num_variables(), 0.0f);
     int64_t global = first;
     int64_t last_saved = first;
+    auto saves = [&](int64_t done) {
+      return r_.chief && cfg_.save_interval_steps > 0 && done - last_saved >= cfg_.save_interval_steps &&
+             done < cfg_.max_steps;
+    };
+    bool pull_started = false;  // the next pull left with this step's push
     for (;;) {
       // The values land shard by shard; the forward pass waits for the ones it reads.
-      global = r_.client.begin_pull(values);
+      {
+        const timeline::Span span("begin pull");
+        global = pull_started ? r_.client.pulled_step() : r_.client.begin_pull(values);
+        pull_started = false;
+      }
       if (global >= cfg_.max_steps) {
         r_.client.end_pull();
         if (r_.chief && r_.s.ema()) r_.s.ema()->update(r_.s.params(), global);
@@ -46,16 +56,27 @@ class AsyncLoop final : public ReplicaLoop {
       }
       const float loss = gradient_out(global, no_scales);
       if (r_.chief && r_.s.ema()) r_.s.ema()->update(r_.s.params(), global);  // the pulled values, all landed
+      // The next pull leaves now and is answered once the ps has applied this
+      // push, unless this step's evaluation or checkpoint still reads the
+      // values it was computed at (the next pull lands in the same tensors).
+      const int64_t done = global + 1;
+      if (r_.step.overlaps_communication() && !run.evaluation_due(done) && !saves(done)) {
+        r_.client.start_pull(values, /*after_own_push=*/true);
+        pull_started = true;
+      }
       // Dropped past the run's last step (another replica's push took it):
       // the next pull ends the loop, and this step is not counted.
-      if (r_.client.end_push().past_end > 0) continue;
+      comm::WorkerClient::PushOutcome pushed;
+      {
+        const timeline::Span span("end push");
+        pushed = r_.client.end_push();
+      }
+      if (pushed.past_end > 0) continue;
 
-      const int64_t done = global + 1;
       run.after_step(done, loss, r_.s.lr(global));
       // The pulled values are the session's weights: evaluated as they are.
       if (run.evaluation_due(done)) run.evaluate(done);
-      if (r_.chief && cfg_.save_interval_steps > 0 && done - last_saved >= cfg_.save_interval_steps &&
-          done < cfg_.max_steps) {
+      if (saves(done)) {
         last_saved = done;
         take_ps_state(done);
         r_.s.save(done);
@@ -94,8 +115,13 @@ class AsyncLoop final : public ReplicaLoop {
     float loss = 0;
     if (r_.step.overlaps_communication()) {
       loss = r_.step.compute_gradient(
-          global, ready, [&](size_t v, int64_t elements) { r_.client.wait_values(v, static_cast<uint64_t>(elements)); },
+          global, ready,
+          [&](size_t v, int64_t elements) {
+            const timeline::Span span("wait for values", static_cast<int64_t>(v));
+            r_.client.wait_values(v, static_cast<uint64_t>(elements));
+          },
           part_ready);
+      const timeline::Span span("end pull");
       r_.client.end_pull();
     } else {  // a step that takes the weights whole (the GPU's, --overlap_comm=false)
       r_.client.end_pull();

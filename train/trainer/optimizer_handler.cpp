@@ -28,34 +28,32 @@ OptimizerHandler::OptimizerHandler(const TrainConfig& cfg) : cfg_(cfg), schedule
 void OptimizerHandler::init_shard(size_t shard, const comm::ShardView& view) {
   if (shards_.size() <= shard) shards_.resize(shard + 1);
   ShardState& s = shards_[shard];
-  s.params = ParamSet{};
+  s.name = view.name;
+  s.count = view.count;
+  ParamSet shape;  // names and sizes the slots; the values live in the ps (apply_to)
   Param p;
   p.name = view.name;
   p.value.shape = {static_cast<int64_t>(view.count)};
   p.value.data.assign(view.count, 0.0f);
-  s.params.add(std::move(p));
-  s.grads.assign(1, s.params.params[0].value);
+  shape.add(std::move(p));
   s.optimizer = make_run_optimizer(cfg_);
-  s.optimizer->init(s.params);
+  s.optimizer->init(shape);
 }
 
 void OptimizerHandler::apply(size_t shard, int64_t step, std::span<float> values, std::span<const float> grad) {
   ShardState& s = shards_.at(shard);
-  std::vector<float>& w = s.params.params[0].value.data;
-  if (values.size() != w.size() || grad.size() != w.size())
+  if (values.size() != s.count || grad.size() != values.size())
     throw std::invalid_argument("OptimizerHandler: shard " + std::to_string(shard) + " sizes disagree");
   // Adam's bias correction counts updates: in async training that is the global step.
   s.optimizer->set_steps(step);
-  std::copy(values.begin(), values.end(), w.begin());
-  std::copy(grad.begin(), grad.end(), s.grads[0].data.begin());
-  s.optimizer->apply(s.params, s.grads, static_cast<float>(schedule_->lr(step)));
-  std::copy(w.begin(), w.end(), values.begin());
+  // On the ps's own values: no copy in or out (the update is apply()'s).
+  s.optimizer->apply_to(values, grad, static_cast<float>(schedule_->lr(step)));
 }
 
 std::vector<std::pair<std::string, std::span<float>>> OptimizerHandler::slots(size_t shard) {
   ShardState& s = shards_.at(shard);
   std::vector<std::pair<std::string, std::span<float>>> out;
-  const std::string prefix = s.params.params[0].name + "/";
+  const std::string prefix = s.name + "/";
   for (auto& [name, tensor] : s.optimizer->slots()) out.emplace_back(name.substr(prefix.size()), tensor->data);
   return out;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "terngrad/comm/ps_server.h"
@@ -25,9 +26,9 @@ class OptimizerHandler final : public comm::UpdateHandler {
 
  private:
   struct ShardState {
-    ParamSet params;  // one parameter: the shard's values while an update runs
-    GradSet grads;
-    std::unique_ptr<Optimizer> optimizer;
+    std::string name;  // the shard's variable
+    size_t count = 0;  // elements
+    std::unique_ptr<Optimizer> optimizer;  // init()ed with one parameter of count elements
   };
   TrainConfig cfg_;
   std::unique_ptr<LrSchedule> schedule_;

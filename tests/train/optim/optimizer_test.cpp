@@ -354,6 +354,42 @@ TEST(Optimizer, ApplyingRangeByRangeIsApplyBitForBit) {
   }
 }
 
+// The async ps applies each shard on its own values (apply_to): apply()'s
+// weights, slots and step count, bit for bit, for every optimizer, on a
+// variable past the OpenMP size; a set of other than one parameter, other
+// sizes, or a split step in progress are refused.
+TEST(Optimizer, ApplyToOutsideStorageIsApplyBitForBit) {
+  for (const char* name : {"sgd", "momentum", "adam", "rmsprop"}) {
+    SCOPED_TRACE(name);
+    auto whole = tt::make_optimizer(name);
+    auto outside = tt::make_optimizer(name);
+    ParamSet a;
+    a.add(Param{"fc3/weights", tensor({301, 331}, normals(301 * 331, 9)), 0.0f, false});
+    ParamSet shape = a;
+    outside->init(shape);
+    std::vector<float> values = a.params[0].value.data;  // held outside the optimizer
+    for (int t = 1; t <= 4; ++t) {
+      const GradSet g = grads_for(a, t);
+      const float lr = 0.05f * static_cast<float>(t);
+      whole->apply(a, g, lr);
+      outside->apply_to(values, g[0].data, lr);
+      ASSERT_EQ(values, a.params[0].value.data) << t;
+    }
+    EXPECT_EQ(outside->steps(), whole->steps());
+    const auto sa = whole->slots(), sb = outside->slots();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t k = 0; k < sa.size(); ++k) EXPECT_EQ(sa[k].second->data, sb[k].second->data) << sa[k].first;
+    std::vector<float> short_values(values.size() - 1);
+    EXPECT_THROW(outside->apply_to(short_values, std::vector<float>(values.size() - 1), 0.1f), std::invalid_argument);
+    EXPECT_THROW(outside->apply_to(values, std::vector<float>(values.size() + 1), 0.1f), std::invalid_argument);
+  }
+  auto two = tt::make_optimizer("momentum");
+  ParamSet ps = small_model();
+  two->init(ps);
+  std::vector<float> w(ps.params[0].value.size()), g(w.size());
+  EXPECT_THROW(two->apply_to(w, g, 0.1f), std::invalid_argument) << "a set of " << ps.size() << " parameters";
+}
+
 TEST(Optimizer, ApplyingAVariableTwiceOrFinishingEarlyIsRefused) {
   auto opt = tt::make_optimizer("momentum");
   ParamSet ps = small_model();

@@ -217,6 +217,18 @@ class WorkerClient {
   // had landed (a replica may have read them) and takes the rest from the ps's
   // snapshot then, as reads of separate variables do in any async ps.
   int64_t begin_pull(std::span<const std::span<float>> values);
+  // begin_pull in two halves. start_pull sends the pull and returns at once;
+  // pulled_step waits for every ps's answer and returns begin_pull's step.
+  // With after_own_push, called between this replica's last push_payloads
+  // and its end_push, each ps answers once it has applied that push (or
+  // dropped it past the run's end), so the values include it as after
+  // end_push, and the request travels with the push's last bytes instead of
+  // after its reply:
+  //   start_pull(values, true); end_push(); step = pulled_step(); wait_values...; end_pull();
+  // The values land in `values` from then on: nothing may read them as the
+  // last pull's meanwhile. std::logic_error with no push in flight.
+  void start_pull(std::span<const std::span<float>> values, bool after_own_push);
+  int64_t pulled_step();
   // Blocks until elements [0, elements) of variable v have landed (every
   // shard of v that begins below `elements`); throws what the pull met, and
   // std::invalid_argument for a variable or element count out of range.

@@ -66,6 +66,14 @@ class Optimizer {
   void apply_variable(ParamSet& params, const GradSet& grads, size_t i, float lr);  // the whole range
   void finish_step();
 
+  // apply() of an optimizer init()ed with one parameter, on storage held
+  // elsewhere: w and g in place of that parameter's value and gradient (the
+  // async ps keeps its shards' values itself, so nothing is copied in and
+  // out). The same update, bit for bit. Throws std::invalid_argument when the
+  // optimizer holds other than one parameter or the sizes differ, and
+  // std::logic_error in the middle of a step applied by range.
+  void apply_to(std::span<float> w, std::span<const float> g, float lr);
+
   // Slot tensors by TensorFlow name, parameter order, then slot order. Empty
   // before init(). The pointers stay valid until the optimizer is destroyed.
   std::vector<std::pair<std::string, Tensor*>> slots();
