@@ -180,6 +180,9 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
         status = grpc::Status(StatusCode::INTERNAL, std::string(call) + ": " + e.what());
       }
     }
+    // What a caller that cancelled its call (a replica that failed mid-push)
+    // left half-sent is not refused: it went away.
+    if (!status.ok() && ctx->IsCancelled()) status = grpc::Status(StatusCode::CANCELLED, std::string(call) + ": the caller cancelled");
     switch (status.error_code()) {
       case StatusCode::OK:
       case StatusCode::ABORTED:       // the run failed: the reason, not a refusal

@@ -32,6 +32,7 @@ void WorkerClient::Impl::stream_push_to(int p) {
     {
       std::unique_lock<std::mutex> lk(sm);
       scv.wait(lk, [&] { return streamed.loss_set || streamed.ended; });
+      if (!streamed.loss_set) throw Cancelled{};  // ended before a payload: no call, not even a header
       loss = streamed.loss;
     }
     grpc::ClientContext ctx;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Draws a window of a merged timeline (tg-cluster --trace=true: <log_dir>/trace.json)
-as a PNG: one row per thread that did something in the window, spans coloured
-by name, instants as ticks, and the links' rates (counters) underneath.
+as a PNG: one row per named thread (main, push sender, sum puller, ...), and
+for threads without a name (the ps's gRPC threads, one per call) one row per
+kind of span; spans coloured by name, instants as ticks, and the links'
+rates (counters) underneath.
 
   plot_timeline.py TRACE.json OUT.png [--start_s=S] [--span_s=0.3] [--min_span_us=50]
 
@@ -44,7 +46,11 @@ def main():
     t_last = max(e["ts"] for e in timed)
     start = t_first + (a.start_s * 1e6 if a.start_s is not None else (t_last - t_first) / 2)
     end = start + a.span_s * 1e6
-    rows = defaultdict(list)  # (pid, tid) -> [(t0, dur, name)]
+    def row_of(e):  # (pid, row label)
+        named = threads.get((e["pid"], e["tid"]))
+        return (e["pid"], f"{named} {e['tid']}" if named else e["name"])
+
+    rows = defaultdict(list)  # (pid, row label) -> [(t0, dur, name)]
     ticks = defaultdict(list)
     counters = defaultdict(list)
     for e in timed:
@@ -54,10 +60,10 @@ def main():
                 counters[e["name"]].append((e["ts"], e["args"]["value"]))
         elif ph == "X":
             if e["ts"] + e["dur"] >= start and e["ts"] <= end and e["dur"] >= a.min_span_us:
-                rows[(e["pid"], e["tid"])].append((e["ts"], e["dur"], e["name"]))
+                rows[row_of(e)].append((e["ts"], e["dur"], e["name"]))
         elif ph == "i" and start <= e["ts"] <= end:
-            ticks[(e["pid"], e["tid"])].append((e["ts"], e["name"]))
-    keys = sorted(set(rows) | set(ticks), key=lambda k: (procs.get(k[0], ""), threads.get(k, "~"), k[1]))
+            ticks[row_of(e)].append((e["ts"], e["name"]))
+    keys = sorted(set(rows) | set(ticks), key=lambda k: (procs.get(k[0], ""), str(k[1])))
     names = sorted({n for r in rows.values() for _, _, n in r})
     cmap = plt.get_cmap("tab20")
     colour = {n: cmap(i % 20) for i, n in enumerate(names)}
@@ -68,14 +74,14 @@ def main():
     ms = lambda t: (t - start) / 1e3  # noqa: E731
     for y, k in enumerate(keys):
         for t0, dur, n in rows.get(k, []):
-            ax.broken_barh([(ms(t0), dur / 1e3)], (y - 0.4, 0.8), facecolors=colour[n])
+            ax.broken_barh([(ms(t0), dur / 1e3)], (y - 0.4, 0.8), facecolors=colour[n], alpha=0.85)
         for t0, n in ticks.get(k, []):
             ax.plot([ms(t0)] * 2, [y - 0.45, y + 0.45], color="k", lw=0.5)
     ax.set_yticks(range(len(keys)))
-    ax.set_yticklabels([f"{procs.get(k[0], k[0])} / {threads.get(k, k[1])}" for k in keys], fontsize=7)
+    ax.set_yticklabels([f"{procs.get(k[0], k[0])} / {k[1]}" for k in keys], fontsize=7)
     ax.invert_yaxis()
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in names], labels=names, fontsize=7,
-              ncol=min(6, max(1, len(names))), loc="upper center", bbox_to_anchor=(0.5, 1.0 + 2.5 / max(4, len(keys))))
+              ncol=min(5, max(1, len(names))), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     for i, (name, pts) in enumerate(sorted(counters.items())):
         c = axes[i + 1][0]
         pts.sort()

@@ -724,35 +724,58 @@ class HalfStepSgd : public tc::UpdateHandler {
   std::vector<std::vector<float>> velocity_;
 };
 
-TEST(PsService, AsyncPushesAreAppliedOnArrival) {
+// Two ps tasks for async runs of `replicas` replicas, each applying
+// HalfStepSgd: variable a (5000 elements, one shard on each ps) and b (100).
+struct TwoAsyncPs {
+  explicit TwoAsyncPs(int replicas) {
+    ps.push_back(std::make_unique<PsTask>(0, replicas, &h0));
+    ps.push_back(std::make_unique<PsTask>(1, replicas, &h1));
+    tc::PlacementOptions po;
+    po.min_shard_bytes = 4096;
+    layout = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
+  }
+  // The chief's Init: a0 and b0, and zero "Velocity" slots.
+  tc::WorkerClient::InitTensors init(const std::vector<float>& a0, const std::vector<float>& b0) {
+    zeros_a.assign(5000, 0.0f);
+    zeros_b.assign(100, 0.0f);
+    tc::WorkerClient::InitTensors t;
+    t.values = {a0, b0};
+    t.slots["Velocity"] = {zeros_a, zeros_b};
+    return t;
+  }
+  // fp32 payloads of an all-ones gradient, one per layout shard.
+  std::vector<std::vector<uint8_t>> ones_payloads() const {
+    auto fp32 = tc::make_codec("fp32");
+    std::vector<std::vector<uint8_t>> payloads;
+    for (const auto& sh : layout.shards) {
+      std::vector<float> g(sh.count, 1.0f);
+      payloads.emplace_back(fp32->payload_bytes(sh.count));
+      fp32->encode(g, {}, payloads.back());
+    }
+    return payloads;
+  }
   HalfStepSgd h0, h1;
   std::vector<std::unique_ptr<PsTask>> ps;
-  ps.push_back(std::make_unique<PsTask>(0, 2, &h0));
-  ps.push_back(std::make_unique<PsTask>(1, 2, &h1));
-  tc::PlacementOptions po;
-  po.min_shard_bytes = 4096;
-  const tc::Layout l = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
+  tc::Layout layout;
+  std::vector<float> zeros_a, zeros_b;
+};
+
+TEST(PsService, AsyncPushesAreAppliedOnArrival) {
+  TwoAsyncPs cluster(2);
+  const tc::Layout& l = cluster.layout;
   ASSERT_EQ(l.shards_of[0].size(), 2u);
-  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f), zeros_a(5000, 0.0f), zeros_b(100, 0.0f);
-  tc::WorkerClient::InitTensors init;
-  init.values = {a0, b0};
-  init.slots["Velocity"] = {zeros_a, zeros_b};
-  tc::WorkerClient chief(addresses(ps), l, 0, false, 2, 1, fast_client());
-  tc::WorkerClient other(addresses(ps), l, 1, false, 2, 1, fast_client());
+  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f);
+  const tc::WorkerClient::InitTensors init = cluster.init(a0, b0);
+  tc::WorkerClient chief(addresses(cluster.ps), l, 0, false, 2, 1, fast_client());
+  tc::WorkerClient other(addresses(cluster.ps), l, 1, false, 2, 1, fast_client());
   std::thread t([&] { other.join(0); });
   EXPECT_EQ(chief.join(7, &init), 7);
   t.join();
-  auto fp32 = tc::make_codec("fp32");
+  const std::vector<std::vector<uint8_t>> payloads = cluster.ones_payloads();
   auto push_ones = [&](tc::WorkerClient& c) {
     std::vector<float> a(5000), b(100);
     const std::span<float> vals[2] = {a, b};
     c.pull_values(vals);
-    std::vector<std::vector<uint8_t>> payloads;
-    for (const auto& s : l.shards) {
-      std::vector<float> g(s.count, 1.0f);
-      payloads.emplace_back(fp32->payload_bytes(s.count));
-      fp32->encode(g, {}, payloads.back());
-    }
     std::vector<std::span<const uint8_t>> views(payloads.begin(), payloads.end());
     return c.push(0, 0.0f, views);
   };
@@ -777,19 +800,12 @@ TEST(PsService, AsyncPushesAreAppliedOnArrival) {
 // across two ps tasks, are applied as one push; values waited for variable
 // by variable land whole, with the step the ps answered.
 TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
-  HalfStepSgd h0, h1;
-  std::vector<std::unique_ptr<PsTask>> ps;
-  ps.push_back(std::make_unique<PsTask>(0, 1, &h0));
-  ps.push_back(std::make_unique<PsTask>(1, 1, &h1));
-  tc::PlacementOptions po;
-  po.min_shard_bytes = 4096;
-  const tc::Layout l = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
-  std::vector<float> a0(5000), b0(100, 2.0f), zeros_a(5000, 0.0f), zeros_b(100, 0.0f);
+  TwoAsyncPs cluster(1);
+  const tc::Layout& l = cluster.layout;
+  std::vector<float> a0(5000), b0(100, 2.0f);
   for (size_t i = 0; i < a0.size(); ++i) a0[i] = 0.001f * static_cast<float>(i);
-  tc::WorkerClient::InitTensors init;
-  init.values = {a0, b0};
-  init.slots["Velocity"] = {zeros_a, zeros_b};
-  tc::WorkerClient chief(addresses(ps), l, 0, false, 1, 1, fast_client());
+  const tc::WorkerClient::InitTensors init = cluster.init(a0, b0);
+  tc::WorkerClient chief(addresses(cluster.ps), l, 0, false, 1, 1, fast_client());
   EXPECT_EQ(chief.join(3, &init), 3);
   std::vector<float> a(5000, -1.0f), b(100, -1.0f);
   const std::span<float> vals[2] = {a, b};
@@ -801,13 +817,7 @@ TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
   chief.wait_values(0, 5000);
   chief.end_pull();
   EXPECT_EQ(a, a0);
-  auto fp32 = tc::make_codec("fp32");
-  std::vector<std::vector<uint8_t>> payloads;
-  for (const auto& s : l.shards) {
-    std::vector<float> g(s.count, 1.0f);
-    payloads.emplace_back(fp32->payload_bytes(s.count));
-    fp32->encode(g, {}, payloads.back());
-  }
+  const std::vector<std::vector<uint8_t>> payloads = cluster.ones_payloads();
   chief.begin_push();
   for (size_t sh = l.shards.size(); sh-- > 0;) {
     const size_t one[1] = {sh};
@@ -839,31 +849,18 @@ TEST(PsService, StreamedAsyncPushAndPullAreThePlainOnes) {
 // it, with the step after it. (The last shard is queued after the pull was
 // sent: a ps that answered at once would return the values before the push.)
 TEST(PsService, APullSentWithThePushIsAnsweredOnceThePushIsApplied) {
-  HalfStepSgd h0, h1;
-  std::vector<std::unique_ptr<PsTask>> ps;
-  ps.push_back(std::make_unique<PsTask>(0, 1, &h0));
-  ps.push_back(std::make_unique<PsTask>(1, 1, &h1));
-  tc::PlacementOptions po;
-  po.min_shard_bytes = 4096;
-  const tc::Layout l = tc::place_variables({{"a", 5000, "fp32"}, {"b", 100, "fp32"}}, 2, po);
-  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f), zeros_a(5000, 0.0f), zeros_b(100, 0.0f);
-  tc::WorkerClient::InitTensors init;
-  init.values = {a0, b0};
-  init.slots["Velocity"] = {zeros_a, zeros_b};
-  tc::WorkerClient chief(addresses(ps), l, 0, false, 1, 1, fast_client());
+  TwoAsyncPs cluster(1);
+  const tc::Layout& l = cluster.layout;
+  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f);
+  const tc::WorkerClient::InitTensors init = cluster.init(a0, b0);
+  tc::WorkerClient chief(addresses(cluster.ps), l, 0, false, 1, 1, fast_client());
   EXPECT_EQ(chief.join(3, &init), 3);
   std::vector<float> a(5000), b(100);
   const std::span<float> vals[2] = {a, b};
   EXPECT_THROW(chief.start_pull(vals, true), std::logic_error) << "no push in flight";
   EXPECT_EQ(chief.begin_pull(vals), 3);
   chief.end_pull();
-  auto fp32 = tc::make_codec("fp32");
-  std::vector<std::vector<uint8_t>> payloads;
-  for (const auto& s : l.shards) {
-    std::vector<float> g(s.count, 1.0f);
-    payloads.emplace_back(fp32->payload_bytes(s.count));
-    fp32->encode(g, {}, payloads.back());
-  }
+  const std::vector<std::vector<uint8_t>> payloads = cluster.ones_payloads();
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round);
     chief.begin_push();
