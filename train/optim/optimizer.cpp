@@ -61,10 +61,15 @@ void Optimizer::check_count(const ParamSet& params, const GradSet& grads) const 
 void Optimizer::update_range(ParamSet& params, const GradSet& grads, size_t i, int64_t begin, int64_t count,
                              float lr) {
   const auto b = static_cast<size_t>(begin), n = static_cast<size_t>(count);
+  update_elements(i, b, std::span<float>(params.params[i].value.data).subspan(b, n),
+                  std::span<const float>(grads[i].data).subspan(b, n), lr);
+}
+
+void Optimizer::update_elements(size_t i, size_t begin, std::span<float> w, std::span<const float> g, float lr) {
   std::span<float> slot_spans[kMaxSlots];  // no allocation per step
-  for (size_t k = 0; k < specs_.size(); ++k) slot_spans[k] = std::span<float>(slots_[i][k].data).subspan(b, n);
-  update(std::span<float>(params.params[i].value.data).subspan(b, n), std::span<const float>(grads[i].data).subspan(b, n),
-         std::span(slot_spans, specs_.size()), lr, steps_ + 1);
+  for (size_t k = 0; k < specs_.size(); ++k)
+    slot_spans[k] = std::span<float>(slots_[i][k].data).subspan(begin, w.size());
+  update(w, g, std::span(slot_spans, specs_.size()), lr, steps_ + 1);
 }
 
 void Optimizer::apply(ParamSet& params, const GradSet& grads, float lr) {
@@ -113,13 +118,10 @@ void Optimizer::apply_to(std::span<float> w, std::span<const float> g, float lr)
                                 std::to_string(g.size()) + " gradients");
   if (!applied_.empty())
     throw std::logic_error(name() + " optimizer: apply_to() in the middle of a step applied by variable");
-  std::span<float> slot_spans[kMaxSlots];
-  for (size_t k = 0; k < specs_.size(); ++k) {
+  for (size_t k = 0; k < specs_.size(); ++k)
     if (static_cast<int64_t>(slots_[0][k].data.size()) != sizes_[0])
       throw std::invalid_argument(name() + " optimizer: a slot of '" + names_[0] + "' was resized");
-    slot_spans[k] = std::span<float>(slots_[0][k].data);
-  }
-  update(w, g, std::span(slot_spans, specs_.size()), lr, steps_ + 1);
+  update_elements(0, 0, w, g, lr);
   ++steps_;
 }
 

@@ -135,8 +135,10 @@ OverlappedStep::OverlappedStep(TrainingSession& s, ReplicaStep& replica, comm::W
       queued_(layout.shards.size()) {}
 
 void OverlappedStep::flush(float loss) {
-  if (!bucket_.empty()) timeline::instant("bucket queued", static_cast<int64_t>(bucket_.front()));
-  if (!bucket_.empty()) client_.push_bucket(loss, bucket_, bucket_views_);
+  if (!bucket_.empty()) {
+    timeline::instant("bucket queued", static_cast<int64_t>(bucket_.front()));
+    client_.push_bucket(loss, bucket_, bucket_views_);
+  }
   bucket_.clear();
   bucket_views_.clear();
   bucket_bytes_ = 0;

@@ -106,6 +106,8 @@ class Optimizer {
   void check_count(const ParamSet& params, const GradSet& grads) const;
   void check_variable(const ParamSet& params, const GradSet& grads, size_t i) const;
   void update_range(ParamSet& params, const GradSet& grads, size_t i, int64_t begin, int64_t count, float lr);
+  // update() of parameter i's elements [begin, begin + w.size()), on w and g.
+  void update_elements(size_t i, size_t begin, std::span<float> w, std::span<const float> g, float lr);
 
   std::vector<SlotSpec> specs_;  // slot_specs(), fixed at init()
   std::vector<std::string> names_;
