@@ -2,6 +2,7 @@
 // errors and --help cannot disagree.
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -332,6 +333,12 @@ void validate(const TrainConfig& c) {
   require(c.min_shard_bytes >= 256, "--min_shard_bytes must be >= 256, got " + std::to_string(c.min_shard_bytes));
   require(c.max_shard_bytes == 0 || c.max_shard_bytes >= 1024,
           "--max_shard_bytes must be 0 (no cap) or >= 1024, got " + std::to_string(c.max_shard_bytes));
+  if (!c.trace_file.empty()) {  // refused now, not after a run whose timeline would be lost
+    const std::filesystem::path dir = std::filesystem::absolute(c.trace_file).parent_path();
+    std::error_code ec;
+    require(std::filesystem::is_directory(dir, ec),
+            "--trace_file=" + c.trace_file + ": its folder " + dir.string() + " does not exist");
+  }
   require(c.compute_nice >= 0 && c.compute_nice <= 19,
           "--compute_nice must be in [0, 19], got " + std::to_string(c.compute_nice));
   require(c.compute_ms >= 0 && c.compute_ms <= 600000, "--compute_ms must be in [0, 600000], got " + std::to_string(c.compute_ms));

@@ -58,6 +58,9 @@ TEST(TrainFlags, RejectsUnknownFlagsAndBadValues) {
   expect_error({"--learning_rate_decay_type=exponential"}, "--decay_steps");
   expect_error({"--max_steps"}, "needs a value");
   expect_error({"lenet"}, "unexpected argument");
+  expect_error({"--compute_nice=20"}, "--compute_nice");
+  expect_error({"--compute_nice=-1"}, "--compute_nice");
+  expect_error({"--trace_file=/no/such/folder/trace.json"}, "/no/such/folder does not exist");
 }
 
 // --auto_link_changes (plan_recheck.h): STEP:RATE entries, steps ascending,
