@@ -51,11 +51,17 @@ using terngrad::comm::link_rate_problem;
 // tbf's bucket (burst) and queue (limit) in bytes for a rate. Measured with
 // bulk TCP between two namespaces through the bridge (README, emulated
 // links): the bucket holds 1 ms at the rate (at least 4 KiB, more than one
-// 1514-byte frame), the queue 10 ms more (at least 8 KiB). GSO/TSO stay on:
-// tbf cuts a GSO packet larger than the bucket into segments itself.
+// 1514-byte frame), the queue 10 ms more (at least 8 KiB). GSO/TSO stay on,
+// with GSO packets no larger than the bucket (gso_max_bytes, set on each
+// task's interface): tbf cuts a larger one into frames itself, and at
+// 500 Mbit/s (a 62.5 KB bucket, 64 KiB packets) that made 10x the packets,
+// cost more CPU than the training and drew thousands of spurious
+// retransmissions. A bucket raised to a whole packet instead would let 64 KiB
+// lumps past unshaped at low rates (13 ms of 40 Mbit/s).
 struct TbfParams {
   uint64_t burst_bytes = 0;
   uint64_t limit_bytes = 0;
+  uint64_t gso_max_bytes = 0;  // a GSO packet's data, its frames' headers leaving room in the bucket
 };
 TbfParams tbf_params(uint64_t rate_bps);
 

@@ -132,8 +132,13 @@ void LinkSampler::run() {
   while (!stop_.load()) {
     next += period;
     std::this_thread::sleep_until(next);
+    const auto read_at = Clock::now();
     if (!read_counters(fd, tx, rx)) continue;  // an interface went away: the run is ending
     const auto now = Clock::now();
+    // Preempted between the read and the clock (tens of ms on 2 busy cores):
+    // the counters' time is unknown, and a rate over `now - last` would show
+    // a spike here and a gap before. The next sample spans this one.
+    if (now - read_at > period) continue;
     const double dt = std::chrono::duration<double>(now - last).count();
     last = now;
     if (dt <= 0) continue;

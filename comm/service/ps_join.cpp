@@ -64,6 +64,7 @@ grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& 
   steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
   steps->keep_pulled(opt.keep_pulled_steps);
   steps->keep_states_every(h.checkpoint_interval_steps());
+  skew.emplace(static_cast<size_t>(total), sync && needed == total ? opt.push_lead_bytes : 0);
   scales.emplace(variables.size(), total, needed, keep);
   presums.emplace(std::move(plan.presum_floats), total, needed, keep);
   replicas.reset(total);
@@ -131,6 +132,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   } else {
     updates = std::move(fresh_updates);
   }
+  skew.emplace(static_cast<size_t>(total), sync && needed == total ? opt.push_lead_bytes : 0);
   scales.emplace(variables.size(), total, needed, keep);
   presums.emplace(std::move(plan.presum_floats), total, needed, keep);
   replicas.reset(total);

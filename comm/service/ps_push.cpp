@@ -26,7 +26,24 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
     heard(h.replica());
     layout = shard_set;
     epoch = run_epoch;
+    if (sync) skew->begin_read(h.replica(), h.step());
   }
+  // The read's end, however take_push returns: held replies wait on it (push_skew.h).
+  struct ReadCount {
+    Impl& ps;
+    const uint32_t r;
+    const uint64_t epoch;
+    ReadCount(Impl& p, uint32_t replica, uint64_t e) : ps(p), r(replica), epoch(e) {}
+    ReadCount(const ReadCount&) = delete;
+    ReadCount& operator=(const ReadCount&) = delete;
+    ~ReadCount() {
+      std::lock_guard<std::mutex> lock(ps.mu);
+      if (ps.run_epoch == epoch) ps.skew->end_read(r);
+      ps.cv.notify_all();
+    }
+  };
+  std::optional<ReadCount> reading;
+  if (sync) reading.emplace(*this, h.replica(), epoch);
   // The mode is fixed once Init has run, and this push holds the shards
   // (codecs) it began with: the push intake reads them without the lock.
   const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
@@ -38,6 +55,7 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   // Arg: the replica, and the bucket's first shard ("replica * 1000 + shard").
   timeline::complete("ps: read a push", read_from, timeline::now_us(),
                      1000 * int64_t{h.replica()} + (in.ids.empty() ? 0 : in.ids.front()));
+  reading.reset();
   return sync ? push_sync(caller, h, epoch, in.ids, in.payloads, in.received, reply)
               : push_async(caller, h, in.payloads, in.received, reply);
 }
@@ -99,6 +117,14 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
   }
   if (steps->settle(job)) cv.notify_all();
   if (!job.empty() && --sums_in_flight == 0) cv.notify_all();
+  skew->accepted(r, h.step(), received);
+  cv.notify_all();
+  if (skew->ahead(r, h.step())) {
+    const timeline::Span span("ps: hold a reply", int64_t{r});
+    // The push is summed: whatever ends the wait, the reply says so.
+    cv.wait_for(lock, kMaxReplyHold,
+                [&] { return ended() || run_epoch != epoch || !skew->ahead(r, h.step()); });
+  }
   reply->set_global_step(steps->global_step());
   return grpc::Status::OK;
 }

@@ -37,6 +37,7 @@
 #include "parameter_server.grpc.pb.h"
 #include "presum_exchange.h"
 #include "push_intake.h"
+#include "push_skew.h"
 #include "refusal_log.h"
 #include "replica_table.h"
 #include "restarted_ps.h"
@@ -121,6 +122,9 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // which calls run without it).
   std::optional<detail::SyncSteps> steps;         // sync runs
   std::optional<detail::AsyncUpdates> updates;    // async runs
+  std::optional<detail::PushSkew> skew;          // sync runs: how far a replica's pushes may lead
+  // A held reply is sent after this at the latest (a bound, not the rule).
+  static constexpr std::chrono::milliseconds kMaxReplyHold{1000};
   std::optional<detail::ScaleExchange> scales;    // scale sharing (used on ps 0)
   std::optional<detail::PresumExchange> presums;  // multi-round codecs' pre-rounds (used on ps 0)
   uint64_t bytes_in = 0, bytes_out = 0;

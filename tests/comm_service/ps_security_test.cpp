@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "parameter_server.grpc.pb.h"
@@ -94,8 +95,9 @@ struct RawCaller {
     if (!token.empty()) ctx.AddMetadata(tc::kAuthMetadataKey, token);
   }
 
+  // Variable "w" in `shards` shards of kElements each.
   grpc::Status init(uint32_t replica, uint32_t total, bool sync = true, uint64_t fingerprint = kFingerprint,
-                    const std::string& codec = "fp32", rpc::InitReply* out = nullptr) {
+                    const std::string& codec = "fp32", rpc::InitReply* out = nullptr, uint32_t shards = 1) {
     grpc::ClientContext ctx;
     prepare(ctx);
     rpc::InitReply own;
@@ -106,12 +108,14 @@ struct RawCaller {
     h->set_replica(replica);
     rpc::Variable* v = h->add_variables();
     v->set_name("w");
-    v->set_size(kElements);
+    v->set_size(kElements * shards);
     v->set_codec(codec);
-    rpc::Shard* s = h->add_shards();
-    s->set_variable(0);
-    s->set_begin(0);
-    s->set_count(kElements);
+    for (uint32_t i = 0; i < shards; ++i) {
+      rpc::Shard* s = h->add_shards();
+      s->set_variable(0);
+      s->set_begin(i * kElements);
+      s->set_count(kElements);
+    }
     h->set_fingerprint(fingerprint);
     h->set_sync(sync);
     h->set_total_replicas(total);
@@ -130,7 +134,8 @@ struct RawCaller {
     rpc::RegisterReply r;
     return stub->Register(&ctx, req, reply ? reply : &r);
   }
-  grpc::Status push(uint32_t replica, int64_t step, const std::string& payload, rpc::PushReply* reply = nullptr) {
+  grpc::Status push(uint32_t replica, int64_t step, const std::string& payload, rpc::PushReply* reply = nullptr,
+                    uint32_t shard = 0) {
     grpc::ClientContext ctx;
     prepare(ctx);
     rpc::PushReply r;
@@ -138,9 +143,10 @@ struct RawCaller {
     rpc::PushChunk c;
     c.mutable_header()->set_replica(replica);
     c.mutable_header()->set_step(step);
+    c.mutable_header()->add_shards(shard);
     w->Write(c);
     rpc::PushChunk p;
-    p.mutable_payload()->set_shard(0);
+    p.mutable_payload()->set_shard(shard);
     p.mutable_payload()->set_offset(0);
     p.mutable_payload()->set_total_bytes(payload.size());
     p.mutable_payload()->set_data(payload);
@@ -483,6 +489,73 @@ TEST(PsSecurity, ExtraPullsAndDuplicatePushesChangeNothingForOthers) {
   rpc::StatusReply st;
   ASSERT_TRUE(chief.status(&st).ok());
   EXPECT_EQ(st.duplicate_pushes(), 1u);
+  EXPECT_EQ(st.global_step(), 1);
+}
+
+// ServerOptions::push_lead_bytes (comm/service/push_skew.h): the ps holds the
+// reply to a push whose replica leads, by more than the limit (or twice the
+// largest push), a replica whose push is still being read, and sends it once
+// that read ends. The held push is summed as usual; a replica cannot hold
+// its own reply, and the one behind is never held.
+TEST(PsPushLead, AReplyWaitsWhileItsReplicaLeadsOneStillSendingThenLeaves) {
+  tc::ServerOptions o = terngrad::testing::test_server_options(2);
+  o.poll_s = 0.3;
+  o.push_lead_bytes = 1;  // the limit is then twice the largest push: 2 shards
+  terngrad::testing::ServingPs ps(o, nullptr);
+  RawCaller chief(ps.address(), tc::new_session_id());
+  RawCaller worker(ps.address(), tc::new_session_id());
+  ASSERT_TRUE(chief.init(0, 2, true, kFingerprint, "fp32", nullptr, /*shards=*/4).ok());
+  std::thread reg([&] { EXPECT_TRUE(chief.register_as(0).ok()); });
+  ASSERT_TRUE(worker.register_as(1).ok());
+  reg.join();
+
+  // The worker's push of shard 0 begins: its header is in, its payload not yet.
+  grpc::ClientContext slow_ctx;
+  worker.prepare(slow_ctx);
+  rpc::PushReply slow_reply;
+  auto slow = worker.stub->Push(&slow_ctx, &slow_reply);
+  rpc::PushChunk head;
+  head.mutable_header()->set_replica(1);
+  head.mutable_header()->set_step(0);
+  head.mutable_header()->add_shards(0);
+  ASSERT_TRUE(slow->Write(head));
+
+  // The chief's first two shards are within the limit; its third leads by 3 pushes.
+  const std::string p = fp32_payload(1.0f);
+  rpc::PushReply reply;
+  for (uint32_t sh = 0; sh < 2; ++sh) {
+    const grpc::Status s = chief.push(0, 0, p, &reply, sh);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.outcome(), rpc::PushReply::APPLIED);
+  }
+  rpc::PushReply held_reply;
+  auto held = std::async(std::launch::async, [&] { return chief.push(0, 0, p, &held_reply, 2); });
+  ASSERT_EQ(held.wait_for(std::chrono::milliseconds(400)), std::future_status::timeout)
+      << "the chief leads a replica still sending by more than the limit: its reply waits";
+
+  // The worker's push ends: the chief's reply leaves, well before the hold's bound (1 s).
+  const auto released = std::chrono::steady_clock::now();
+  rpc::PushChunk c;
+  c.mutable_payload()->set_shard(0);
+  c.mutable_payload()->set_offset(0);
+  c.mutable_payload()->set_total_bytes(p.size());
+  c.mutable_payload()->set_data(fp32_payload(3.0f));
+  ASSERT_TRUE(slow->Write(c));
+  slow->WritesDone();
+  const grpc::Status slow_status = slow->Finish();
+  ASSERT_TRUE(slow_status.ok()) << slow_status.error_message();
+  EXPECT_EQ(slow_reply.outcome(), rpc::PushReply::APPLIED);
+  ASSERT_EQ(held.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const grpc::Status s = held.get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(held_reply.outcome(), rpc::PushReply::APPLIED);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - released).count(), 0.5);
+
+  // Nothing else changed: the sums are the pushes', and the step completes.
+  ASSERT_TRUE(chief.push(0, 0, p, &reply, 3).ok());
+  for (uint32_t sh = 1; sh < 4; ++sh) ASSERT_TRUE(worker.push(1, 0, fp32_payload(3.0f), &reply, sh).ok());
+  rpc::StatusReply st;
+  ASSERT_TRUE(chief.status(&st).ok());
   EXPECT_EQ(st.global_step(), 1);
 }
 

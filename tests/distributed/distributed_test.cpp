@@ -121,12 +121,15 @@ TEST_F(Distributed, SyncOnePsTwoWorkersTrainTheInProcessWeightsBitForBit) {
 // tg-cluster --trace=true: one timeline with every task's rows (the
 // replicas' passes, pushes and sums, the ps's reads, sums and sends), and the
 // same bits as a run without it. The traced run's replicas also compute at
-// --compute_nice=10, which changes when threads run, never what they compute.
+// --compute_nice=10, and its ps holds the reply to any push more than two
+// pushes ahead of a replica still sending (--push_lead_bytes=1), where the
+// plain run's never does: both change when threads run, never what they compute.
 TEST_F(Distributed, TracedRunWritesOneTimelineOfEveryTaskWithTheSameBits) {
   const std::string flags = model_flags(6, "--grad_bits=32");
-  const Proc a = cluster("plain", "--num_ps=1 --chief=false --num_workers=2", flags);
+  const Proc a = cluster("plain", "--num_ps=1 --chief=false --num_workers=2", flags + " --push_lead_bytes=0");
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  const Proc b = cluster("traced", "--trace=true --num_ps=1 --chief=false --num_workers=2", flags + " --compute_nice=10");
+  const Proc b = cluster("traced", "--trace=true --num_ps=1 --chief=false --num_workers=2",
+                         flags + " --compute_nice=10 --push_lead_bytes=1");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expect_same_weights("plain", "traced");
   EXPECT_FALSE(fs::exists(dir_ / "plain" / "logs" / "trace.json"));

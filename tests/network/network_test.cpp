@@ -218,6 +218,9 @@ TEST(LinkRate, TbfBucketHoldsAFrameAndAMillisecond) {
   for (uint64_t rate : {10'000ull, 500'000ull, 100'000'000ull, 1'000'000'000ull, 10'000'000'000ull}) {
     const tx::TbfParams p = tx::tbf_params(rate);
     EXPECT_GE(p.burst_bytes, 1514u) << rate << ": a full Ethernet frame must fit the bucket";
+    EXPECT_LE(p.gso_max_bytes + (p.gso_max_bytes / 1448 + 1) * 66, p.burst_bytes)
+        << rate << ": a GSO packet with its frames' headers must fit the bucket, or tbf splits it";
+    EXPECT_LE(p.gso_max_bytes, 65536u) << rate;
     EXPECT_GE(p.burst_bytes, rate / 8 / 1000) << rate;
     EXPECT_GT(p.limit_bytes, p.burst_bytes) << rate;
   }

@@ -119,6 +119,7 @@ TrainResult run_ps(const TrainConfig& cfg, const comm::ClusterSpec& c) {
   // A restarted replica catches up through the kept steps (sync_loop.cpp).
   o.keep_steps = static_cast<int>(std::max<int64_t>(o.keep_steps, cfg.rejoin_window_steps + 2));
   o.keep_pulled_steps = cfg.rejoin_window_steps > 0;
+  o.push_lead_bytes = static_cast<uint64_t>(cfg.push_lead_bytes);
   std::unique_ptr<detail::OptimizerHandler> handler;
   if (!cfg.sync_replicas) handler = std::make_unique<detail::OptimizerHandler>(cfg);
   comm::ParameterServer server(c.own_address().str(), o, handler.get());

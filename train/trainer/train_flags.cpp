@@ -238,6 +238,8 @@ std::vector<Flag> cluster_flags() {
       {"max_shard_bytes", "cap on a ps shard's fp32 bytes (0 = none); small shards pipeline", TG_INT(max_shard_bytes)},
       {"compute_nice", "cluster CPU replica: compute this many nice steps below communication (0..19)",
        TG_INT(compute_nice)},
+      {"push_lead_bytes", "sync ps: hold a push's reply while its replica leads one still sending by this (0 = never)",
+       TG_INT(push_lead_bytes)},
       {"overlap_comm", "sync: push each variable during backward, decode sums as they arrive", TG_BOOL(overlap_comm)},
       {"comm_only", "a fixed gradient in place of forward/backward (communication benchmark)", TG_BOOL(comm_only)},
       {"compute_ms", "comm_only: milliseconds of emulated compute per step", TG_DBL(compute_ms)},
@@ -339,6 +341,7 @@ void validate(const TrainConfig& c) {
     require(std::filesystem::is_directory(dir, ec),
             "--trace_file=" + c.trace_file + ": its folder " + dir.string() + " does not exist");
   }
+  require(c.push_lead_bytes >= 0, "--push_lead_bytes must be >= 0, got " + std::to_string(c.push_lead_bytes));
   require(c.compute_nice >= 0 && c.compute_nice <= 19,
           "--compute_nice must be in [0, 19], got " + std::to_string(c.compute_nice));
   require(c.compute_ms >= 0 && c.compute_ms <= 600000, "--compute_ms must be in [0, 600000], got " + std::to_string(c.compute_ms));

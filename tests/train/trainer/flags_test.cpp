@@ -60,6 +60,7 @@ TEST(TrainFlags, RejectsUnknownFlagsAndBadValues) {
   expect_error({"lenet"}, "unexpected argument");
   expect_error({"--compute_nice=20"}, "--compute_nice");
   expect_error({"--compute_nice=-1"}, "--compute_nice");
+  expect_error({"--push_lead_bytes=-1"}, "--push_lead_bytes");
   expect_error({"--trace_file=/no/such/folder/trace.json"}, "/no/such/folder does not exist");
 }
 

@@ -83,6 +83,11 @@ struct ServerOptions {
   // Sync: keep those steps even once every replica pulled them, so that a
   // restarted replica catches up through them (--rejoin_window_steps).
   bool keep_pulled_steps = false;
+  // Sync, every replica aggregated: a push's reply waits while its replica
+  // has more than this many bytes of the step in beyond a replica still
+  // sending (or twice the largest push, if more), so that replicas sharing a
+  // link deliver each shard together (comm/service/push_skew.h). 0: never.
+  uint64_t push_lead_bytes = 0;
   bool verbose = true;             // one line per event on stderr
   // The run's cluster secret: every call must then prove a role (above).
   std::optional<ClusterSecret> secret;
