@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "terngrad/train/atomic_file.h"
+#include "terngrad/base/atomic_file.h"
 
 namespace terngrad::experiments {
 
@@ -234,7 +234,7 @@ void LinkSampler::write_timeline_csv(const std::string& path) const {
     }
     out << "\n";
   }
-  train::write_file_atomically(path, out.str());
+  base::write_file_atomically(path, out.str());
 }
 
 }  // namespace terngrad::experiments

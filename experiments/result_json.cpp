@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "terngrad/base/json.h"
-#include "terngrad/train/atomic_file.h"
+#include "terngrad/base/atomic_file.h"
 
 namespace terngrad::experiments {
 
@@ -67,7 +67,7 @@ void write_result_json(const std::string& path, const train::TrainConfig& cfg, c
     for (const std::string& c : r.codec_changes) changes.push_back(json::parse_strict(c));
     out["codec_changes"] = changes;
   }
-  train::write_file_atomically(path, json::dump_pretty(out) + "\n");
+  base::write_file_atomically(path, json::dump_pretty(out) + "\n");
 }
 
 }  // namespace terngrad::experiments

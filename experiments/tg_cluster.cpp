@@ -56,7 +56,7 @@
 #include "terngrad/base/json.h"
 #include "terngrad/base/timeline.h"
 #include "terngrad/comm/credentials.h"
-#include "terngrad/train/atomic_file.h"
+#include "terngrad/base/atomic_file.h"
 
 namespace {
 
@@ -436,7 +436,7 @@ void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx
   }
   if (idle) add_link_idle(j, *idle, steps);
   const fs::path path = fs::path(o.log_dir) / "link_stats.json";
-  terngrad::train::write_file_atomically(path.string(), terngrad::json::dump_pretty(j) + "\n");
+  terngrad::base::write_file_atomically(path.string(), terngrad::json::dump_pretty(j) + "\n");
   const double secs = std::max(wall_seconds, 1e-9);
   std::fprintf(stderr,
                "tg-cluster: ps links (%s each way): %d ps sent %s and received %s in %.1f s "

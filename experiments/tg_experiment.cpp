@@ -33,7 +33,7 @@
 #include "result_json.h"
 #include "tensorboard_events.h"
 #include "terngrad/base/json.h"
-#include "terngrad/train/atomic_file.h"
+#include "terngrad/base/atomic_file.h"
 #include "terngrad/train/train_config.h"
 #include "terngrad/train/trainer.h"
 
@@ -327,8 +327,8 @@ int cmd_run(const Options& o) {
     std::fprintf(stderr, "[%zu/%zu] %s: %lld steps, %s (grid ETA %s)\n", i + 1, points.size(), what.c_str(),
                  (long long)p.steps, p.dir.c_str(), eta.c_str());
     fs::create_directories(p.dir);
-    tt::write_file_atomically((p.dir / "config.pbtxt").string(), tx::to_text(p.cfg));
-    tt::write_file_atomically((p.dir / "run.json").string(), run_json(p));
+    terngrad::base::write_file_atomically((p.dir / "config.pbtxt").string(), tx::to_text(p.cfg));
+    terngrad::base::write_file_atomically((p.dir / "run.json").string(), run_json(p));
     try {
       run_point(p);
     } catch (const std::exception& e) {

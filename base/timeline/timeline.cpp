@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "terngrad/base/atomic_file.h"
 #include "terngrad/base/json.h"
 
 namespace terngrad::timeline {
@@ -54,23 +55,6 @@ void record(const Event& e) {
     return;
   }
   r.events.push_back(e);
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("timeline: cannot write " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("timeline: cannot rename " + tmp + " to " + path);
-  }
 }
 
 }  // namespace
@@ -132,7 +116,7 @@ void write(const std::string& path) {
     out << "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"clock\":\"CLOCK_MONOTONIC\",\"dropped_events\":"
         << r.dropped << "}}\n";
   }
-  write_atomically(path, out.str());
+  base::write_file_atomically(path, out.str());
 }
 
 void merge_files(const std::vector<std::string>& inputs, const std::vector<Counter>& counters,
@@ -166,7 +150,7 @@ void merge_files(const std::vector<std::string>& inputs, const std::vector<Count
                         {"args", {{"value", c.values[i]}}}});
   }
   merged["displayTimeUnit"] = "ms";
-  write_atomically(output, json::dump_line(merged) + "\n");
+  base::write_file_atomically(output, json::dump_line(merged) + "\n");
 }
 
 }  // namespace terngrad::timeline

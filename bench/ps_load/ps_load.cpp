@@ -47,7 +47,7 @@
 #include "terngrad/comm/ps_status.h"
 #include "terngrad/comm/worker_client.h"
 #include "terngrad/quantize/cpu_features.h"
-#include "terngrad/train/atomic_file.h"
+#include "terngrad/base/atomic_file.h"
 
 namespace {
 
@@ -285,7 +285,7 @@ void write_result(const Run& run, const tb::LoadModel* m, const std::string& sta
     for (const auto& p : run.phases) phases.push_back(phase_json(p, *m, run.opt));
   j["phases"] = phases;
   try {
-    terngrad::train::write_file_atomically(run.opt.out, terngrad::json::dump_pretty(j) + "\n");
+    terngrad::base::write_file_atomically(run.opt.out, terngrad::json::dump_pretty(j) + "\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ps_load_bench: cannot write %s: %s\n", run.opt.out.c_str(), e.what());
   }

@@ -1,10 +1,8 @@
 // File helpers shared by the loaders and writers of train/data (internal).
 //
-// Everything the trainer writes goes through AtomicFile: the bytes land in a
-// temporary file in the target's directory, are flushed and fsync'ed, and only
-// then renamed over the target, after which the directory itself is fsync'ed.
-// A reader (or a run resumed after a crash or power loss) therefore sees
-// either the previous file or the complete new one, never a torn one.
+// Everything the trainer writes goes through AtomicFile
+// (terngrad/base/atomic_file.h): a reader sees either the previous file or
+// the complete new one, never a torn one.
 #pragma once
 
 #include <cstdint>
@@ -12,43 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "terngrad/base/atomic_file.h"
 #include "terngrad/train/tensor.h"
 
 namespace terngrad::train::detail {
 
-// Throws std::runtime_error("<path>: <what>: <strerror(errno)>").
-[[noreturn]] void throw_errno(const std::string& path, const std::string& what);
-
-class AtomicFile {
- public:
-  // Opens "<dir>/.<name>.tmp.<pid>.<n>" next to `path` (same file system, so
-  // the final rename is atomic).
-  explicit AtomicFile(std::string path);
-  ~AtomicFile();  // not committed: closes and removes the temporary file
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t n);
-  void write(const std::string& s) { write(s.data(), s.size()); }
-  // fflush + fsync + close, rename over the target, fsync the directory.
-  void commit();
-
-  const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return tmp_; }
-  uint64_t bytes_written() const { return written_; }
-
- private:
-  std::string path_, tmp_;
-  std::FILE* f_ = nullptr;
-  uint64_t written_ = 0;
-  bool committed_ = false;
-};
-
-// Makes a rename or unlink in `dir` durable.
-void fsync_dir(const std::string& dir);
-
-// The directory part of a path ("." when there is none).
-std::string parent_dir(const std::string& path);
+// Shared with every layer (terngrad/base/atomic_file.h).
+using base::AtomicFile;
+using base::fsync_dir;
+using base::parent_dir;
+using base::throw_errno;
 
 // Whole file into memory; errors name the path.
 std::vector<uint8_t> read_file(const std::string& path);

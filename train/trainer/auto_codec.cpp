@@ -20,7 +20,7 @@
 #include "terngrad/comm/link_rate.h"
 #include "terngrad/comm/ps_status.h"
 #include "terngrad/quantize/cpu_features.h"
-#include "terngrad/train/atomic_file.h"
+#include "terngrad/base/atomic_file.h"
 
 namespace terngrad::train::detail {
 
@@ -171,7 +171,7 @@ std::vector<comm::CodecCost> codec_costs(const TrainConfig& cfg, const std::vect
     try {
       std::filesystem::create_directories(std::filesystem::path(*path).parent_path());
       const json::Json doc = {{"format", kCacheFormat}, {"entries", entries}};
-      write_file_atomically(*path, json::dump_pretty(doc) + "\n");
+      base::write_file_atomically(*path, json::dump_pretty(doc) + "\n");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "warning: codec costs cache %s not written: %s\n", path->c_str(), e.what());
     }
