@@ -58,8 +58,6 @@ class PushSkew {
     return false;
   }
 
-  uint64_t limit() const { return limit_; }
-
  private:
   const uint64_t limit_;
   std::vector<int> reading_;              // [replica] pushes being read

@@ -26,7 +26,8 @@ TEST(PushSkew, HoldsOnlyAReplicaAheadOfOneStillSendingThisStep) {
   EXPECT_FALSE(s.ahead(1, 5)) << "the replica behind is never held";
   EXPECT_FALSE(s.ahead(2, 5)) << "replica 2 has pushed nothing of step 5";
   EXPECT_FALSE(s.ahead(0, 6)) << "a hold is for the step the replica pushed";
-  // Replica 1's push lands: 300 KiB behind, still more than the limit...
+  // Replica 1's push of 200 KiB lands: 300 KiB behind, more than 256 KiB but
+  // within twice the largest push...
   s.end_read(1);
   s.accepted(1, 5, 200 * kKiB);
   s.begin_read(1, 5);
