@@ -18,6 +18,7 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   const rpc::PushHeader h = chunk.header();
   std::shared_ptr<const std::vector<Shard>> layout;
   uint64_t epoch = 0;
+  bool counted = false;  // this read counts for held replies (push_skew.h)
   {
     std::lock_guard<std::mutex> lock(mu);
     if (ended()) return ended_status();
@@ -26,7 +27,8 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
     heard(h.replica());
     layout = shard_set;
     epoch = run_epoch;
-    if (sync) skew->begin_read(h.replica(), h.step());
+    counted = sync && skew->active();
+    if (counted) skew->begin_read(h.replica(), h.step());
   }
   // The read's end, however take_push returns: held replies wait on it (push_skew.h).
   struct ReadCount {
@@ -43,7 +45,7 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
     }
   };
   std::optional<ReadCount> reading;
-  if (sync) reading.emplace(*this, h.replica(), epoch);
+  if (counted) reading.emplace(*this, h.replica(), epoch);
   // The mode is fixed once Init has run, and this push holds the shards
   // (codecs) it began with: the push intake reads them without the lock.
   const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
@@ -96,7 +98,8 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
   if (h.step_ms_size() > 0) replicas[r].step_ms.assign(h.step_ms().begin(), h.step_ms().end());
   bytes_in += received;
   reply->set_outcome(rpc::PushReply::APPLIED);
-  cv.notify_all();  // pullers list who has not pushed
+  skew->accepted(r, h.step(), received);
+  cv.notify_all();  // pullers list who has not pushed; held replies re-check
   // Summing is the slow part: outside the lock (sync_steps.h, SumJob).
   const detail::SyncSteps::SumJob job = steps->take_sums(pushed.accepted);
   if (!job.empty()) {
@@ -117,8 +120,6 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
   }
   if (steps->settle(job)) cv.notify_all();
   if (!job.empty() && --sums_in_flight == 0) cv.notify_all();
-  skew->accepted(r, h.step(), received);
-  cv.notify_all();
   if (skew->ahead(r, h.step())) {
     const timeline::Span span("ps: hold a reply", int64_t{r});
     // The push is summed: whatever ends the wait, the reply says so.

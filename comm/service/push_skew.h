@@ -30,6 +30,9 @@ class PushSkew {
       : limit_(limit_bytes), reading_(replicas), reading_step_(replicas, -1), step_(replicas, -1),
         bytes_(replicas, 0) {}
 
+  // Whether replies are ever held (a limit was set): otherwise reads need not be counted.
+  bool active() const { return limit_ != 0; }
+
   // A push of replica r for `step` began to be read (its header arrived)...
   void begin_read(uint32_t r, int64_t step) {
     ++reading_[r];
