@@ -10,6 +10,8 @@
 // Distributed: the same flags plus a role (--job_name, --task_id, --ps_hosts,
 // --worker_hosts, ...) or TF_CONFIG in the environment; see
 // train/distributed.h and tg-cluster, which starts a whole cluster.
+#include <malloc.h>
+
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -20,6 +22,24 @@
 #include "terngrad/base/timeline.h"
 #include "terngrad/train/distributed.h"
 #include "terngrad/train/trainer.h"
+
+namespace {
+
+// --retain_freed_memory (TrainConfig): glibc returns a freed block of 128 KiB
+// or more to the kernel (munmap, or a trim of the heap's top), so a process
+// that allocates a message buffer of a few MiB every step pays a page fault
+// per 4 KiB to touch it again; the ps paid more CPU for those than for its
+// sums. Fixed thresholds (which also stop glibc's own adjusting) keep such
+// blocks for reuse. Blocks of 32 MiB or more (glibc's largest threshold) are
+// still mapped and unmapped each time.
+void retain_freed_memory() {
+#ifdef __GLIBC__
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, 256 << 20) != 1)
+    std::fprintf(stderr, "tg-train: --retain_freed_memory: mallopt refused the thresholds; running without\n");
+#endif
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace tt = terngrad::train;
@@ -40,6 +60,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tg-train: %s\nusage: tg-train [--flag=value ...] (tg-train --help lists the flags)\n", e.what());
     return 2;
   }
+  if (cfg.retain_freed_memory) retain_freed_memory();
   // --trace_file: the timeline is written however the run ends.
   struct TraceAtExit {
     std::string path;

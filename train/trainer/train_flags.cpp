@@ -240,6 +240,8 @@ std::vector<Flag> cluster_flags() {
        TG_INT(compute_nice)},
       {"push_lead_bytes", "sync ps: hold a push's reply while its replica leads one still sending by this (0 = never)",
        TG_INT(push_lead_bytes)},
+      {"retain_freed_memory", "tg-train: keep freed blocks under 32 MiB for reuse, not returned to the kernel",
+       TG_BOOL(retain_freed_memory)},
       {"overlap_comm", "sync: push each variable during backward, decode sums as they arrive", TG_BOOL(overlap_comm)},
       {"comm_only", "a fixed gradient in place of forward/backward (communication benchmark)", TG_BOOL(comm_only)},
       {"compute_ms", "comm_only: milliseconds of emulated compute per step", TG_DBL(compute_ms)},

@@ -131,6 +131,12 @@ struct TrainConfig {
   // each shard together. Measured on 2 cores, LeNet, 4 replicas: 1.03x at
   // 1 Gbit/s, 1.07x at 500 Mbit/s, 1.00x on loopback (CPU-bound there).
   int64_t push_lead_bytes = 256 << 10;
+  // tg-train keeps freed blocks below 32 MiB in the process (glibc's mmap and
+  // trim thresholds) instead of handing them back to the kernel: every step's
+  // message buffers (gRPC's, the ps's values and gradients) are then reused,
+  // not page-faulted in again. Measured on 2 cores, LeNet async at 1 Gbit/s:
+  // page faults 1.10M -> 0.16M, the ps's CPU 9.8 -> 5.7 s, peak RSS +50-75 MiB.
+  bool retain_freed_memory = true;
   // Communication only: a fixed gradient instead of forward/backward, and
   // compute_ms of sleep in its place; encode, push, sum, pull, decode and
   // apply are real (AlexNet-sized gradients on a small machine).
