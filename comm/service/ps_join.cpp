@@ -60,14 +60,8 @@ grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& 
   }
   std::vector<detail::ShardCoding> coding;
   for (const Shard& sh : shards()) coding.push_back({sh.codec.get(), sh.view.count, sh.view.variable, sh.view.begin});
-  const size_t keep = static_cast<size_t>(opt.keep_steps);
-  steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
-  steps->keep_pulled(opt.keep_pulled_steps);
-  steps->keep_states_every(h.checkpoint_interval_steps());
-  skew.emplace(static_cast<size_t>(total), sync && needed == total ? opt.push_lead_bytes : 0);
-  scales.emplace(variables.size(), total, needed, keep);
-  presums.emplace(std::move(plan.presum_floats), total, needed, keep);
-  replicas.reset(total);
+  start_sync_steps_locked(std::move(coding), plan);
+  reset_exchanges_locked(plan);
   registrations_open = Clock::now();
   chief_session = caller.session;
   run_epoch = h.rewind_id();
@@ -104,6 +98,21 @@ grpc::Status ParameterServer::Impl::init_again_locked(const Caller& caller, cons
   return ended_status();
 }
 
+void ParameterServer::Impl::start_sync_steps_locked(std::vector<detail::ShardCoding> coding, detail::InitPlan& plan) {
+  steps.emplace(std::move(coding), total, needed, static_cast<size_t>(opt.keep_steps), plan.header.global_step(),
+                std::move(plan.server_states));
+  steps->keep_pulled(opt.keep_pulled_steps);
+  steps->keep_states_every(plan.header.checkpoint_interval_steps());
+}
+
+void ParameterServer::Impl::reset_exchanges_locked(detail::InitPlan& plan) {
+  const size_t keep = static_cast<size_t>(opt.keep_steps);
+  skew.emplace(static_cast<size_t>(total), sync && needed == total ? opt.push_lead_bytes : 0);
+  scales.emplace(variables.size(), total, needed, keep);
+  presums.emplace(std::move(plan.presum_floats), total, needed, keep);
+  replicas.reset(total);
+}
+
 grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detail::InitPlan& plan) {
   const rpc::InitHeader& h = plan.header;
   std::vector<detail::ShardCoding> coding;
@@ -124,18 +133,11 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
   chief_session = caller.session;
   variables.assign(h.variables().begin(), h.variables().end());
   shard_set = std::make_shared<std::vector<Shard>>(std::move(plan.shards));  // the codecs stay where `coding` points
-  const size_t keep = static_cast<size_t>(opt.keep_steps);
-  if (sync) {
-    steps.emplace(std::move(coding), total, needed, keep, h.global_step(), std::move(plan.server_states));
-    steps->keep_pulled(opt.keep_pulled_steps);
-    steps->keep_states_every(h.checkpoint_interval_steps());
-  } else {
+  if (sync)
+    start_sync_steps_locked(std::move(coding), plan);
+  else
     updates = std::move(fresh_updates);
-  }
-  skew.emplace(static_cast<size_t>(total), sync && needed == total ? opt.push_lead_bytes : 0);
-  scales.emplace(variables.size(), total, needed, keep);
-  presums.emplace(std::move(plan.presum_floats), total, needed, keep);
-  replicas.reset(total);
+  reset_exchanges_locked(plan);
   run_epoch = h.rewind_id();  // a restarted ps that a rewind initializes
   phase = Phase::kRunning;
   log("initialized: " + std::to_string(shards().size()) + " shards, " + (sync ? "sync" : "async") + ", " +

@@ -279,6 +279,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // The run begins with an accepted Init's layout.
   grpc::Status start_run_locked(const Caller& caller, detail::InitPlan& plan);
 
+  // A sync run's steps from the Init's header and server states (a start or a rewind).
+  void start_sync_steps_locked(std::vector<detail::ShardCoding> coding, detail::InitPlan& plan);
+  // The per-step exchanges (push skew, scales, presums) and the replica
+  // table, empty for a run that starts or rewinds with `total` and `needed`.
+  void reset_exchanges_locked(detail::InitPlan& plan);
+
   // An async run's values and the update rule's slots, from the Init's tensors.
   grpc::Status load_async_slots(detail::InitPlan& plan, detail::AsyncUpdates& fresh);
 
