@@ -28,8 +28,8 @@ namespace {
 // --retain_freed_memory (TrainConfig): glibc returns a freed block of 128 KiB
 // or more to the kernel (munmap, or a trim of the heap's top), so a process
 // that allocates a message buffer of a few MiB every step pays a page fault
-// per 4 KiB to touch it again; the ps paid more CPU for those than for its
-// sums. Fixed thresholds (which also stop glibc's own adjusting) keep such
+// per 4 KiB to touch it again (an async LeNet ps spent a third of its CPU
+// so). Fixed thresholds (which also stop glibc's own adjusting) keep such
 // blocks for reuse. Blocks of 32 MiB or more (glibc's largest threshold) are
 // still mapped and unmapped each time.
 void retain_freed_memory() {

@@ -35,7 +35,10 @@ TEST(TrainFlags, ParsesTernGradScriptFlags) {
   EXPECT_EQ(c.size_to_binarize, 9217);
   EXPECT_FALSE(c.quantize_logits);
   EXPECT_EQ(c.seed, 7u);
+  EXPECT_TRUE(c.retain_freed_memory);  // tg-train's default
   EXPECT_NO_THROW(tt::validate(c));
+  tt::parse_train_flags({"--retain_freed_memory=false"}, c);
+  EXPECT_FALSE(c.retain_freed_memory);
 }
 
 TEST(TrainFlags, AcceptsThePapersImageNetNets) {
@@ -61,6 +64,7 @@ TEST(TrainFlags, RejectsUnknownFlagsAndBadValues) {
   expect_error({"--compute_nice=20"}, "--compute_nice");
   expect_error({"--compute_nice=-1"}, "--compute_nice");
   expect_error({"--push_lead_bytes=-1"}, "--push_lead_bytes");
+  expect_error({"--retain_freed_memory=sometimes"}, "retain_freed_memory");
   expect_error({"--trace_file=/no/such/folder/trace.json"}, "/no/such/folder does not exist");
 }
 

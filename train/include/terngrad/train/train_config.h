@@ -135,7 +135,7 @@ struct TrainConfig {
   // trim thresholds) instead of handing them back to the kernel: every step's
   // message buffers (gRPC's, the ps's values and gradients) are then reused,
   // not page-faulted in again. Measured on 2 cores, LeNet async at 1 Gbit/s:
-  // page faults 1.10M -> 0.16M, the ps's CPU 9.8 -> 5.7 s, peak RSS +50-75 MiB.
+  // page faults 1.10M -> 0.16M, the ps's CPU 8.0-8.6 -> 5.5-5.7 s, peak RSS +65-75 MiB.
   bool retain_freed_memory = true;
   // Communication only: a fixed gradient instead of forward/backward, and
   // compute_ms of sleep in its place; encode, push, sum, pull, decode and
