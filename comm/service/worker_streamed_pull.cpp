@@ -35,6 +35,7 @@ void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_ow
     auto r = stubs[p]->Pull(&ctx, req);
     rpc::PullChunk c;
     std::vector<detail::Reassembly> parts(mine.size());
+    std::vector<bool> whole_chunk(mine.size(), false);  // a shard that came in one chunk
     std::string err;
     while (r->Read(&c)) {
       message_received += c.ByteSizeLong();
@@ -50,15 +51,29 @@ void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_ow
           continue;
         }
         const ShardSpec& sh = layout.shards[mine[t.shard()]];
-        err = parts[t.shard()].add(t.offset(), t.total_bytes(), t.data(), 4 * sh.count);
-        if (!err.empty() || !parts[t.shard()].complete()) continue;
-        if (parts[t.shard()].bytes().size() != 4 * sh.count) {
-          err = "incomplete values for " + layout.variables[sh.variable].name;
+        detail::Reassembly& part = parts[t.shard()];
+        if (whole_chunk[t.shard()]) {
+          err = "values for " + layout.variables[sh.variable].name + " after the whole shard";
           continue;
         }
+        // A shard in one chunk (every shard of at most kChunkBytes) is copied
+        // from the message into the weights, not through the reassembly first.
+        const bool whole = !part.started() && t.offset() == 0 && t.total_bytes() == 4 * sh.count &&
+                           t.data().size() == t.total_bytes();
+        if (whole) {
+          whole_chunk[t.shard()] = true;
+        } else {
+          err = part.add(t.offset(), t.total_bytes(), t.data(), 4 * sh.count);
+          if (!err.empty() || !part.complete()) continue;
+          if (part.bytes().size() != 4 * sh.count) {
+            err = "incomplete values for " + layout.variables[sh.variable].name;
+            continue;
+          }
+        }
+        const void* from = whole ? static_cast<const void*>(t.data().data()) : part.bytes().data();
         std::lock_guard<std::mutex> lk(sm);
         if (pulled.landed[mine[t.shard()]]) continue;  // landed in an earlier attempt: maybe read already
-        std::memcpy(pulled.values[sh.variable].data() + sh.begin, parts[t.shard()].bytes().data(), 4 * sh.count);
+        std::memcpy(pulled.values[sh.variable].data() + sh.begin, from, 4 * sh.count);
         payload_received += 4 * sh.count;
         pulled.landed[mine[t.shard()]] = true;
         timeline::instant("values landed", static_cast<int64_t>(t.shard()));
