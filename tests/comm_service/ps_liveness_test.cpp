@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "parameter_server.grpc.pb.h"
+#include "stand_in_server.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/placement.h"
 #include "terngrad/comm/worker_client.h"
@@ -66,27 +67,12 @@ class StandInPs final : public rpc::ParameterServer::Service {
   }
 };
 
-struct Server {
-  StandInPs ps;
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
-  Server() {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&ps);
-    server = b.BuildAndStart();
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+struct Server : terngrad::testing::StandInServer<StandInPs> {
   void kill() {
-    if (!server) return;
     ps.frozen = false;
-    server->Shutdown(std::chrono::system_clock::now());  // in-flight calls cancelled, the port closed
-    server.reset();
+    shutdown();
   }
-  ~Server() {
-    ps.frozen = false;
-    kill();
-  }
+  ~Server() { kill(); }
 };
 
 tc::ClientOptions options(double rpc_timeout, double peer_timeout) {

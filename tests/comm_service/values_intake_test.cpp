@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "parameter_server.grpc.pb.h"
+#include "stand_in_server.h"
 #include "terngrad/comm/placement.h"
 #include "terngrad/comm/worker_client.h"
 
@@ -72,19 +73,7 @@ class StandInPs final : public rpc::ParameterServer::Service {
   }
 };
 
-struct Server {
-  StandInPs ps;
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
-  Server() {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(&ps);
-    server = b.BuildAndStart();
-  }
-  ~Server() { server->Shutdown(); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
-};
+using Server = terngrad::testing::StandInServer<StandInPs>;
 
 tc::ClientOptions options() {
   tc::ClientOptions o;
