@@ -9,9 +9,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 
+#include "interface_counters.h"
 #include "terngrad/base/atomic_file.h"
 
 namespace terngrad::experiments {
@@ -21,21 +22,6 @@ namespace {
 constexpr double kIdleShare = 0.05;  // a sample under 5% of the rate is a gap
 constexpr double kBusyShare = 0.5;   // the window spans samples at half the rate or more
 constexpr size_t kTimelineSamples = 60000;
-
-// One interface's line of /proc/net/dev: "  name: rx_bytes ... (8 fields) tx_bytes ...".
-bool parse_dev_line(const std::string& line, const std::string& name, uint64_t& rx, uint64_t& tx) {
-  const size_t colon = line.find(':');
-  if (colon == std::string::npos) return false;
-  size_t b = line.find_first_not_of(' ');
-  if (line.compare(b, colon - b, name) != 0 || colon - b != name.size()) return false;
-  std::istringstream in(line.substr(colon + 1));
-  uint64_t f[9];
-  for (uint64_t& x : f)
-    if (!(in >> x)) return false;
-  rx = f[0];
-  tx = f[8];
-  return true;
-}
 
 }  // namespace
 
@@ -63,11 +49,16 @@ LinkSampler::LinkSampler(std::string netns, std::vector<std::string> interfaces,
       std::string why;
       if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) why = "cannot join " + path + ": " + std::strerror(errno);
       if (ns >= 0) ::close(ns);
+      std::optional<InterfaceCounters> counters;
       if (why.empty()) {
-        const int fd = ::open("/proc/thread-self/net/dev", O_RDONLY | O_CLOEXEC);
-        std::vector<uint64_t> tx, rx;
-        if (fd < 0 || !read_counters(fd, tx, rx)) why = "no counters for " + interfaces_.front() + " (and the rest) in " + netns_;
-        if (fd >= 0) ::close(fd);
+        try {
+          counters.emplace(interfaces_);
+          std::vector<uint64_t> tx, rx;
+          if (!counters->read(tx, rx)) why = "cannot read the counters of " + interfaces_.front() + " (and the rest)";
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        if (!why.empty()) why += " in " + netns_;
       }
       {
         std::lock_guard<std::mutex> lk(start_mu);
@@ -78,8 +69,8 @@ LinkSampler::LinkSampler(std::string netns, std::vector<std::string> interfaces,
       }
       cv.notify_all();
       if (!why.empty()) return;
+      run(*counters);
     }
-    run();
   });
   std::unique_lock<std::mutex> lk(start_mu);
   cv.wait(lk, [&] { return ready; });
@@ -95,27 +86,7 @@ LinkSampler::LinkSampler(std::string netns, std::vector<std::string> interfaces,
 
 LinkSampler::~LinkSampler() { stop(); }
 
-bool LinkSampler::read_counters(int fd, std::vector<uint64_t>& tx, std::vector<uint64_t>& rx) const {
-  char buf[16384];
-  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  tx.assign(interfaces_.size(), 0);
-  rx.assign(interfaces_.size(), 0);
-  std::vector<bool> found(interfaces_.size(), false);
-  std::istringstream in(buf);
-  std::string line;
-  while (std::getline(in, line))
-    for (size_t i = 0; i < interfaces_.size(); ++i)
-      if (!found[i] && parse_dev_line(line, interfaces_[i], rx[i], tx[i])) found[i] = true;
-  for (bool f : found)
-    if (!f) return false;
-  return true;
-}
-
-void LinkSampler::run() {
-  const int fd = ::open("/proc/thread-self/net/dev", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+void LinkSampler::run(InterfaceCounters& counters) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   {
@@ -123,7 +94,7 @@ void LinkSampler::run() {
     start_us_ = std::chrono::duration_cast<std::chrono::microseconds>(t0.time_since_epoch()).count();
   }
   std::vector<uint64_t> tx0, rx0, tx, rx;
-  read_counters(fd, tx0, rx0);
+  counters.read(tx0, rx0);
   auto last = Clock::now();
   acc_.t = 0;
   auto next = last;
@@ -133,7 +104,7 @@ void LinkSampler::run() {
     next += period;
     std::this_thread::sleep_until(next);
     const auto read_at = Clock::now();
-    if (!read_counters(fd, tx, rx)) continue;  // an interface went away: the run is ending
+    if (!counters.read(tx, rx)) continue;  // an interface went away: the run is ending
     const auto now = Clock::now();
     // Preempted between the read and the clock (tens of ms on 2 busy cores):
     // the counters' time is unknown, and a rate over `now - last` would show
@@ -174,7 +145,6 @@ void LinkSampler::run() {
     tx0 = tx;
     rx0 = rx;
   }
-  ::close(fd);
 }
 
 LinkIdleReport LinkSampler::stop() {

@@ -5,8 +5,8 @@
 // average rate.
 //
 // The thread joins the hub's network namespace (setns on that thread alone)
-// and reads /proc/thread-self/net/dev, whose counters count frames with their
-// headers. For each link and direction it reports, over the busy window
+// and reads the interfaces' counters over rtnetlink (interface_counters.h), which
+// count frames with their headers. For each link and direction it reports, over the busy window
 // (from the first to the last sample in which either direction of any
 // sampled link carried at least half its rate, so start-up and shutdown do
 // not count):
@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "interface_counters.h"
 #include "terngrad/base/timeline.h"
 
 namespace terngrad::experiments {
@@ -70,9 +71,7 @@ class LinkSampler {
     std::vector<double> in_idle, out_idle, in_unused_s, out_unused_s;
     std::vector<uint64_t> in_bytes, out_bytes;
   };
-  void run();
-  // The hub end's cumulative (tx, rx) bytes of every interface, in order.
-  bool read_counters(int fd, std::vector<uint64_t>& tx, std::vector<uint64_t>& rx) const;
+  void run(InterfaceCounters& counters);
 
   const std::string netns_;
   const std::vector<std::string> interfaces_;

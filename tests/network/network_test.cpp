@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "emulated_network.h"
+#include "interface_counters.h"
 #include "link_sampler.h"
 #include "run_command.h"
 #include "terngrad/base/json.h"
@@ -253,6 +254,46 @@ TEST(LinkRate, TgClusterRefusesBadLinkFlags) {
 // One bulk transfer each way between a 40 Mbit/s host and a 200 Mbit/s one:
 // both directions run at the slow host's rate (its egress shaper on one,
 // the hub's shaper towards it on the other), and its counters see the bytes.
+// The sampler's netlink counters against the kernel's text of the same
+// counters: /proc/net/dev, read between two netlink reads of loopback
+// (which other processes may use meanwhile, so the counters only grow).
+TEST(InterfaceCounters, AgreeWithProcNetDev) {
+  tx::InterfaceCounters counters({"lo"});
+  std::vector<uint64_t> tx0, rx0, tx1, rx1;
+  ASSERT_TRUE(counters.read(tx0, rx0));
+  std::ifstream dev("/proc/self/net/dev");
+  uint64_t proc_rx = 0, proc_tx = 0;
+  bool found = false;
+  for (std::string line; std::getline(dev, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;  // the two heading lines
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name != "lo") continue;
+    std::istringstream in(line.substr(colon + 1));
+    uint64_t f[9];
+    for (uint64_t& x : f) ASSERT_TRUE(in >> x) << line;
+    proc_rx = f[0];
+    proc_tx = f[8];
+    found = true;
+  }
+  ASSERT_TRUE(found) << "no lo in /proc/self/net/dev";
+  ASSERT_TRUE(counters.read(tx1, rx1));
+  EXPECT_LE(tx0[0], proc_tx);
+  EXPECT_LE(proc_tx, tx1[0]);
+  EXPECT_LE(rx0[0], proc_rx);
+  EXPECT_LE(proc_rx, rx1[0]);
+}
+
+TEST(InterfaceCounters, AMissingInterfaceIsNamed) {
+  try {
+    tx::InterfaceCounters counters({"lo", "tg-nosuch0"});
+    FAIL() << "no error for a missing interface";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tg-nosuch0"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EmulatedNetworkLinks, BulkTransfersRunAtTheShapedRateBothWays) {
   SKIP_WITHOUT_NAMESPACES();
   const Proc py = run_command("python3 -c 'import socket'");
