@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "chunks.h"
 #include "ps_service.h"
 #include "terngrad/base/timeline.h"
 #include "terngrad/comm/step_times.h"
@@ -18,7 +17,7 @@ bool ParameterServer::Impl::serves_after_finish(int64_t step) const {
 }
 
 grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ctx, const rpc::PullRequest* req,
-                                         grpc::ServerWriter<rpc::PullChunk>* writer) {
+                                         detail::PullStream& out_stream) {
   std::unique_lock<std::mutex> lock(mu);
   if (ended() && !serves_after_finish(req->step())) return ended_status();
   if (phase == Phase::kWaitingInit) return detail::before_init("Pull");
@@ -53,13 +52,13 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
     const auto held = values_snapshot;  // kept while streaming, even if a newer step replaces it
     lock.unlock();
     const timeline::Span span("ps: send values", int64_t{req->replica()});
-    if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    if (!out_stream.write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     for (size_t s = 0; s < held->size(); ++s)
-      if (!write_shard(writer, s, (*held)[s], true))
+      if (!out_stream.write_shard(detail::ShardBytes::kValues, static_cast<uint32_t>(s), (*held)[s], held))
         return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
     return grpc::Status::OK;
   }
-  if (req->stream()) return stream_sums(ctx, req, writer, lock);
+  if (req->stream()) return stream_sums(ctx, req, out_stream, lock);
   const int64_t step = req->step();
   if (long_poll(lock, ctx, [&] { return step < steps->global_step(); })) return rewound("Pull", req->replica());
   if (ended() && !serves_after_finish(step)) return ended_status();
@@ -68,7 +67,7 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
     out.mutable_header()->set_step(step);
     for (uint32_t r : steps->missing()) out.mutable_header()->add_missing(r);
     lock.unlock();
-    writer->Write(out);
+    out_stream.write(out);
     return grpc::Status::OK;
   }
   const std::shared_ptr<detail::StepSums> held =
@@ -88,9 +87,9 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
     report_step_times_locked(out.mutable_header());
   }
   const uint64_t epoch = run_epoch;
-  if (!writer->Write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+  if (!out_stream.write(out)) return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
   for (size_t s = 0; s < agg.shards.size(); ++s)
-    if (!write_shard(writer, s, agg.shards[s], false))
+    if (!out_stream.write_shard(detail::ShardBytes::kSum, static_cast<uint32_t>(s), agg.shards[s], held))
       return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
   std::lock_guard<std::mutex> relock(mu);
   if (run_epoch == epoch) steps->pulled(held, req->replica());  // else: a step of the steps a rewind dropped
@@ -118,8 +117,7 @@ grpc::Status ParameterServer::Impl::too_old(uint32_t replica, int64_t step) cons
 }
 
 grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::PullRequest* req,
-                                                grpc::ServerWriter<rpc::PullChunk>* writer,
-                                                std::unique_lock<std::mutex>& lock) {
+                                                detail::PullStream& out_stream, std::unique_lock<std::mutex>& lock) {
   const int64_t step = req->step();
   if (step > steps->current_step())
     return grpc::Status(StatusCode::FAILED_PRECONDITION, replica_name(req->replica()) + " pulls step " +
@@ -168,7 +166,7 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
       for (uint32_t s : fresh) {
         // Arg: the replica and the shard ("replica * 1000 + shard").
         const timeline::Span span("ps: send a sum", 1000 * int64_t{req->replica()} + s);
-        if (!write_shard(writer, s, agg.shards[s], false))
+        if (!out_stream.write_shard(detail::ShardBytes::kSum, s, agg.shards[s], held))
           return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
       }
       lock.lock();
@@ -191,30 +189,9 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
       continue;  // woken for nothing new
     }
     lock.unlock();
-    writer->Write(out);
+    out_stream.write(out);
     return grpc::Status::OK;
   }
-}
-
-bool ParameterServer::Impl::write_shard(grpc::ServerWriter<rpc::PullChunk>* writer, size_t s,
-                                        const std::vector<uint8_t>& buf, bool values) {
-  return detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
-    rpc::PullChunk c;
-    if (values) {
-      rpc::TensorChunk* t = c.mutable_values();
-      t->set_shard(static_cast<uint32_t>(s));
-      t->set_offset(off);
-      t->set_total_bytes(buf.size());
-      t->set_data(piece.data(), piece.size());
-    } else {
-      rpc::PayloadChunk* p = c.mutable_payload();
-      p->set_shard(static_cast<uint32_t>(s));
-      p->set_offset(off);
-      p->set_total_bytes(buf.size());
-      p->set_data(piece.data(), piece.size());
-    }
-    return writer->Write(c);
-  });
 }
 
 }  // namespace terngrad::comm

@@ -37,6 +37,7 @@
 #include "parameter_server.grpc.pb.h"
 #include "presum_exchange.h"
 #include "push_intake.h"
+#include "pull_stream.h"
 #include "push_skew.h"
 #include "refusal_log.h"
 #include "replica_table.h"
@@ -149,6 +150,18 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
 
   Impl(const std::string& addr, ServerOptions o, UpdateHandler* h) : opt(std::move(o)), handler(h), address(addr) {
     if (opt.secret) auth.emplace(*opt.secret);
+    // Pull writes its replies as ByteBuffers (pull_stream.h), through the
+    // split-streaming form of the method: the request is read here, then
+    // the replies written. The replicas see the same messages.
+    MarkMethodStreamed(detail::pull_method_index(),
+                       new grpc::internal::SplitServerStreamingHandler<rpc::PullRequest, grpc::ByteBuffer>(
+                           [this](ServerContext* ctx, detail::PullStreamer* streamer) {
+                             rpc::PullRequest req;
+                             if (!streamer->Read(&req))
+                               return grpc::Status(StatusCode::INVALID_ARGUMENT, "Pull: no request");
+                             detail::PullStream out(streamer);
+                             return serve(ctx, "Pull", [&](const Caller& c) { return pull(c, ctx, &req, out); });
+                           }));
   }
 
   void log(const std::string& msg) {
@@ -330,16 +343,10 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // one pull behind the chief finishes its last step instead of failing.
   bool serves_after_finish(int64_t step) const;
 
-  grpc::Status Pull(ServerContext* ctx, const rpc::PullRequest* req,
-                    grpc::ServerWriter<rpc::PullChunk>* writer) override {
-    return serve(ctx, "Pull", [&](const Caller& c) { return pull(c, ctx, req, writer); });
-  }
-
   // A read: it changes nothing another replica sees. A step's sums stay
   // until each replica (by its session, not by counting calls) has pulled
   // them or the ring of kept steps moves on.
-  grpc::Status pull(const Caller& caller, ServerContext* ctx, const rpc::PullRequest* req,
-                    grpc::ServerWriter<rpc::PullChunk>* writer);
+  grpc::Status pull(const Caller& caller, ServerContext* ctx, const rpc::PullRequest* req, detail::PullStream& out);
 
   // The mean of the replicas' last step-time reports (mu held).
   void report_step_times_locked(rpc::PullHeader* head) const;
@@ -348,12 +355,8 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // A streamed pull: each shard's sum as soon as it is ready, then the
   // header once the step is complete. Near the call's deadline it ends with
   // a "not ready" header, and the replica asks again naming what it has.
-  grpc::Status stream_sums(ServerContext* ctx, const rpc::PullRequest* req, grpc::ServerWriter<rpc::PullChunk>* writer,
+  grpc::Status stream_sums(ServerContext* ctx, const rpc::PullRequest* req, detail::PullStream& out,
                            std::unique_lock<std::mutex>& lock);
-
-  // Streams one shard's buffer: an aggregated payload, or (values) float32s.
-  static bool write_shard(grpc::ServerWriter<rpc::PullChunk>* writer, size_t s, const std::vector<uint8_t>& buf,
-                          bool values);
 
   grpc::Status Heartbeat(ServerContext* ctx, const rpc::HeartbeatRequest* req, rpc::HeartbeatReply* reply) override {
     return serve(ctx, "Heartbeat", [&](const Caller& c) { return heartbeat(c, req, reply); });

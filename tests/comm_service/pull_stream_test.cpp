@@ -1,0 +1,109 @@
+// The ps's Pull replies framed by hand (comm/service/pull_stream.h): the
+// bytes are protobuf's for the same PullChunk, the data is not copied, the
+// buffer's owner lives exactly as long as gRPC holds the bytes, and the
+// method index the ps installs its handler at is the generated Pull's.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "chunks.h"
+#include "pull_stream.h"
+
+namespace {
+
+namespace rpc = terngrad::comm::rpc;
+namespace detail = terngrad::comm::detail;
+
+std::string flat(const grpc::ByteBuffer& b) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(b.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+std::vector<uint8_t> bytes_of(size_t n) {
+  std::vector<uint8_t> v(n);
+  std::iota(v.begin(), v.end(), uint8_t{7});
+  return v;
+}
+
+TEST(PullStream, ASumsChunkIsProtobufsBytes) {
+  const std::vector<uint8_t> buf = bytes_of(3 * detail::kChunkBytes / 2);
+  auto owner = std::make_shared<int>(0);
+  struct Case {
+    uint32_t shard;
+    uint64_t offset;
+    size_t size;
+  };
+  // Zero fields (left out by proto3), a whole chunk, a tail, one byte.
+  for (const Case c : {Case{0, 0, detail::kChunkBytes}, Case{3, detail::kChunkBytes, buf.size() - detail::kChunkBytes},
+                       Case{70000, 5, 1}, Case{1, 0, 0}}) {
+    const std::span<const uint8_t> piece(buf.data() + c.offset, c.size);
+    rpc::PullChunk expected;
+    rpc::PayloadChunk* p = expected.mutable_payload();
+    p->set_shard(c.shard);
+    p->set_offset(c.offset);
+    p->set_total_bytes(buf.size());
+    p->set_data(piece.data(), piece.size());
+    const std::string wire =
+        flat(detail::frame_shard_chunk(detail::ShardBytes::kSum, c.shard, c.offset, buf.size(), piece, owner));
+    EXPECT_EQ(wire, expected.SerializeAsString()) << "shard " << c.shard << " offset " << c.offset;
+    rpc::PullChunk parsed;
+    ASSERT_TRUE(parsed.ParseFromString(wire));
+    EXPECT_EQ(parsed.payload().data(), p->data());
+    EXPECT_EQ(parsed.payload().total_bytes(), buf.size());
+  }
+}
+
+TEST(PullStream, AValuesChunkIsProtobufsBytes) {
+  const std::vector<uint8_t> buf = bytes_of(4 * 1000);
+  auto owner = std::make_shared<int>(0);
+  for (uint32_t shard : {0u, 2u, 300u}) {
+    rpc::PullChunk expected;
+    rpc::TensorChunk* t = expected.mutable_values();
+    t->set_shard(shard);
+    t->set_offset(0);
+    t->set_total_bytes(buf.size());
+    t->set_data(buf.data(), buf.size());
+    EXPECT_EQ(flat(detail::frame_shard_chunk(detail::ShardBytes::kValues, shard, 0, buf.size(), buf, owner)),
+              expected.SerializeAsString())
+        << "shard " << shard;
+  }
+}
+
+// The data slice points into the owner's buffer, and the owner is kept
+// until the last copy of the message (gRPC's) is gone.
+TEST(PullStream, TheDataIsNotCopiedAndItsOwnerLivesWithTheMessage) {
+  auto owner = std::make_shared<std::vector<uint8_t>>(bytes_of(4096));
+  std::weak_ptr<std::vector<uint8_t>> watch = owner;
+  const uint8_t* data = owner->data();
+  {
+    grpc::ByteBuffer message =
+        detail::frame_shard_chunk(detail::ShardBytes::kSum, 1, 0, owner->size(), *owner, owner);
+    grpc::ByteBuffer copy(message);  // what gRPC's Write takes: a reference, not the bytes
+    owner.reset();
+    EXPECT_FALSE(watch.expired()) << "the owner went while the message still points into it";
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(copy.Dump(&slices).ok());
+    ASSERT_EQ(slices.size(), 2u);
+    EXPECT_EQ(slices[1].begin(), data) << "the data was copied";
+  }
+  EXPECT_TRUE(watch.expired()) << "the owner outlived every copy of the message";
+}
+
+// The generated service's handler at the index the ps replaces is the
+// generated Pull's (a server-streaming PullRequest -> PullChunk handler).
+TEST(PullStream, TheMethodIndexIsPulls) {
+  struct Generated : rpc::ParameterServer::Service {
+    grpc::internal::MethodHandler* handler(int i) { return GetHandler(i); }
+  } service;
+  using PullHandler = grpc::internal::ServerStreamingHandler<rpc::ParameterServer::Service, rpc::PullRequest,
+                                                              rpc::PullChunk>;
+  EXPECT_NE(dynamic_cast<PullHandler*>(service.handler(detail::pull_method_index())), nullptr);
+}
+
+}  // namespace
