@@ -36,8 +36,9 @@
 #include "init_intake.h"
 #include "parameter_server.grpc.pb.h"
 #include "presum_exchange.h"
-#include "push_intake.h"
+#include "ps_methods.h"
 #include "pull_stream.h"
+#include "push_intake.h"
 #include "push_skew.h"
 #include "refusal_log.h"
 #include "replica_table.h"
@@ -153,7 +154,7 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
     // Pull writes its replies as ByteBuffers (pull_stream.h), through the
     // split-streaming form of the method: the request is read here, then
     // the replies written. The replicas see the same messages.
-    MarkMethodStreamed(detail::pull_method_index(),
+    MarkMethodStreamed(detail::parameter_server_method_index("Pull"),
                        new grpc::internal::SplitServerStreamingHandler<rpc::PullRequest, grpc::ByteBuffer>(
                            [this](ServerContext* ctx, detail::PullStreamer* streamer) {
                              rpc::PullRequest req;

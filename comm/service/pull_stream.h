@@ -1,14 +1,10 @@
 // Private: how the ps writes a Pull's replies. Each chunk of a step's sum (or
-// of an async run's values) goes out without being copied: it is framed as a
-// PullChunk by hand and its bytes are a gRPC slice that points into the ps's
-// buffer, keeping the buffer alive (a shared owner) until gRPC has written
-// it. Through the generated ServerWriter<PullChunk>, every replica's stream
-// copied every byte twice, into the message (set_data) and then into gRPC's
-// buffer (serialization): at 4 replicas, 40 MB of copies per LeNet step.
-//
-// The bytes on the wire are exactly what protobuf writes for the same
-// PullChunk (tests/comm_service/pull_stream_test.cpp checks), so replicas
-// read PullChunk messages as before.
+// of an async run's values) goes out without being copied (wire_chunks.h): a
+// slice that points into the ps's buffer and keeps it alive (a shared owner)
+// until gRPC has written it. Through the generated ServerWriter<PullChunk>,
+// every replica's stream copied every byte twice, into the message
+// (set_data) and then into gRPC's buffer (serialization): at 4 replicas,
+// 40 MB of copies per LeNet step. Replicas read PullChunk messages as before.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -50,9 +46,5 @@ class PullStream {
  private:
   PullStreamer* streamer_;
 };
-
-// The index of Pull among the generated ParameterServer service's methods,
-// where the ps installs its own handler.
-int pull_method_index();
 
 }  // namespace terngrad::comm::detail

@@ -173,8 +173,10 @@ WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout,
     m.auth_token = m.opt.credential->call_token();
   }
   const auto credentials = detail::channel_credentials(m.opt.tls);
-  for (const auto& a : m.addresses)
-    m.stubs.push_back(rpc::ParameterServer::NewStub(grpc::CreateCustomChannel(a, credentials, args)));
+  for (const auto& a : m.addresses) {
+    m.channels.push_back(grpc::CreateCustomChannel(a, credentials, args));
+    m.stubs.push_back(rpc::ParameterServer::NewStub(m.channels.back()));
+  }
   m.last_heard.assign(m.addresses.size(), Clock::time_point{});
   m.beat_error.assign(m.addresses.size(), "");
   m.declared_silent.assign(m.addresses.size(), false);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "parameter_server.grpc.pb.h"
+#include "push_writer.h"
 #include "terngrad/comm/credentials.h"
 #include "terngrad/comm/errors.h"
 #include "terngrad/comm/worker_client.h"
@@ -80,6 +81,7 @@ struct WorkerClient::Impl {
   // and, with a secret, the replica's token.
   std::string session = new_session_id();
   std::string auth_token;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;  // [ps]
   std::vector<std::unique_ptr<rpc::ParameterServer::Stub>> stubs;
   std::vector<int64_t> async_steps;  // per ps: the step the last pulled values belong to
 
@@ -224,8 +226,7 @@ struct WorkerClient::Impl {
   // A Push call's first message: this replica, the step, the loss.
   rpc::PushChunk push_head(int64_t step, float loss) const;
   // One shard's payload chunks, written to a Push stream.
-  bool write_payload(grpc::ClientWriter<rpc::PushChunk>& w, uint32_t local, std::span<const uint8_t> buf,
-                     uint64_t& bytes);
+  bool write_payload(detail::PushWriter& w, uint32_t local, std::span<const uint8_t> buf, uint64_t& bytes);
 
   // ---- the streamed async push (begin_push .. end_push); sm guards it ----
   struct StreamedPush {
@@ -351,7 +352,7 @@ struct WorkerClient::Impl {
   // ---- push ----
 
   // Shard payload chunks of one ps, written to a Push stream.
-  bool write_payloads(grpc::ClientWriter<rpc::PushChunk>& w, int p, std::span<const std::span<const uint8_t>> payloads,
+  bool write_payloads(detail::PushWriter& w, int p, std::span<const std::span<const uint8_t>> payloads,
                       uint64_t& bytes);
 };
 

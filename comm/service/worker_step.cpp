@@ -80,16 +80,16 @@ void WorkerClient::Impl::push_bucket_to(int p, const Bucket& b) {
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
     reply.Clear();
-    auto w = stubs[p]->Push(&ctx, &reply);
+    detail::PushWriter w(channels[p].get(), &ctx, &reply);
     rpc::PushChunk head = push_head(b.step, b.loss);
     for (uint32_t s : b.local) head.mutable_header()->add_shards(s);
     for (float t : b.step_ms) head.mutable_header()->add_step_ms(t);
-    message_sent += head.ByteSizeLong();
     bytes = 0;
-    bool ok = w->Write(head);
-    for (size_t i = 0; ok && i < b.local.size(); ++i) ok = write_payload(*w, b.local[i], b.payloads[i], bytes);
-    w->WritesDone();
-    return w->Finish();
+    bool ok = w.write(head);
+    for (size_t i = 0; ok && i < b.local.size(); ++i) ok = write_payload(w, b.local[i], b.payloads[i], bytes);
+    w.WritesDone();
+    message_sent += w.message_bytes();
+    return w.Finish();
   });
   payload_sent += bytes;
   message_received += reply.ByteSizeLong();
@@ -175,22 +175,13 @@ void WorkerClient::Impl::join_pullers() {
   pullers.clear();
 }
 
-bool WorkerClient::Impl::write_payload(grpc::ClientWriter<rpc::PushChunk>& w, uint32_t local,
-                                       std::span<const uint8_t> buf, uint64_t& bytes) {
+bool WorkerClient::Impl::write_payload(detail::PushWriter& w, uint32_t local, std::span<const uint8_t> buf,
+                                       uint64_t& bytes) {
   bytes += buf.size();
-  return detail::for_each_chunk(buf, [&](uint64_t off, std::span<const uint8_t> piece) {
-    rpc::PushChunk c;
-    rpc::PayloadChunk* pc = c.mutable_payload();
-    pc->set_shard(local);
-    pc->set_offset(off);
-    pc->set_total_bytes(buf.size());
-    pc->set_data(piece.data(), piece.size());
-    message_sent += c.ByteSizeLong();
-    return w.Write(c);
-  });
+  return w.write_payload(local, buf);
 }
 
-bool WorkerClient::Impl::write_payloads(grpc::ClientWriter<rpc::PushChunk>& w, int p,
+bool WorkerClient::Impl::write_payloads(detail::PushWriter& w, int p,
                                         std::span<const std::span<const uint8_t>> payloads, uint64_t& bytes) {
   const auto& mine = layout.shards_on[p];
   for (size_t local = 0; local < mine.size(); ++local)
@@ -221,15 +212,15 @@ WorkerClient::PushOutcome WorkerClient::push(int64_t step, float loss,
       grpc::ClientContext ctx;
       const auto armed = m.arm(ctx);
       replies[p].Clear();
-      auto w = m.stubs[p]->Push(&ctx, &replies[p]);
+      detail::PushWriter w(m.channels[p].get(), &ctx, &replies[p]);
       rpc::PushChunk head = m.push_head(m.sync ? step : m.async_steps[p], loss);
       if (p == 0 && m.sync)
         for (float t : report) head.mutable_header()->add_step_ms(t);
-      m.message_sent += head.ByteSizeLong();
       bytes = 0;
-      if (w->Write(head)) m.write_payloads(*w, p, shard_payloads, bytes);
-      w->WritesDone();
-      return w->Finish();
+      if (w.write(head)) m.write_payloads(w, p, shard_payloads, bytes);
+      w.WritesDone();
+      m.message_sent += w.message_bytes();
+      return w.Finish();
     });
     m.payload_sent += bytes;
     m.message_received += replies[p].ByteSizeLong();

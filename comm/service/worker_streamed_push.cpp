@@ -38,11 +38,9 @@ void WorkerClient::Impl::stream_push_to(int p) {
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
     reply.Clear();
-    auto w = stubs[p]->Push(&ctx, &reply);
-    const rpc::PushChunk head = push_head(tag, loss);
-    message_sent += head.ByteSizeLong();
+    detail::PushWriter w(channels[p].get(), &ctx, &reply);
     bytes = 0;
-    bool ok = w->Write(head);
+    bool ok = w.write(push_head(tag, loss));
     // Every attempt writes from the first payload: a retried call starts over.
     for (size_t i = 0; ok && i < expected; ++i) {
       std::pair<uint32_t, std::span<const uint8_t>> next;
@@ -55,11 +53,12 @@ void WorkerClient::Impl::stream_push_to(int p) {
         }
         next = streamed.queued[p][i];
       }
-      ok = write_payload(*w, next.first, next.second, bytes);
+      ok = write_payload(w, next.first, next.second, bytes);
       timeline::instant("payload written", next.first);
     }
-    w->WritesDone();
-    return w->Finish();
+    w.WritesDone();
+    message_sent += w.message_bytes();
+    return w.Finish();
   });
   payload_sent += bytes;
   message_received += reply.ByteSizeLong();

@@ -1,7 +1,9 @@
-// The ps's Pull replies framed by hand (comm/service/pull_stream.h): the
-// bytes are protobuf's for the same PullChunk, the data is not copied, the
-// buffer's owner lives exactly as long as gRPC holds the bytes, and the
-// method index the ps installs its handler at is the generated Pull's.
+// Chunk messages framed by hand (comm/service/wire_chunks.h): the ps's Pull
+// replies and the replica's Push payloads are protobuf's bytes for the same
+// PullChunk and PushChunk; the ps's data is not copied and its owner lives
+// exactly as long as gRPC holds the bytes; the method index the ps installs
+// its handler at is the generated Pull's, and the path a replica opens its
+// Push on is the generated Push's.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "chunks.h"
+#include "ps_methods.h"
+#include "push_writer.h"
 #include "pull_stream.h"
 
 namespace {
@@ -75,6 +79,27 @@ TEST(PullStream, AValuesChunkIsProtobufsBytes) {
   }
 }
 
+TEST(PushWriter, APayloadChunkIsProtobufsBytes) {
+  const std::vector<uint8_t> buf = bytes_of(3 * detail::kChunkBytes / 2);
+  struct Case {
+    uint32_t shard;
+    uint64_t offset;
+    size_t size;
+  };
+  for (const Case c : {Case{0, 0, detail::kChunkBytes}, Case{9, detail::kChunkBytes, buf.size() - detail::kChunkBytes},
+                       Case{2, 0, 0}}) {
+    const std::span<const uint8_t> piece(buf.data() + c.offset, c.size);
+    rpc::PushChunk expected;
+    rpc::PayloadChunk* p = expected.mutable_payload();
+    p->set_shard(c.shard);
+    p->set_offset(c.offset);
+    p->set_total_bytes(buf.size());
+    p->set_data(piece.data(), piece.size());
+    EXPECT_EQ(flat(detail::push_payload_chunk(c.shard, c.offset, buf.size(), piece)), expected.SerializeAsString())
+        << "shard " << c.shard << " offset " << c.offset;
+  }
+}
+
 // The data slice points into the owner's buffer, and the owner is kept
 // until the last copy of the message (gRPC's) is gone.
 TEST(PullStream, TheDataIsNotCopiedAndItsOwnerLivesWithTheMessage) {
@@ -97,13 +122,21 @@ TEST(PullStream, TheDataIsNotCopiedAndItsOwnerLivesWithTheMessage) {
 
 // The generated service's handler at the index the ps replaces is the
 // generated Pull's (a server-streaming PullRequest -> PullChunk handler).
-TEST(PullStream, TheMethodIndexIsPulls) {
+TEST(PsMethods, TheMethodIndexIsPulls) {
   struct Generated : rpc::ParameterServer::Service {
     grpc::internal::MethodHandler* handler(int i) { return GetHandler(i); }
   } service;
   using PullHandler = grpc::internal::ServerStreamingHandler<rpc::ParameterServer::Service, rpc::PullRequest,
                                                               rpc::PullChunk>;
-  EXPECT_NE(dynamic_cast<PullHandler*>(service.handler(detail::pull_method_index())), nullptr);
+  EXPECT_NE(dynamic_cast<PullHandler*>(service.handler(detail::parameter_server_method_index("Pull"))), nullptr);
+}
+
+TEST(PsMethods, PathsAreTheGeneratedOnesAndUnknownNamesAreRefused) {
+  EXPECT_STREQ(detail::parameter_server_method_path("Push"), "/terngrad.comm.rpc.ParameterServer/Push");
+  EXPECT_EQ(detail::parameter_server_method_path("Push"), detail::parameter_server_method_path("Push"))
+      << "a path must stay at one address (gRPC keeps the pointer)";
+  EXPECT_THROW(detail::parameter_server_method_path("Pusher"), std::logic_error);
+  EXPECT_THROW(detail::parameter_server_method_index("Pusher"), std::logic_error);
 }
 
 }  // namespace
