@@ -7,6 +7,8 @@
 # writes one line per run to OUT/runs.tsv plus each run's result.json and
 # link_stats.json. Needs root (network namespaces).
 #   experiments/network/line_rate_grid.sh BASE_BUILD NEW_BUILD OUT [REPS]
+# LINE_RATE_CONFIGS="mode replicas link steps;..." runs those configurations
+# instead of the grid below (e.g. "async 4 1gbit 300;sync 2 loopback 300").
 set -euo pipefail
 if [[ $# -lt 3 || $# -gt 4 ]]; then
   echo "usage: line_rate_grid.sh BASE_BUILD NEW_BUILD OUT [REPS]" >&2
@@ -25,9 +27,10 @@ one() {  # label build mode replicas link steps
   local dir; dir=$(mktemp -d /tmp/tg_line_rate.XXXXXX)
   local net=() sync=()
   [[ $link != loopback ]] && net=(--link_rate="$link")
-  # Async at lr 0.005: at the default 0.01 (momentum 0.9) stale gradients threw 4-replica runs
-  # into divergence on an AMD Zen 3 (3 runs of 4); the work per step is the same at either.
-  [[ $mode == async ]] && sync=(--sync_replicas=false --initial_learning_rate=0.005)
+  # Async at lr 0.01 / replicas: at the default 0.01 (momentum 0.9) stale gradients threw
+  # 4-replica runs into divergence on an AMD Zen 3 (3 runs of 4), and at 0.005 still 2 of 6
+  # (2026-11-29); staleness grows with the replicas. The work per step is the same at any rate.
+  [[ $mode == async ]] && sync=(--sync_replicas=false --initial_learning_rate="$(python3 -c "print(0.01 / $replicas)")")
   "$new/experiments/tg-cluster" --tg_train="$build/experiments/tg-train" "${net[@]}" --replica_threads=1 --num_ps=1 --num_workers=$((replicas - 1)) -- \
     --net=lenet --dataset_name=synthetic --synthetic_examples=4096 --batch_size=32 --max_steps="$steps" \
     --grad_bits=32 --eval_interval_steps=0 --max_eval_examples=256 --train_dir="$dir" "${sync[@]}" > "$dir/launcher.log" 2>&1
@@ -45,8 +48,10 @@ print(round(i['in_idle_ms_per_step'],1), round(i['out_idle_ms_per_step'],1), rou
   [[ -f $dir/logs/ps_link_timeline.csv ]] && cp "$dir/logs/ps_link_timeline.csv" "$out/${name}_ps_link_timeline.csv"
   rm -rf "$dir"
 }
+configs="sync 2 1gbit 200;sync 4 1gbit 120;async 2 1gbit 300;async 4 1gbit 300;sync 2 loopback 300"
+IFS=';' read -r -a grid <<< "${LINE_RATE_CONFIGS:-$configs}"
 for rep in $(seq "$reps"); do
-  for cfg in "sync 2 1gbit 200" "sync 4 1gbit 120" "async 2 1gbit 300" "async 4 1gbit 300" "sync 2 loopback 300"; do
+  for cfg in "${grid[@]}"; do
     # shellcheck disable=SC2086
     one base "$base" $cfg
     # shellcheck disable=SC2086

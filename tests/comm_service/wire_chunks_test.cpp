@@ -29,6 +29,26 @@ std::string flat(const grpc::ByteBuffer& b) {
   return out;
 }
 
+// One chunk of a buffer of 1.5 chunks: zero fields (left out by proto3), a
+// whole chunk, the tail, one byte, nothing.
+struct Case {
+  uint32_t shard;
+  uint64_t offset;
+  size_t size;
+};
+constexpr size_t kBufferBytes = 3 * detail::kChunkBytes / 2;
+const Case kCases[] = {{0, 0, detail::kChunkBytes},
+                       {3, detail::kChunkBytes, kBufferBytes - detail::kChunkBytes},
+                       {70000, 5, 1},
+                       {1, 0, 0}};
+
+void set_payload(rpc::PayloadChunk* p, const Case& c, std::span<const uint8_t> piece) {
+  p->set_shard(c.shard);
+  p->set_offset(c.offset);
+  p->set_total_bytes(kBufferBytes);
+  p->set_data(piece.data(), piece.size());
+}
+
 std::vector<uint8_t> bytes_of(size_t n) {
   std::vector<uint8_t> v(n);
   std::iota(v.begin(), v.end(), uint8_t{7});
@@ -36,23 +56,13 @@ std::vector<uint8_t> bytes_of(size_t n) {
 }
 
 TEST(PullStream, ASumsChunkIsProtobufsBytes) {
-  const std::vector<uint8_t> buf = bytes_of(3 * detail::kChunkBytes / 2);
+  const std::vector<uint8_t> buf = bytes_of(kBufferBytes);
   auto owner = std::make_shared<int>(0);
-  struct Case {
-    uint32_t shard;
-    uint64_t offset;
-    size_t size;
-  };
-  // Zero fields (left out by proto3), a whole chunk, a tail, one byte.
-  for (const Case c : {Case{0, 0, detail::kChunkBytes}, Case{3, detail::kChunkBytes, buf.size() - detail::kChunkBytes},
-                       Case{70000, 5, 1}, Case{1, 0, 0}}) {
+  for (const Case& c : kCases) {
     const std::span<const uint8_t> piece(buf.data() + c.offset, c.size);
     rpc::PullChunk expected;
     rpc::PayloadChunk* p = expected.mutable_payload();
-    p->set_shard(c.shard);
-    p->set_offset(c.offset);
-    p->set_total_bytes(buf.size());
-    p->set_data(piece.data(), piece.size());
+    set_payload(p, c, piece);
     const std::string wire =
         flat(detail::frame_shard_chunk(detail::ShardBytes::kSum, c.shard, c.offset, buf.size(), piece, owner));
     EXPECT_EQ(wire, expected.SerializeAsString()) << "shard " << c.shard << " offset " << c.offset;
@@ -80,21 +90,11 @@ TEST(PullStream, AValuesChunkIsProtobufsBytes) {
 }
 
 TEST(PushWriter, APayloadChunkIsProtobufsBytes) {
-  const std::vector<uint8_t> buf = bytes_of(3 * detail::kChunkBytes / 2);
-  struct Case {
-    uint32_t shard;
-    uint64_t offset;
-    size_t size;
-  };
-  for (const Case c : {Case{0, 0, detail::kChunkBytes}, Case{9, detail::kChunkBytes, buf.size() - detail::kChunkBytes},
-                       Case{2, 0, 0}}) {
+  const std::vector<uint8_t> buf = bytes_of(kBufferBytes);
+  for (const Case& c : kCases) {
     const std::span<const uint8_t> piece(buf.data() + c.offset, c.size);
     rpc::PushChunk expected;
-    rpc::PayloadChunk* p = expected.mutable_payload();
-    p->set_shard(c.shard);
-    p->set_offset(c.offset);
-    p->set_total_bytes(buf.size());
-    p->set_data(piece.data(), piece.size());
+    set_payload(expected.mutable_payload(), c, piece);
     EXPECT_EQ(flat(detail::push_payload_chunk(c.shard, c.offset, buf.size(), piece)), expected.SerializeAsString())
         << "shard " << c.shard << " offset " << c.offset;
   }
