@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config python3 iproute2
   libeigen3-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgtest-dev libbenchmark-dev libhwy-dev
-  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc nlohmann-json3-dev libssl-dev openssl
+  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libabsl-dev nlohmann-json3-dev libssl-dev openssl
   dataset-fashion-mnist
   python3-numpy python3-torch python3-matplotlib python3-pil python3-yaml
   python3-venv python3-pip python3-setuptools python3-wheel
