@@ -9,6 +9,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "terngrad/train/element_range.h"
+
 namespace terngrad::train {
 
 ExponentialMovingAverage::ExponentialMovingAverage(const ParamSet& params, double decay) : decay_(decay) {
@@ -63,10 +65,7 @@ void ExponentialMovingAverage::update_range(const ParamSet& params, size_t i, in
                                 " is '" + p.name + "' with " + std::to_string(p.value.size()) +
                                 " elements, the average has '" + names_[i] + "' with " +
                                 std::to_string(shadow_[i].size()));
-  if (begin < 0 || count < 0 || begin > p.value.size() || count > p.value.size() - begin)
-    throw std::invalid_argument("ExponentialMovingAverage::update_range: elements [" + std::to_string(begin) + ", +" +
-                                std::to_string(count) + ") outside '" + p.name + "' of " +
-                                std::to_string(p.value.size()));
+  check_element_range("ExponentialMovingAverage::update_range", "'" + p.name + "'", begin, count, p.value.size());
   update_one(params, i, begin, count, step);
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "state_blob.h"
+#include "terngrad/train/element_range.h"
 
 namespace terngrad::train {
 
@@ -91,10 +92,7 @@ void Optimizer::apply_range(ParamSet& params, const GradSet& grads, size_t i, in
                                 std::to_string(params.size()) + " parameters");
   check_variable(params, grads, i);
   const int64_t size = params.params[i].value.size();
-  if (begin < 0 || count < 0 || begin > size || count > size - begin)
-    throw std::invalid_argument(name() + " optimizer: apply_range of '" + params.params[i].name + "' elements [" +
-                                std::to_string(begin) + ", +" + std::to_string(count) + ") outside its " +
-                                std::to_string(size));
+  check_element_range(name() + " optimizer: apply_range", "'" + params.params[i].name + "'", begin, count, size);
   if (applied_.empty()) applied_.assign(params.size(), 0);
   if (count > size - applied_[i])
     throw std::logic_error(name() + " optimizer: '" + params.params[i].name + "' applied twice in step " +

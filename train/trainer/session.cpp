@@ -18,6 +18,7 @@
 
 #include "npy_io.h"
 #include "terngrad/train/checkpoint.h"
+#include "terngrad/train/element_range.h"
 #include "terngrad/train/image_folder.h"
 #include "terngrad/train/loss.h"
 #include "terngrad/train/models.h"
@@ -826,9 +827,7 @@ void TrainingSession::apply(int64_t step, GradSet& update_sum, int replicas) {
 void TrainingSession::apply_range(int64_t step, GradSet& update_sum, size_t v, int64_t begin, int64_t count,
                                   int replicas) {
   const Tensor& sum = update_sum.at(v);
-  if (begin < 0 || count < 0 || begin > sum.size() || count > sum.size() - begin)
-    throw std::invalid_argument("apply_range: elements [" + std::to_string(begin) + ", +" + std::to_string(count) +
-                                ") outside variable " + std::to_string(v) + " of " + std::to_string(sum.size()));
+  check_element_range("apply_range", "variable " + std::to_string(v), begin, count, sum.size());
   const float inv_r = 1.0f / static_cast<float>(replicas);
   for (float& g : std::span<float>(update_sum[v].data).subspan(begin, count)) g *= inv_r;
   optimizer_->apply_range(params(), update_sum, v, begin, count, static_cast<float>(schedule_->lr(step)));
