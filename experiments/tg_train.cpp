@@ -22,6 +22,7 @@
 
 #include "result_json.h"
 #include "terngrad/base/timeline.h"
+#include "terngrad/comm/grpc_reads.h"
 #include "terngrad/train/distributed.h"
 #include "terngrad/train/trainer.h"
 
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
   }
   if (cfg.retain_freed_memory) retain_freed_memory();
   skip_abseil_deadlock_detection();
+  // Before any gRPC call; not over loopback, where it costs (terngrad/comm/grpc_reads.h).
+  if (cluster && terngrad::comm::crosses_a_network(*cluster)) terngrad::comm::read_whole_grpc_frames();
   // --trace_file: the timeline is written however the run ends.
   struct TraceAtExit {
     std::string path;

@@ -70,7 +70,7 @@ grpc::Status ParameterServer::Impl::rewind_locked(std::unique_lock<std::mutex>& 
                           std::to_string(run_epoch) + "): every replica registers again with it"
                     : " (its latest checkpoint; rewind " + std::to_string(run_epoch) +
                           "): the steps in between are computed again, every replica registers again"));
-  cv.notify_all();
+  wake_all_locked();
   return grpc::Status::OK;
 }
 
@@ -144,7 +144,7 @@ grpc::Status ParameterServer::Impl::start_run_locked(const Caller& caller, detai
       std::to_string(needed) + " of " + std::to_string(total) + " replicas per step, global step " +
       std::to_string(global_step_locked()) +
       (run_epoch ? " (the chief's rewind " + std::to_string(run_epoch) + " of the run)" : ""));
-  cv.notify_all();
+  wake_all_locked();
   return grpc::Status::OK;
 }
 

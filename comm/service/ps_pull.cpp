@@ -144,7 +144,7 @@ grpc::Status ParameterServer::Impl::stream_sums(ServerContext* ctx, const rpc::P
   const uint64_t epoch = run_epoch;
   for (;;) {
     std::vector<uint32_t> fresh;
-    cv.wait_until(lock, until, [&] {
+    sums_cv.wait_until(lock, until, [&] {
       if (ended() || ctx->IsCancelled() || run_epoch != epoch || (agg.complete && sent_count == shards().size()))
         return true;
       for (size_t s = 0; s < shards().size(); ++s)

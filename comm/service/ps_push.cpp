@@ -118,7 +118,10 @@ grpc::Status ParameterServer::Impl::push_sync(const Caller& caller, const rpc::P
       return ended_status();
     }
   }
-  if (steps->settle(job)) cv.notify_all();
+  if (steps->settle(job)) {
+    cv.notify_all();
+    sums_cv.notify_all();  // streamed Pulls: sums are ready
+  }
   if (!job.empty() && --sums_in_flight == 0) cv.notify_all();
   if (skew->ahead(r, h.step())) {
     const timeline::Span span("ps: hold a reply", int64_t{r});

@@ -38,7 +38,7 @@ void ParameterServer::Impl::fail_locked(const std::string& why) {
   phase = Phase::kFailed;
   failure = why;
   log("run failed: " + why);
-  cv.notify_all();
+  wake_all_locked();
 }
 
 grpc::Status ParameterServer::Impl::ended_status() const {
@@ -198,7 +198,7 @@ grpc::Status ParameterServer::Impl::shutdown(const Caller& caller, const rpc::Sh
   } else {
     fail_locked(replica_name(0) + " stopped the run: " + reason);
   }
-  cv.notify_all();
+  wake_all_locked();
   return grpc::Status::OK;
 }
 
@@ -217,7 +217,7 @@ grpc::Status ParameterServer::Impl::probe(const Caller& caller, const rpc::Probe
 void ParameterServer::Impl::watch() {
   std::unique_lock<std::mutex> lock(mu);
   while (!stopping) {
-    cv.wait_for(lock, std::chrono::milliseconds(250));
+    ended_cv.wait_for(lock, std::chrono::milliseconds(250));
     if (!ended()) check_timeouts_locked(Clock::now());
   }
 }
@@ -265,8 +265,11 @@ std::shared_ptr<grpc::Channel> detail::in_process_channel(ParameterServer& ps) {
 }
 
 ParameterServer::~ParameterServer() {
-  impl_->stopping = true;
-  impl_->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    impl_->wake_all_locked();
+  }
   if (impl_->monitor.joinable()) impl_->monitor.join();
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   impl_->server->Wait();
@@ -281,14 +284,14 @@ void ParameterServer::stop(bool ok, const std::string& reason) {
   } else {
     impl_->fail_locked(reason);
   }
-  impl_->cv.notify_all();
+  impl_->wake_all_locked();
 }
 
 void ParameterServer::run() {
   std::string failure;
   {
     std::unique_lock<std::mutex> lock(impl_->mu);
-    impl_->cv.wait(lock, [&] { return impl_->ended(); });
+    impl_->ended_cv.wait(lock, [&] { return impl_->ended(); });
     failure = impl_->phase == Phase::kFailed ? impl_->failure : "";
   }
   // Let pollers and heartbeats hear how the run ended before the port closes.

@@ -100,7 +100,22 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   std::unique_ptr<grpc::Server> server;
 
   std::mutex mu;
+  // Most waits (held push replies, long polls, a rewind's wait for sums in
+  // flight) share `cv`, notified whenever the ps's state moves. Two kinds of
+  // waiters have their own, so that the several notifications of every push
+  // (read, accepted, summed) do not wake them for nothing, each wake-up a task
+  // switch and a turn at `mu` on a machine the replicas' compute shares:
+  // streamed Pulls (`sums_cv`: a step's sums became ready) and run() and the
+  // watchdog (`ended_cv`: the run ended or the ps stops). wake_all_locked()
+  // notifies all three where the run ends or rewinds.
   std::condition_variable cv;
+  std::condition_variable sums_cv;
+  std::condition_variable ended_cv;
+  void wake_all_locked() {
+    cv.notify_all();
+    sums_cv.notify_all();
+    ended_cv.notify_all();
+  }
   Phase phase = Phase::kWaitingInit;
   std::string failure;
   const Clock::time_point started = Clock::now();
