@@ -25,10 +25,8 @@ grpc::ByteBuffer frame_shard_chunk(ShardBytes kind, uint32_t shard, uint64_t off
 }
 
 bool PullStream::write(const rpc::PullChunk& message) {
-  grpc::ByteBuffer buffer;
-  bool own = false;
-  if (!grpc::SerializationTraits<rpc::PullChunk>::Serialize(message, &buffer, &own).ok()) return false;
-  return streamer_->Write(buffer);
+  const std::optional<grpc::ByteBuffer> buffer = serialized(message);
+  return buffer && streamer_->Write(*buffer);
 }
 
 bool PullStream::write_shard(ShardBytes kind, uint32_t shard, std::span<const uint8_t> bytes,

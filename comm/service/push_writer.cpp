@@ -19,10 +19,8 @@ bool PushWriter::write(const grpc::ByteBuffer& buffer) {
 }
 
 bool PushWriter::write(const rpc::PushChunk& message) {
-  grpc::ByteBuffer buffer;
-  bool own = false;
-  if (!grpc::SerializationTraits<rpc::PushChunk>::Serialize(message, &buffer, &own).ok()) return false;
-  return write(buffer);
+  const std::optional<grpc::ByteBuffer> buffer = serialized(message);
+  return buffer && write(*buffer);
 }
 
 grpc::ByteBuffer push_payload_chunk(uint32_t shard, uint64_t offset, uint64_t total, std::span<const uint8_t> piece) {

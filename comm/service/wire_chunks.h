@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 namespace terngrad::comm::detail {
@@ -26,6 +27,16 @@ namespace terngrad::comm::detail {
 // highest field number, as protobuf writes fields in number order.
 grpc::ByteBuffer frame_chunk(int part_field, const google::protobuf::MessageLite& fields, int data_field,
                              grpc::Slice data);
+
+// A whole message serialized the usual way (the small ones: headers, a
+// stream's last message), or nothing if protobuf refuses it.
+template <class Message>
+std::optional<grpc::ByteBuffer> serialized(const Message& message) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  if (!grpc::SerializationTraits<Message>::Serialize(message, &buffer, &own).ok()) return std::nullopt;
+  return buffer;
+}
 
 // The bytes, not copied; owner is kept alive as long as gRPC holds them.
 grpc::Slice borrowed_slice(std::span<const uint8_t> bytes, const std::shared_ptr<const void>& owner);
