@@ -258,7 +258,20 @@ std::string missing_network_privileges() {
   return "cannot read CapEff from /proc/self/status";
 }
 
-EmulatedNetwork::EmulatedNetwork(std::string prefix) : prefix_(std::move(prefix)) {
+std::string host_tcp_congestion() {
+  std::ifstream f("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string name;
+  if (!(f >> name)) return "";
+  return name;
+}
+
+EmulatedNetwork::EmulatedNetwork(std::string prefix, std::string tcp_congestion)
+    : prefix_(std::move(prefix)), tcp_congestion_(std::move(tcp_congestion)) {
+  if (tcp_congestion_.size() > 15 || !std::all_of(tcp_congestion_.begin(), tcp_congestion_.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+      }))
+    throw std::invalid_argument("TCP congestion control \"" + tcp_congestion_ +
+                                "\": 1 to 15 lowercase letters, digits or '_' (cubic, reno, bbr, ...)");
   const std::string why = missing_network_privileges();
   if (!why.empty()) throw NetworkPrivilegeError(why);
   for (const auto& n : sweep_leftovers(prefix_))
@@ -306,6 +319,9 @@ const EmulatedNetwork::Host& EmulatedNetwork::add_host(const std::string& name, 
   check({"ip", "-n", hub_, "link", "set", h.hub_if, "up"});
   check({"ip", "-n", h.netns, "addr", "add", h.address + "/24", "dev", "eth0"});
   check({"ip", "-n", h.netns, "link", "set", "eth0", "up"});
+  if (!tcp_congestion_.empty())  // the subnet's route as the kernel made it, with the algorithm
+    check({"ip", "-n", h.netns, "route", "replace", "10.77.0.0/24", "dev", "eth0", "proto", "kernel", "scope", "link",
+           "src", h.address, "congctl", tcp_congestion_});
   shape(h, rate_bps, "add");
   hosts_.push_back(h);
   return hosts_.back();

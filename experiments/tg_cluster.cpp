@@ -90,6 +90,8 @@ struct Options {
   uint64_t link_rate_bps = 0, ps_link_rate_bps = 0;
   // Every link re-shaped at these seconds after the start (a link that degrades mid-run).
   std::vector<std::pair<double, uint64_t>> link_rate_changes;
+  // The emulated network's TCP congestion control; "host": the machine's default.
+  std::string tcp_congestion = tx::EmulatedNetwork::kDefaultTcpCongestion;
   std::vector<std::string> train_flags;
   bool trace = false;  // every task's timeline, merged with the ps links' into <log_dir>/trace.json
 };
@@ -120,6 +122,9 @@ const char* kHelp =
     "                        link shaped to RATE each way (tc syntax: 500kbit, 100mbit, 1gbit, 10gbit);\n"
     "                        byte counts in <log_dir>/link_stats.json; needs root\n"
     "  --ps_link_rate=RATE   the ps tasks' links at another rate (default --link_rate)\n"
+    "  --tcp_congestion=NAME every task's TCP congestion control on the emulated network (default cubic,\n"
+    "                        Linux's own; host = this machine's default, which may be BBR, and BBR on\n"
+    "                        these veth links leaves a 1 Gbit/s link a third unused)\n"
     "  --trace=BOOL          every task writes its timeline (tg-train --trace_file); merged, with the\n"
     "                        ps links' rates on emulated links, into <log_dir>/trace.json (ui.perfetto.dev)\n"
     "  --link_rate_changes=SECS:RATE[,SECS:RATE...]   every link (ps too) re-shaped to RATE each way\n"
@@ -214,6 +219,10 @@ Options parse(int argc, char** argv) {
     else if ((v = value_of(a, "link_rate")) != "\x01") o.link_rate = v, o.link_rate_bps = to_rate("link_rate", v);
     else if ((v = value_of(a, "ps_link_rate")) != "\x01")
       o.ps_link_rate = v, o.ps_link_rate_bps = to_rate("ps_link_rate", v);
+    else if ((v = value_of(a, "tcp_congestion")) != "\x01") {
+      if (v.empty()) usage_error("--tcp_congestion=: name an algorithm (cubic, reno, bbr) or host");
+      o.tcp_congestion = v;
+    }
     else if ((v = value_of(a, "link_rate_changes")) != "\x01") {
       if (const std::string why = terngrad::comm::rate_schedule_problem<double>(v, &o.link_rate_changes); !why.empty())
         usage_error("--link_rate_changes=" + v + ": " + why);
@@ -226,6 +235,8 @@ Options parse(int argc, char** argv) {
   if (!o.ps_link_rate.empty() && o.link_rate.empty())
     usage_error("--ps_link_rate=" + o.ps_link_rate + " needs --link_rate (the rate of the other tasks' links)");
   if (o.ps_link_rate.empty()) o.ps_link_rate = o.link_rate, o.ps_link_rate_bps = o.link_rate_bps;
+  if (o.tcp_congestion != tx::EmulatedNetwork::kDefaultTcpCongestion && o.link_rate.empty())
+    usage_error("--tcp_congestion=" + o.tcp_congestion + " needs --link_rate (it sets the emulated network's TCP)");
   if (!o.link_rate_changes.empty() && o.link_rate.empty())
     usage_error("--link_rate_changes needs --link_rate (emulated links to re-shape)");
   if (!o.link_rate.empty() && o.host_given)
@@ -419,6 +430,8 @@ void write_link_stats(const Options& o, const std::vector<Task>& tasks, const tx
   j["link_rate_bps"] = o.link_rate_bps;
   j["ps_link_rate"] = o.ps_link_rate;
   j["ps_link_rate_bps"] = o.ps_link_rate_bps;
+  // What the tasks' TCP ran: the pinned algorithm, or the machine's default.
+  j["tcp_congestion"] = net.tcp_congestion().empty() ? tx::host_tcp_congestion() : net.tcp_congestion();
   j["wall_seconds"] = wall_seconds;
   j["outcome"] = outcome;
   j["tasks"] = terngrad::json::Json::array();
@@ -516,7 +529,7 @@ int set_up_network(const Options& o, std::vector<Task>& tasks, std::optional<tx:
   // A closed terminal must clean up too.
   signal(SIGHUP, on_signal);
   try {
-    net.emplace();
+    net.emplace("tgnet", o.tcp_congestion == "host" ? "" : o.tcp_congestion);
     for (Task& t : tasks) {
       const auto& h = net->add_host(host_name(t), t.type == "ps" ? o.ps_link_rate_bps : o.link_rate_bps);
       t.address = h.address + ":" + std::to_string(kEmulatedPort);
@@ -524,6 +537,9 @@ int set_up_network(const Options& o, std::vector<Task>& tasks, std::optional<tx:
     }
   } catch (const tx::NetworkPrivilegeError& e) {
     std::fprintf(stderr, "tg-cluster: --link_rate=%s: %s\n", o.link_rate.c_str(), e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "tg-cluster: --tcp_congestion=%s: %s\n", o.tcp_congestion.c_str(), e.what());
     return 2;
   } catch (const tx::NetworkError& e) {
     std::fprintf(stderr, "tg-cluster: cannot set up the emulated network: %s\n", e.what());
@@ -842,8 +858,11 @@ int run(Options& o) {
                o.chief ? "chief + workers" : "worker 0 is the chief", o.evaluator ? "an evaluator" : "no evaluator",
                o.log_dir.c_str());
   if (net)
-    std::fprintf(stderr, "tg-cluster: emulated links: %s each way (ps: %s), namespaces %s-*\n", o.link_rate.c_str(),
-                 o.ps_link_rate.c_str(), net->hub().substr(0, net->hub().size() - 4).c_str());
+    std::fprintf(stderr, "tg-cluster: emulated links: %s each way (ps: %s), TCP %s, namespaces %s-*\n",
+                 o.link_rate.c_str(), o.ps_link_rate.c_str(),
+                 (net->tcp_congestion().empty() ? "host default " + tx::host_tcp_congestion() : net->tcp_congestion())
+                     .c_str(),
+                 net->hub().substr(0, net->hub().size() - 4).c_str());
 
   // The ps links' counters every millisecond: where they idle.
   std::optional<tx::LinkSampler> sampler;

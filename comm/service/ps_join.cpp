@@ -108,6 +108,7 @@ void ParameterServer::Impl::start_sync_steps_locked(std::vector<detail::ShardCod
 void ParameterServer::Impl::reset_exchanges_locked(detail::InitPlan& plan) {
   const size_t keep = static_cast<size_t>(opt.keep_steps);
   skew.emplace(static_cast<size_t>(total), sync && needed == total ? opt.push_lead_bytes : 0);
+  turns.emplace(static_cast<size_t>(total), opt.push_lead_bytes, kTurnReservation);
   scales.emplace(variables.size(), total, needed, keep);
   presums.emplace(std::move(plan.presum_floats), total, needed, keep);
   replicas.reset(total);

@@ -56,6 +56,7 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
     for (size_t s = 0; s < held->size(); ++s)
       if (!out_stream.write_shard(detail::ShardBytes::kValues, static_cast<uint32_t>(s), (*held)[s], held))
         return grpc::Status(StatusCode::CANCELLED, "Pull: client went away");
+    if (req->push_turn()) wait_push_turn(ctx, req->replica());
     return grpc::Status::OK;
   }
   if (req->stream()) return stream_sums(ctx, req, out_stream, lock);
@@ -94,6 +95,24 @@ grpc::Status ParameterServer::Impl::pull(const Caller& caller, ServerContext* ct
   std::lock_guard<std::mutex> relock(mu);
   if (run_epoch == epoch) steps->pulled(held, req->replica());  // else: a step of the steps a rewind dropped
   return grpc::Status::OK;
+}
+
+void ParameterServer::Impl::wait_push_turn(ServerContext* ctx, uint32_t r) {
+  const timeline::Span span("ps: hold for a push turn", int64_t{r});
+  std::unique_lock<std::mutex> lock(mu);
+  const uint64_t epoch = run_epoch;
+  const Clock::time_point until = Clock::now() + kMaxTurnHold;
+  turns->ask(r);
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    if (run_epoch != epoch) return;  // a new run's turns: this replica registers again
+    if (turns->take(r, now)) return;
+    // The values are sent: whatever else ends the wait, the pull ends well,
+    // and the replica's push finds out what happened.
+    if (ended() || ctx->IsCancelled() || now >= until) break;
+    turns_cv.wait_until(lock, std::min(until, turns->next_lapse(now).value_or(until)));
+  }
+  turns->withdraw(r);
 }
 
 void ParameterServer::Impl::report_step_times_locked(rpc::PullHeader* head) const {

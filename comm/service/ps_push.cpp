@@ -2,6 +2,9 @@
 // then handed to the sync steps (summed outside the lock) or the async updates (ps_service.h).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,7 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   const rpc::PushHeader h = chunk.header();
   std::shared_ptr<const std::vector<Shard>> layout;
   uint64_t epoch = 0;
+  uint64_t turns_lead = 0;
   bool counted = false;  // this read counts for held replies (push_skew.h)
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -29,6 +33,10 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
     epoch = run_epoch;
     counted = sync && skew->active();
     if (counted) skew->begin_read(h.replica(), h.step());
+    if (!sync) {
+      turns->begin_read(h.replica());
+      turns_lead = turns->lead_bytes();
+    }
   }
   // The read's end, however take_push returns: held replies wait on it (push_skew.h).
   struct ReadCount {
@@ -46,18 +54,55 @@ grpc::Status ParameterServer::Impl::push(const Caller& caller, grpc::ServerReade
   };
   std::optional<ReadCount> reading;
   if (counted) reading.emplace(*this, h.replica(), epoch);
+  // Async: this push holds the link in until at most the lead's bytes of it
+  // are still to come, then the next replica's turn may begin (push_turns.h).
+  struct TurnHeld {
+    Impl& ps;
+    const uint32_t r;
+    const uint64_t epoch;
+    bool far_from_done = true;
+    TurnHeld(Impl& p, uint32_t replica, uint64_t e) : ps(p), r(replica), epoch(e) {}
+    TurnHeld(const TurnHeld&) = delete;
+    TurnHeld& operator=(const TurnHeld&) = delete;
+    void nearly_done() {
+      std::lock_guard<std::mutex> lock(ps.mu);
+      if (ps.run_epoch == epoch) ps.turns->nearly_done(r);
+      far_from_done = false;
+      ps.turns_cv.notify_all();
+    }
+    ~TurnHeld() {
+      std::lock_guard<std::mutex> lock(ps.mu);
+      if (ps.run_epoch == epoch) ps.turns->end_read(r, far_from_done);
+      ps.turns_cv.notify_all();
+    }
+  };
+  std::optional<TurnHeld> turn;
+  uint64_t to_come = 0;  // payload bytes of this push not read yet (at most: a variable-size codec's capacity)
+  if (!sync) {
+    turn.emplace(*this, h.replica(), epoch);
+    for (const Shard& sh : *layout) to_come += sh.codec->payload_bytes(sh.view.count);
+  }
+  auto next = [&](rpc::PushChunk& c) {
+    if (!reader->Read(&c)) return false;
+    if (turn && turn->far_from_done && c.has_payload()) {
+      to_come -= std::min<uint64_t>(to_come, c.payload().data().size());
+      if (to_come <= turns_lead) turn->nearly_done();
+    }
+    return true;
+  };
   // The mode is fixed once Init has run, and this push holds the shards
   // (codecs) it began with: the push intake reads them without the lock.
   const std::string who = replica_name(h.replica()) + " step " + std::to_string(h.step());
   detail::PushIntake in;
   const int64_t read_from = timeline::recording() ? timeline::now_us() : 0;
   if (const auto refusal = detail::take_push(
-          h, *layout, sync, who, [&](rpc::PushChunk& c) { return reader->Read(&c); }, in))
+          h, *layout, sync, who, next, in))
     return grpc::Status(StatusCode::INVALID_ARGUMENT, *refusal);
   // Arg: the replica, and the bucket's first shard ("replica * 1000 + shard").
   timeline::complete("ps: read a push", read_from, timeline::now_us(),
                      1000 * int64_t{h.replica()} + (in.ids.empty() ? 0 : in.ids.front()));
   reading.reset();
+  turn.reset();
   return sync ? push_sync(caller, h, epoch, in.ids, in.payloads, in.received, reply)
               : push_async(caller, h, in.payloads, in.received, reply);
 }

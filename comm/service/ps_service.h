@@ -40,6 +40,7 @@
 #include "pull_stream.h"
 #include "push_intake.h"
 #include "push_skew.h"
+#include "push_turns.h"
 #include "refusal_log.h"
 #include "replica_table.h"
 #include "restarted_ps.h"
@@ -106,15 +107,18 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // (read, accepted, summed) do not wake them for nothing, each wake-up a task
   // switch and a turn at `mu` on a machine the replicas' compute shares:
   // streamed Pulls (`sums_cv`: a step's sums became ready) and run() and the
-  // watchdog (`ended_cv`: the run ended or the ps stops). wake_all_locked()
-  // notifies all three where the run ends or rewinds.
+  // watchdog (`ended_cv`: the run ended or the ps stops), and async Pulls
+  // waiting for a push turn (`turns_cv`: a push began, nearly ended or ended).
+  // wake_all_locked() notifies all four where the run ends or rewinds.
   std::condition_variable cv;
   std::condition_variable sums_cv;
   std::condition_variable ended_cv;
+  std::condition_variable turns_cv;
   void wake_all_locked() {
     cv.notify_all();
     sums_cv.notify_all();
     ended_cv.notify_all();
+    turns_cv.notify_all();
   }
   Phase phase = Phase::kWaitingInit;
   std::string failure;
@@ -142,6 +146,12 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   std::optional<detail::PushSkew> skew;          // sync runs: how far a replica's pushes may lead
   // A held reply is sent after this at the latest (a bound, not the rule).
   static constexpr std::chrono::milliseconds kMaxReplyHold{1000};
+  // Async runs: whose push crosses the link in next (push_turns.h). A pull
+  // waiting for its replica's turn ends after kMaxTurnHold at the latest; a
+  // turn not used lapses after kTurnReservation.
+  std::optional<detail::PushTurns> turns;
+  static constexpr std::chrono::milliseconds kMaxTurnHold{1000};
+  static constexpr std::chrono::milliseconds kTurnReservation{20};
   std::optional<detail::ScaleExchange> scales;    // scale sharing (used on ps 0)
   std::optional<detail::PresumExchange> presums;  // multi-round codecs' pre-rounds (used on ps 0)
   uint64_t bytes_in = 0, bytes_out = 0;
@@ -363,6 +373,10 @@ struct ParameterServer::Impl final : public rpc::ParameterServer::Service {
   // until each replica (by its session, not by counting calls) has pulled
   // them or the ring of kept steps moves on.
   grpc::Status pull(const Caller& caller, ServerContext* ctx, const rpc::PullRequest* req, detail::PullStream& out);
+  // Async, a pull with push_turn whose values are sent: returns once replica
+  // r may push (push_turns.h), or the run ended, the call was cancelled or
+  // kMaxTurnHold passed (the push then goes anyway).
+  void wait_push_turn(ServerContext* ctx, uint32_t r);
 
   // The mean of the replicas' last step-time reports (mu held).
   void report_step_times_locked(rpc::PullHeader* head) const;

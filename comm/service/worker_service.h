@@ -236,6 +236,9 @@ struct WorkerClient::Impl {
     std::vector<rpc::PushReply> replies;
     std::vector<std::thread> writers;
     std::exception_ptr error;
+    // [ps]: the count of turn-asking pulls that must have ended before this
+    // push's first bytes leave (push_turns.h): those started before begin_push.
+    std::vector<uint64_t> turns_needed;
   };
   std::mutex sm;
   std::condition_variable scv;
@@ -252,10 +255,13 @@ struct WorkerClient::Impl {
     std::exception_ptr error;
   };
   StreamedPull pulled;
+  // [ps]: pulls that asked for a push turn, started and ended (however they
+  // ended: an error is end_pull's to report, and the push meets it too).
+  std::vector<uint64_t> turn_pulls_started, turn_pulls_ended;
   // Reads ps p's values into pulled.values as they arrive; with
   // after_own_push, asks p to answer once this replica's push of that step
-  // is applied.
-  void stream_pull_from(int p, std::optional<int64_t> after_own_push);
+  // is applied; with push_turn, to end the call once the next push may go.
+  void stream_pull_from(int p, std::optional<int64_t> after_own_push, bool push_turn);
 
   // ---- the exchanges through ps 0: scale sharing, multi-round pre-rounds ----
 

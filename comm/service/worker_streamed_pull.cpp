@@ -19,7 +19,7 @@ namespace {
 using grpc::StatusCode;
 }  // namespace
 
-void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_own_push) {
+void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_own_push, bool push_turn) {
   timeline::name_thread("values puller");
   const auto& mine = layout.shards_on[p];
   call(p, "Pull", [&] {
@@ -31,6 +31,7 @@ void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_ow
       req.set_after_own_push(true);
       req.set_own_push_step(*after_own_push);
     }
+    req.set_push_turn(push_turn);
     message_sent += req.ByteSizeLong();
     auto r = stubs[p]->Pull(&ctx, req);
     rpc::PullChunk c;
@@ -93,12 +94,12 @@ void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_ow
   });
 }
 
-int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values) {
-  start_pull(values, false);
+int64_t WorkerClient::begin_pull(std::span<const std::span<float>> values, bool push_turn) {
+  start_pull(values, false, push_turn);
   return pulled_step();
 }
 
-void WorkerClient::start_pull(std::span<const std::span<float>> values, bool after_own_push) {
+void WorkerClient::start_pull(std::span<const std::span<float>> values, bool after_own_push, bool push_turn) {
   Impl& m = *impl_;
   if (m.sync) throw std::logic_error("begin_pull in a sync run");
   const Layout& l = m.layout;
@@ -116,15 +117,23 @@ void WorkerClient::start_pull(std::span<const std::span<float>> values, bool aft
   m.pulled.values.assign(values.begin(), values.end());
   m.pulled.landed.assign(l.shards.size(), false);
   m.pulled.answered.assign(l.num_ps, false);
+  m.turn_pulls_started.resize(l.num_ps, 0);
+  m.turn_pulls_ended.resize(l.num_ps, 0);
   for (int p = 0; p < l.num_ps; ++p) {
     // The push in flight to ps p carries the step of the values last pulled from it.
     const std::optional<int64_t> own = after_own_push ? std::optional<int64_t>(m.async_steps[p]) : std::nullopt;
-    m.pulled.readers.push_back(comm_thread([&m, p, own] {
+    if (push_turn) ++m.turn_pulls_started[p];
+    m.pulled.readers.push_back(comm_thread([&m, p, own, push_turn] {
       try {
-        m.stream_pull_from(p, own);
+        m.stream_pull_from(p, own, push_turn);
       } catch (...) {
         std::lock_guard<std::mutex> lk(m.sm);
         if (!m.pulled.error) m.pulled.error = std::current_exception();
+        m.scv.notify_all();
+      }
+      if (push_turn) {  // the push waiting for this turn may go
+        std::lock_guard<std::mutex> lk(m.sm);
+        ++m.turn_pulls_ended[p];
         m.scv.notify_all();
       }
     }));

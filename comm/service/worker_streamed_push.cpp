@@ -34,6 +34,11 @@ void WorkerClient::Impl::stream_push_to(int p) {
       scv.wait(lk, [&] { return streamed.loss_set || streamed.ended; });
       if (!streamed.loss_set) throw Cancelled{};  // ended before a payload: no call, not even a header
       loss = streamed.loss;
+      // The push turn the last pull asked for (push_turns.h): its end says this push may go.
+      if (turn_pulls_ended[p] < streamed.turns_needed[p]) {
+        const timeline::Span wait("wait for a push turn", p);
+        scv.wait(lk, [&] { return turn_pulls_ended[p] >= streamed.turns_needed[p]; });
+      }
     }
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
@@ -72,6 +77,9 @@ void WorkerClient::begin_push() {
   m.streamed = {};
   m.streamed.queued.resize(m.layout.num_ps);
   m.streamed.replies.resize(m.layout.num_ps);
+  m.turn_pulls_started.resize(m.layout.num_ps, 0);
+  m.turn_pulls_ended.resize(m.layout.num_ps, 0);
+  m.streamed.turns_needed = m.turn_pulls_started;
   for (int p = 0; p < m.layout.num_ps; ++p)
     m.streamed.writers.push_back(comm_thread([&m, p] {
       try {

@@ -46,7 +46,7 @@ class AsyncLoop final : public ReplicaLoop {
       // The values land shard by shard; the forward pass waits for the ones it reads.
       {
         const timeline::Span span("begin pull");
-        global = pull_started ? r_.client.pulled_step() : r_.client.begin_pull(values);
+        global = pull_started ? r_.client.pulled_step() : r_.client.begin_pull(values, push_turns());
         pull_started = false;
       }
       if (global >= cfg_.max_steps) {
@@ -61,7 +61,7 @@ class AsyncLoop final : public ReplicaLoop {
       // values it was computed at (the next pull lands in the same tensors).
       const int64_t done = global + 1;
       if (r_.step.overlaps_communication() && !run.evaluation_due(done) && !saves(done)) {
-        r_.client.start_pull(values, /*after_own_push=*/true);
+        r_.client.start_pull(values, /*after_own_push=*/true, push_turns());
         pull_started = true;
       }
       // Dropped past the run's last step (another replica's push took it):
@@ -87,6 +87,10 @@ class AsyncLoop final : public ReplicaLoop {
   }
 
  private:
+  // Pushes cross the ps's link in turn (push_turns.h): only where the pull
+  // ends after the values are read, as the overlapped step ends it.
+  bool push_turns() const { return cfg_.push_turns && r_.step.overlaps_communication(); }
+
   // The gradient at the values being pulled (each layer waits for its own),
   // each variable's payloads leaving as soon as the backward pass has
   // finished it, and a shard of a codec that encodes slices separately

@@ -238,8 +238,10 @@ std::vector<Flag> cluster_flags() {
       {"max_shard_bytes", "cap on a ps shard's fp32 bytes (0 = none); small shards pipeline", TG_INT(max_shard_bytes)},
       {"compute_nice", "cluster CPU replica: compute this many nice steps below communication (0..19)",
        TG_INT(compute_nice)},
-      {"push_lead_bytes", "sync ps: hold a push's reply while its replica leads one still sending by this (0 = never)",
+      {"push_lead_bytes", "sync ps: hold a push's reply while its replica leads one still sending by this (0 = never); async: "
+       "the next push turn begins with this much of the last push to come",
        TG_INT(push_lead_bytes)},
+      {"push_turns", "async: replicas' pushes cross the ps's link one at a time, in turn", TG_BOOL(push_turns)},
       {"retain_freed_memory", "tg-train: keep freed blocks under 32 MiB for reuse, not returned to the kernel",
        TG_BOOL(retain_freed_memory)},
       {"overlap_comm", "sync: push each variable during backward, decode sums as they arrive", TG_BOOL(overlap_comm)},

@@ -216,7 +216,14 @@ class WorkerClient {
   // sends one snapshot of its shards; a retried call keeps the shards that
   // had landed (a replica may have read them) and takes the rest from the ps's
   // snapshot then, as reads of separate variables do in any async ps.
-  int64_t begin_pull(std::span<const std::span<float>> values);
+  //
+  // With push_turn, each ps ends the pull only once this replica's next push
+  // may cross its link in alone (comm/service/push_turns.h), and the next
+  // begin_push's bytes to that ps wait for that end: the values land as
+  // before, only the push's bytes wait. A pull ended before the values are
+  // read (end_pull() first, by a step that takes the weights whole) should
+  // not ask: its end would wait for the turn.
+  int64_t begin_pull(std::span<const std::span<float>> values, bool push_turn = false);
   // begin_pull in two halves. start_pull sends the pull and returns at once;
   // pulled_step waits for every ps's answer and returns begin_pull's step.
   // With after_own_push, called between this replica's last push_payloads
@@ -227,7 +234,7 @@ class WorkerClient {
   //   start_pull(values, true); end_push(); step = pulled_step(); wait_values...; end_pull();
   // The values land in `values` from then on: nothing may read them as the
   // last pull's meanwhile. std::logic_error with no push in flight.
-  void start_pull(std::span<const std::span<float>> values, bool after_own_push);
+  void start_pull(std::span<const std::span<float>> values, bool after_own_push, bool push_turn = false);
   int64_t pulled_step();
   // Blocks until elements [0, elements) of variable v have landed (every
   // shard of v that begins below `elements`); throws what the pull met, and

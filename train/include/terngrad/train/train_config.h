@@ -131,6 +131,11 @@ struct TrainConfig {
   // each shard together. Measured on 2 cores, LeNet, 4 replicas: 1.03x at
   // 1 Gbit/s, 1.07x at 500 Mbit/s, 1.00x on loopback (CPU-bound there).
   int64_t push_lead_bytes = 256 << 10;
+  // Async, overlapped: each replica's push crosses the ps's link in alone, in
+  // turn (comm/service/push_turns.h): the next turn begins when the last push
+  // has at most push_lead_bytes to come. Replicas then push while others pull
+  // instead of falling into step.
+  bool push_turns = true;
   // tg-train keeps freed blocks below 32 MiB in the process (glibc's mmap and
   // trim thresholds) instead of handing them back to the kernel: every step's
   // message buffers (gRPC's, the ps's values and gradients) are then reused,
