@@ -6,6 +6,7 @@
 // unreachable ps).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -884,6 +885,69 @@ TEST(PsService, APullSentWithThePushIsAnsweredOnceThePushIsApplied) {
     EXPECT_EQ(b, std::vector<float>(100, 2.0f - applied));
   }
   EXPECT_THROW(chief.pulled_step(), std::logic_error) << "no pull in flight";
+  chief.finish(true);
+}
+
+// begin_pull(push_turn): the values land at once, but the replica's next
+// push to a ps leaves only once no other replica's push to it is still
+// arriving (comm/service/push_turns.h; these ps tasks have no lead, so "still
+// arriving" is until read whole). Without the turn it leaves at once.
+TEST(PsService, AsyncPushesCrossThePsLinkInTurn) {
+  TwoAsyncPs cluster(2);
+  const tc::Layout& l = cluster.layout;
+  std::vector<float> a0(5000, 1.0f), b0(100, 2.0f);
+  const tc::WorkerClient::InitTensors init = cluster.init(a0, b0);
+  tc::WorkerClient chief(addresses(cluster.ps), l, 0, false, 2, 1, fast_client());
+  tc::WorkerClient other(addresses(cluster.ps), l, 1, false, 2, 1, fast_client());
+  std::thread joining([&] { other.join(0); });
+  EXPECT_EQ(chief.join(3, &init), 3);
+  joining.join();
+  const std::vector<std::vector<uint8_t>> payloads = cluster.ones_payloads();
+  auto queue = [&](tc::WorkerClient& c, size_t from, size_t to) {
+    for (size_t sh = from; sh < to; ++sh) {
+      const size_t one[1] = {sh};
+      const std::span<const uint8_t> view[1] = {payloads[sh]};
+      c.push_payloads(0.5f, one, view);
+    }
+  };
+  std::vector<float> a(5000), b(100), a_other(5000), b_other(100);
+  const std::span<float> vals[2] = {a, b};
+  const std::span<float> other_vals[2] = {a_other, b_other};
+  for (const bool turns : {false, true}) {
+    SCOPED_TRACE(turns ? "with push turns" : "without");
+    other.begin_pull(other_vals);
+    other.end_pull();
+    // The other replica's push is under way on the ps of the last shard: all
+    // but that shard are queued (its part on the other ps is read whole).
+    other.begin_push();
+    queue(other, 0, l.shards.size() - 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its header reaches that ps
+    chief.begin_pull(vals, turns);
+    chief.wait_values(0, 5000);
+    chief.wait_values(1, 100);
+    EXPECT_EQ(a[0], a_other[0]) << "the values land while the turn waits";
+    std::atomic<bool> pushed{false};
+    std::thread pushing([&] {
+      chief.begin_push();
+      queue(chief, 0, l.shards.size());
+      EXPECT_TRUE(chief.end_push().applied);
+      pushed = true;
+    });
+    // Held for at most the ps's 1 s bound; 300 ms tells the two apart.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(pushed.load(), !turns) << "the chief's push waits for the other's only with push turns";
+    queue(other, l.shards.size() - 1, l.shards.size());
+    EXPECT_TRUE(other.end_push().applied);
+    pushing.join();
+    EXPECT_TRUE(pushed.load());
+    chief.end_pull();
+  }
+  std::vector<float> a2(5000), b2(100);
+  const std::span<float> vals2[2] = {a2, b2};
+  EXPECT_EQ(chief.pull_values(vals2), 7) << "four pushes applied, each once";
+  EXPECT_EQ(a2, std::vector<float>(5000, 1.0f - 4 * 0.5f));
+  EXPECT_EQ(b2, std::vector<float>(100, 2.0f - 4 * 0.5f));
+  other.finish(true);
   chief.finish(true);
 }
 

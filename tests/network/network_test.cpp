@@ -244,7 +244,10 @@ TEST(LinkRate, TgClusterRefusesBadLinkFlags) {
            {"--link_rate=1gbit --link_rate_changes=5:1gbit,3:1mbit", "entry \"3:1mbit\" does not come after the time before it"},
            {"--link_rate=1gbit --link_rate_changes=0:1gbit", "entry \"0:1gbit\" has no seconds > 0 before its ':'"},
            {"--link_rate=1gbit --link_rate_changes=2:fast", "entry \"2:fast\" expected a rate in tc's syntax"},
-           {"--link_rate=1gbit --link_rate_changes=5:fast", "fast"}}) {
+           {"--link_rate=1gbit --link_rate_changes=5:fast", "fast"},
+           {"--tcp_congestion=reno", "--tcp_congestion=reno needs --link_rate"},
+           {"--link_rate=1gbit --tcp_congestion=", "name an algorithm"},
+           {"--link_rate=1gbit --tcp_congestion=Cubic", "1 to 15 lowercase letters"}}) {
     const Proc p = run_command(std::string(TG_CLUSTER_BIN) + " " + c.flags + " -- --net=lenet --max_steps=1");
     EXPECT_EQ(p.exit_code, 2) << c.flags << "\n" << p.output;
     EXPECT_NE(p.output.find(c.fragment), std::string::npos) << c.flags << "\n" << p.output;
@@ -306,6 +309,12 @@ TEST(EmulatedNetworkLinks, BulkTransfersRunAtTheShapedRateBothWays) {
   ASSERT_EQ(a.address, "10.77.0.1");
   ASSERT_EQ(b.address, "10.77.0.2");
   EXPECT_EQ(tx::EmulatedNetwork::namespaces_of("tgnet", getpid()).size(), 3u) << "hub, a, b";
+  // Every host's TCP runs the pinned algorithm, whatever the machine's default.
+  ASSERT_EQ(net.tcp_congestion(), "cubic");
+  for (const auto& h : {a, b}) {
+    const Proc route = run_command("ip -n " + h.netns + " route get 10.77.0.9");
+    EXPECT_NE(route.output.find("congctl cubic"), std::string::npos) << h.name << ": " << route.output;
+  }
   // The receiver times from the first byte to the end, so connection setup
   // and the bucket's first burst barely count.
   const std::string sink =
