@@ -235,7 +235,9 @@ Options parse(int argc, char** argv) {
   if (!o.ps_link_rate.empty() && o.link_rate.empty())
     usage_error("--ps_link_rate=" + o.ps_link_rate + " needs --link_rate (the rate of the other tasks' links)");
   if (o.ps_link_rate.empty()) o.ps_link_rate = o.link_rate, o.ps_link_rate_bps = o.link_rate_bps;
-  if (o.tcp_congestion != tx::EmulatedNetwork::kDefaultTcpCongestion && o.link_rate.empty())
+  // On loopback every task runs the machine's default ("host").
+  if (o.tcp_congestion != tx::EmulatedNetwork::kDefaultTcpCongestion && o.tcp_congestion != "host" &&
+      o.link_rate.empty())
     usage_error("--tcp_congestion=" + o.tcp_congestion + " needs --link_rate (it sets the emulated network's TCP)");
   if (!o.link_rate_changes.empty() && o.link_rate.empty())
     usage_error("--link_rate_changes needs --link_rate (emulated links to re-shape)");

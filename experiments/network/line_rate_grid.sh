@@ -9,6 +9,8 @@
 #   experiments/network/line_rate_grid.sh BASE_BUILD NEW_BUILD OUT [REPS]
 # LINE_RATE_CONFIGS="mode replicas link steps;..." runs those configurations
 # instead of the grid below (e.g. "async 4 1gbit 300;sync 2 loopback 300").
+# LINE_RATE_CLUSTER_FLAGS adds tg-cluster flags to every run (e.g.
+# "--tcp_congestion=host": the machine's TCP congestion control, not cubic).
 set -euo pipefail
 if [[ $# -lt 3 || $# -gt 4 ]]; then
   echo "usage: line_rate_grid.sh BASE_BUILD NEW_BUILD OUT [REPS]" >&2
@@ -31,7 +33,9 @@ one() {  # label build mode replicas link steps
   # 4-replica runs into divergence on an AMD Zen 3 (3 runs of 4), and at 0.005 still 2 of 6
   # (2026-11-29); staleness grows with the replicas. The work per step is the same at any rate.
   [[ $mode == async ]] && sync=(--sync_replicas=false --initial_learning_rate="$(python3 -c "print(0.01 / $replicas)")")
-  "$new/experiments/tg-cluster" --tg_train="$build/experiments/tg-train" "${net[@]}" --replica_threads=1 --num_ps=1 --num_workers=$((replicas - 1)) -- \
+  local cluster_flags=()
+  read -r -a cluster_flags <<< "${LINE_RATE_CLUSTER_FLAGS:-}"
+  "$new/experiments/tg-cluster" --tg_train="$build/experiments/tg-train" "${net[@]}" "${cluster_flags[@]}" --replica_threads=1 --num_ps=1 --num_workers=$((replicas - 1)) -- \
     --net=lenet --dataset_name=synthetic --synthetic_examples=4096 --batch_size=32 --max_steps="$steps" \
     --grad_bits=32 --eval_interval_steps=0 --max_eval_examples=256 --train_dir="$dir" "${sync[@]}" > "$dir/launcher.log" 2>&1
   local rate idle_in=- idle_out=- step_ms=-
