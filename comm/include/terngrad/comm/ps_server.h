@@ -87,6 +87,9 @@ struct ServerOptions {
   // has more than this many bytes of the step in beyond a replica still
   // sending (or twice the largest push, if more), so that replicas sharing a
   // link deliver each shard together (comm/service/push_skew.h). 0: never.
+  // Async: a replica's push turn (a Pull with push_turn) begins once the
+  // push before it has at most this many bytes to come (0: once it is read
+  // whole; comm/service/push_turns.h).
   uint64_t push_lead_bytes = 0;
   bool verbose = true;             // one line per event on stderr
   // The run's cluster secret: every call must then prove a role (above).
