@@ -157,6 +157,10 @@ bool WorkerClient::Impl::rejoins_restarted_ps() {
 
 void WorkerClient::Impl::rejoin_restarted_ps(int p, const std::string& refusal) {
   std::lock_guard<std::mutex> one(rejoin_mu);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++restarts_met[p];
+  }
   const auto until =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.ps_rejoin_window_s));
   std::fprintf(stderr, "replica %d (%s): %s restarted (%s); %s\n", replica, opt.label.c_str(), ps_name(p).c_str(),

@@ -310,6 +310,15 @@ struct WorkerClient::Impl {
   // has returned (before that a ps waiting for Init is only early).
   std::function<InitTensors()> refill;
   std::mutex rejoin_mu;
+  // [ps] async rejoins so far (guarded by mu): a pull sent with this replica's push
+  // (after_own_push) that meets its ps's restart stops waiting for that push,
+  // which went to the ps before the restart (applied there and lost with it,
+  // or never read) and would never arrive at the refilled one.
+  std::vector<uint64_t> restarts_met;
+  uint64_t restarts_met_of(int p) {
+    std::lock_guard<std::mutex> lock(mu);
+    return restarts_met[p];
+  }
   bool joined = false;
   bool rejoins_restarted_ps();
   void rejoin_restarted_ps(int p, const std::string& refusal);

@@ -22,11 +22,13 @@ using grpc::StatusCode;
 void WorkerClient::Impl::stream_pull_from(int p, std::optional<int64_t> after_own_push, bool push_turn) {
   timeline::name_thread("values puller");
   const auto& mine = layout.shards_on[p];
+  const uint64_t restarts_before = restarts_met_of(p);
   call(p, "Pull", [&] {
     grpc::ClientContext ctx;
     const auto armed = arm(ctx);
     rpc::PullRequest req;
     req.set_replica(static_cast<uint32_t>(replica));
+    if (after_own_push && restarts_met_of(p) != restarts_before) after_own_push.reset();  // the ps restarted meanwhile
     if (after_own_push) {
       req.set_after_own_push(true);
       req.set_own_push_step(*after_own_push);
