@@ -182,6 +182,8 @@ WorkerClient::WorkerClient(std::vector<std::string> ps_addresses, Layout layout,
   m.declared_silent.assign(m.addresses.size(), false);
   m.async_steps.assign(m.addresses.size(), 0);
   m.restarts_met.assign(m.addresses.size(), 0);
+  m.turn_pulls_started.assign(m.addresses.size(), 0);
+  m.turn_pulls_ended.assign(m.addresses.size(), 0);
   m.local_index.assign(m.layout.shards.size(), 0);
   for (const auto& on : m.layout.shards_on)
     for (size_t local = 0; local < on.size(); ++local) m.local_index[on[local]] = static_cast<uint32_t>(local);

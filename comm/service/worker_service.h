@@ -256,7 +256,8 @@ struct WorkerClient::Impl {
   };
   StreamedPull pulled;
   // [ps]: pulls that asked for a push turn, started and ended (however they
-  // ended: an error is end_pull's to report, and the push meets it too).
+  // ended: an error is end_pull's to report, and the push meets it too);
+  // sized per ps by the constructor, sm guards them.
   std::vector<uint64_t> turn_pulls_started, turn_pulls_ended;
   // Reads ps p's values into pulled.values as they arrive; with
   // after_own_push, asks p to answer once this replica's push of that step

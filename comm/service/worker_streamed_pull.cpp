@@ -119,8 +119,6 @@ void WorkerClient::start_pull(std::span<const std::span<float>> values, bool aft
   m.pulled.values.assign(values.begin(), values.end());
   m.pulled.landed.assign(l.shards.size(), false);
   m.pulled.answered.assign(l.num_ps, false);
-  m.turn_pulls_started.resize(l.num_ps, 0);
-  m.turn_pulls_ended.resize(l.num_ps, 0);
   for (int p = 0; p < l.num_ps; ++p) {
     // The push in flight to ps p carries the step of the values last pulled from it.
     const std::optional<int64_t> own = after_own_push ? std::optional<int64_t>(m.async_steps[p]) : std::nullopt;

@@ -77,8 +77,6 @@ void WorkerClient::begin_push() {
   m.streamed = {};
   m.streamed.queued.resize(m.layout.num_ps);
   m.streamed.replies.resize(m.layout.num_ps);
-  m.turn_pulls_started.resize(m.layout.num_ps, 0);
-  m.turn_pulls_ended.resize(m.layout.num_ps, 0);
   m.streamed.turns_needed = m.turn_pulls_started;
   for (int p = 0; p < m.layout.num_ps; ++p)
     m.streamed.writers.push_back(comm_thread([&m, p] {
