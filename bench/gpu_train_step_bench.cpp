@@ -5,14 +5,17 @@
 // codec's share of the step, and each rate twice: the batches on the device
 // (PyTorch's reference keeps them there: the like-for-like figure) and each
 // step copying them from host memory first; 'host ms' is the host's time to
-// enqueue a step (near ms/step: the step is bound by the host). Before timing, the first step's loss is checked
+// enqueue a step (near ms/step: the step is bound by the host). 'threads':
+// whether each worker's launches are issued from its own host thread
+// (VirtualWorkersConfig::host_threads; --host_threads=both times the step
+// both ways in the same run, one thread first). Before timing, the first step's loss is checked
 // against the CPU model's loss on the same batches and weights (1e-4
 // relative; 1e-2 with TG_GPU_TF32=1). Prints one line per configuration and, given the JSON lines of
 // bench/pytorch_gpu_reference.py run on the same GPU (--reference), the
 // PyTorch eager rate of the same step and the ratio (target: >= 2x).
 //
 //   ./build/bench/gpu_train_step_bench [--workers=4] [--batch=64] [--steps=100] [--reference=FILE]
-//                                      [--nets=lenet,cifarnet,alexnet]
+//                                      [--nets=lenet,cifarnet,alexnet] [--host_threads=1|0|both]
 //
 // Without a device it prints "no CUDA device: ..." and exits 0 (so the
 // check script can run it everywhere).
@@ -94,10 +97,12 @@ double seconds_per_step(int steps, Step&& one_step) {
   return best;
 }
 
-Rates examples_per_sec(const std::string& net, const std::string& codec, int workers, int batch, int steps) {
+Rates examples_per_sec(const std::string& net, const std::string& codec, int workers, int batch, int steps,
+                       bool host_threads) {
   auto model = tt::make_model(net, tt::ModelOptions{}, 1);
   tc::VirtualWorkersConfig cfg;
   cfg.num_workers = workers;
+  cfg.host_threads = host_threads;
   cfg.plan.assign(model->params().size(), codec);
   for (int w = 0; w < workers; ++w) cfg.codec_seeds.push_back(1000 + w);
   cfg.dropout_seed = dropout_seed;
@@ -157,12 +162,21 @@ int main(int argc, char** argv) {
   }
   const int workers = flag(argc, argv, "workers", 4), batch = flag(argc, argv, "batch", 64);
   const int steps = flag(argc, argv, "steps", 100);
+  const std::string threads_flag = text_flag(argc, argv, "host_threads");
+  std::vector<bool> thread_modes;
+  if (threads_flag.empty() || threads_flag == "1") thread_modes = {true};
+  else if (threads_flag == "0") thread_modes = {false};
+  else if (threads_flag == "both") thread_modes = {false, true};
+  else {
+    std::printf("--host_threads=%s: expected 1, 0 or both\n", threads_flag.c_str());
+    return 2;
+  }
   const char* algo = std::getenv("TG_CUDNN_ALGO");
   std::printf("cuDNN algorithms: %s; TF32: %s (TG_CUDNN_ALGO, TG_GPU_TF32). examples/s and the ratios: batches on the "
               "device, as in PyTorch's reference; 'with upload': each step copies its batches from host memory\n",
               algo && *algo ? algo : "heuristic", tc::tf32_enabled() ? "on" : "off");
-  std::printf("net       codec     workers batch  examples/s  ms/step  host ms  with upload  PyTorch ex/s  x PyTorch  "
-              "x PyTorch, TF32 off\n");
+  std::printf("net       codec     threads workers batch  examples/s  ms/step  host ms  with upload  PyTorch ex/s  "
+              "x PyTorch  x PyTorch, TF32 off\n");
   std::vector<std::string> nets;
   {
     std::string list = text_flag(argc, argv, "nets");
@@ -176,27 +190,30 @@ int main(int argc, char** argv) {
   for (const std::string& name : nets) {
     const char* net = name.c_str();
     for (const char* codec : {"terngrad:clip=2.5,share_scale=1", "fp32"}) {
-      const std::string label = std::string(codec).substr(0, std::string(codec).find(':'));
-      Rates rates;
-      try {
-        rates = examples_per_sec(net, codec, workers, batch, steps);
-      } catch (const std::exception& e) {
-        std::printf("--nets: %s: %s\n", net, e.what());
-        return 2;
+      for (const bool threads : thread_modes) {
+        const std::string label = std::string(codec).substr(0, std::string(codec).find(':'));
+        Rates rates;
+        try {
+          rates = examples_per_sec(net, codec, workers, batch, steps, threads);
+        } catch (const std::exception& e) {
+          std::printf("--nets: %s: %s\n", net, e.what());
+          return 2;
+        }
+        const double ref = reference.empty() ? 0 : reference_rate(reference, net, label, true);
+        const double ref_fp32 = reference.empty() ? 0 : reference_rate(reference, net, label, false);
+        const double eps = rates.on_device;
+        std::printf("%-9s %-9s %7s %7d %5d %11.0f %8.3f %8.3f %12.0f", net, label.c_str(), threads ? "yes" : "no",
+                    workers, batch, eps,
+                    1e3 * workers * batch / eps, rates.enqueue_ms, rates.with_upload);
+        if (ref > 0)
+          std::printf(" %13.0f %10.2f", ref, eps / ref);
+        else
+          std::printf(" %13s %10s", "-", "-");
+        if (ref_fp32 > 0)
+          std::printf(" %20.2f\n", eps / ref_fp32);
+        else
+          std::printf(" %20s\n", "-");
       }
-      const double ref = reference.empty() ? 0 : reference_rate(reference, net, label, true);
-      const double ref_fp32 = reference.empty() ? 0 : reference_rate(reference, net, label, false);
-      const double eps = rates.on_device;
-      std::printf("%-9s %-9s %7d %5d %11.0f %8.3f %8.3f %12.0f", net, label.c_str(), workers, batch, eps,
-                  1e3 * workers * batch / eps, rates.enqueue_ms, rates.with_upload);
-      if (ref > 0)
-        std::printf(" %13.0f %10.2f", ref, eps / ref);
-      else
-        std::printf(" %13s %10s", "-", "-");
-      if (ref_fp32 > 0)
-        std::printf(" %20.2f\n", eps / ref_fp32);
-      else
-        std::printf(" %20s\n", "-");
     }
   }
   std::fflush(stdout);

@@ -14,6 +14,7 @@
 #   train     tg-compare --device=gpu, the main job on Fashion-MNIST
 #   sanitize  compute-sanitizer memcheck and racecheck: codec tests, a short GPU training run
 #   python    the Python package and its DDP hook under the device's PyTorch
+#             (run right after the tests, whatever the order given)
 #   profile   (not in the default) Nsight Compute: every kernel's time in the
 #             AlexNet step (the target still missed, bench/RESULTS.md); with
 #             TG_KIT_PROFILE_ENCODE=1 also the 64M encode's kernels; an Nsight
@@ -263,6 +264,20 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     }
   fi
 
+  if stage python; then
+    section "Python package and DDP hook under this machine's PyTorch"
+    for t in test_ddp_cuda.py test_codec.py test_ddp_hook.py; do
+      out_of_time "python $t" && break
+      echo "\$ python3 tests/python/$t"
+      TERNGRAD_LIBRARY=$kit_lib/libterngrad.so \
+        PYTHONPATH=$KIT/python:$KIT/tests/python OMP_NUM_THREADS=1 \
+        timeout -k 5 "$(limit 120)" python3 "$KIT/tests/python/$t"
+      rc=$?
+      echo "exit status: $rc"
+      ((rc == 0 || (rc == 77 && REHEARSE))) || fail "python $t (exit $rc)"
+    done
+  fi
+
   if stage bench && ((!REHEARSE)) && [[ " $BENCH " == *" codec "* ]]; then
     section "benchmark: CUDA codec vs device-to-device copy (64M and 256M elements)"
     run_step codec_cuda_bench 120 "$KIT/bin/codec_cuda_bench" --sizes=64M,256M --benchmark_repetitions=3 \
@@ -283,12 +298,9 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     }
     section "benchmark: GPU train step, 4 virtual workers x batch 64, against PyTorch eager"
     run_step gpu_train_step_bench 120 "$KIT/bin/gpu_train_step_bench" --workers=4 --batch=64 --steps=50 --reference="$ref"
-    section "benchmark: the AlexNet step with cuDNN's algorithms timed (TG_CUDNN_ALGO=find) instead of its heuristic"
-    run_step gpu_train_step_bench_find 90 env TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" --nets=alexnet \
-      --workers=4 --batch=64 --steps=30 --reference="$ref"
-    section "benchmark: like for like with PyTorch's default (TG_GPU_TF32=1: TF32 convolutions and GEMMs), algorithms timed"
-    run_step gpu_train_step_bench_tf32 120 env TG_GPU_TF32=1 TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" \
-      --workers=4 --batch=64 --steps=30 --reference="$ref"
+    section "benchmark: like for like with PyTorch's default (TG_GPU_TF32=1: TF32 convolutions and GEMMs), algorithms timed; each step issued from one host thread, then from one per worker"
+    run_step gpu_train_step_bench_tf32 180 env TG_GPU_TF32=1 TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" \
+      --workers=4 --batch=64 --steps=30 --host_threads=both --reference="$ref"
   fi
 
   if stage train && ((!REHEARSE)); then
@@ -345,20 +357,6 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
           "$KIT/bin/codec_cuda_bench" --sizes=64M --benchmark_filter='^(stats|encode)/' --benchmark_repetitions=1 \
           --benchmark_min_time=0.01
     fi
-  fi
-
-  if stage python; then
-    section "Python package and DDP hook under this machine's PyTorch"
-    for t in test_ddp_cuda.py test_codec.py test_ddp_hook.py; do
-      out_of_time "python $t" && break
-      echo "\$ python3 tests/python/$t"
-      TERNGRAD_LIBRARY=$kit_lib/libterngrad.so \
-        PYTHONPATH=$KIT/python:$KIT/tests/python OMP_NUM_THREADS=1 \
-        timeout -k 5 "$(limit 120)" python3 "$KIT/tests/python/$t"
-      rc=$?
-      echo "exit status: $rc"
-      ((rc == 0 || (rc == 77 && REHEARSE))) || fail "python $t (exit $rc)"
-    done
   fi
 
   section "summary"

@@ -132,6 +132,7 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
     TG_CUDA_CHECK(cudaEventCreateWithFlags(&wk->encoded, cudaEventDisableTiming));
     workers_.push_back(std::move(wk));
   }
+  if (cfg_.host_threads && N > 1) team_ = std::make_unique<ThreadTeam>(N);
   // Receive buffers on every GPU for the workers of the other GPUs.
   for (int e = 0; e < D; ++e) {
     Device& dev = *devices_[e];
@@ -240,6 +241,7 @@ float VirtualWorkers::run_step(int64_t step, float lr, const std::vector<Tensor>
   if (batches) staged_ = true;  // the step's batches stay on the devices
   if (std::exception_ptr error = settle_all()) std::rethrow_exception(error);
   failed_ = false;
+  warmed_up_ = true;
   double loss = 0;
   for (float l : losses) loss += l;
   return static_cast<float>(loss / N);
@@ -252,10 +254,11 @@ void VirtualWorkers::enqueue_step(int64_t step, float lr, const std::vector<Tens
   const ParamSet& ps = model_.params();
   const size_t V = ps.size();
 
-  // 1 + 2. Gradients and local scales. Workers are issued in turn; their
-  // kernels overlap on the devices through the separate streams. The scales
-  // stay on the devices: scales[v * N + w] on every GPU.
-  for (int w = 0; w < N; ++w) {
+  // 1 + 2. Gradients and local scales; the scales stay on the devices:
+  // scales[v * N + w] on every GPU. Each worker's work is enqueued on its
+  // own stream (and, with host threads, from its own thread), so workers
+  // overlap on the devices.
+  auto gradients_and_scales = [&](int w) {
     Worker& wk = *workers_[w];
     Device& home = *devices_[wk.device];
     DeviceGuard guard(home.ordinal);
@@ -277,12 +280,14 @@ void VirtualWorkers::enqueue_step(int64_t step, float lr, const std::vector<Tens
                                             scales + v * N + w, home.ordinal, sizeof(float), s));
     }
     TG_CUDA_CHECK(cudaEventRecord(wk.scaled, s));
-  }
+  };
 
   // 3. Encode on each worker's stream once every worker's scales are in:
   // scale sharing's max is taken on the device (what an all-reduce(max)
-  // gives); then the payloads go to the other GPUs (the all-gather).
-  for (int w = 0; w < N; ++w) {
+  // gives); then the payloads go to the other GPUs (the all-gather). Only
+  // after every worker's `scaled` is recorded: a wait on an event not yet
+  // recorded would not wait.
+  auto encode = [&](int w) {
     Worker& wk = *workers_[w];
     Device& home = *devices_[wk.device];
     DeviceGuard guard(home.ordinal);
@@ -306,6 +311,17 @@ void VirtualWorkers::enqueue_step(int64_t step, float lr, const std::vector<Tens
       }
     }
     TG_CUDA_CHECK(cudaEventRecord(wk.encoded, s));
+  };
+
+  // The first step is issued from this thread alone: it chooses the cuDNN
+  // algorithms (TG_CUDNN_ALGO=find times them on an idle device) and makes
+  // the workspaces' first allocations.
+  if (team_ && warmed_up_) {
+    team_->run(gradients_and_scales);
+    team_->run(encode);
+  } else {
+    for (int w = 0; w < N; ++w) gradients_and_scales(w);
+    for (int w = 0; w < N; ++w) encode(w);
   }
 
   // 4. On every GPU: aggregate all N workers in order, average, update.

@@ -80,6 +80,41 @@ TEST(VirtualWorkers, StagedStepsAreTheStepsOnTheSameBatches) {
   for (size_t v = 0; v < a.size(); ++v) EXPECT_EQ(a.params[v].value.data, b.params[v].value.data) << "variable " << v;
 }
 
+// Issuing each worker's launches from its own host thread (the default) is
+// the same work on the same streams: the same losses and weights bit for bit
+// as one thread issuing all, on one weight copy and on two (devices {0, 0}:
+// the peer copies of scales and payloads are issued from the threads too).
+TEST(VirtualWorkers, HostThreadsGiveTheSameStepsBitForBit) {
+  TG_REQUIRE_GPU();
+  const auto m = make_model("lenet", ModelOptions{}, 3);
+  for (const std::vector<int>& devices : {std::vector<int>{}, std::vector<int>{0, 0}}) {
+    SCOPED_TRACE(devices.empty() ? "one weight copy" : "two weight copies");
+    auto config = [&](bool threads) {
+      VirtualWorkersConfig cfg = two_workers(*m, "terngrad:clip=2.5,share_scale=1", "momentum");
+      cfg.num_workers = 4;
+      cfg.codec_seeds = {1, 2, 3, 4};
+      cfg.devices = devices;
+      cfg.host_threads = threads;
+      return cfg;
+    };
+    VirtualWorkers threaded(*m, config(true)), serial(*m, config(false));
+    std::vector<Tensor> batches;
+    std::vector<std::vector<int32_t>> labels;
+    for (int w = 0; w < 4; ++w) {
+      batches.push_back(testing::random_tensor({8, 28, 28, 1}, 10 + w));
+      labels.push_back({0, 1, 2, 3, 4, 5, 6, 7});
+    }
+    for (int64_t s = 0; s < 4; ++s)  // step 0 is issued from one thread either way; 1-3 from four
+      EXPECT_EQ(threaded.step(s, batches, labels, 0.01f), serial.step(s, batches, labels, 0.01f)) << "step " << s;
+    ParamSet a = m->params(), b = m->params();
+    threaded.download_params(a);
+    serial.download_params(b);
+    for (size_t v = 0; v < a.size(); ++v) EXPECT_EQ(a.params[v].value.data, b.params[v].value.data) << "variable " << v;
+    for (size_t v = 0; v < a.size(); ++v)
+      EXPECT_EQ(threaded.payload_to_host(3, v), serial.payload_to_host(3, v)) << "worker 3's payload, variable " << v;
+  }
+}
+
 TEST(VirtualWorkers, PredictMatchesTheCpuModelAtTheWeightsAndTheAverage) {
   TG_REQUIRE_GPU();
   const auto m = make_model("lenet", ModelOptions{}, 3);

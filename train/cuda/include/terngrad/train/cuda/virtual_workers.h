@@ -14,9 +14,11 @@
 //   4. every GPU's aggregation stream sums all N payloads in worker order on
 //      its device (exact counts for shared scales), averages, and applies the
 //      optimizer (and moving average) to its copy of the weights.
-// Gradients never leave the devices. Parameter localization: every GPU holds
-// the weights and applies the same update to the same sums in the same
-// order, so the copies stay bit-identical without broadcasting weights.
+// With config.host_threads, steps 1 and 3 are issued from one host thread per
+// worker (ThreadTeam). Gradients never leave the devices. Parameter
+// localization: every GPU holds the weights and applies the same update to
+// the same sums in the same order, so the copies stay bit-identical without
+// broadcasting weights.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@
 #include "terngrad/train/cuda/gpu_codec_step.h"
 #include "terngrad/train/cuda/gpu_model.h"
 #include "terngrad/train/cuda/gpu_optimizer.h"
+#include "terngrad/train/cuda/thread_team.h"
 
 namespace terngrad::train::cuda {
 
@@ -52,6 +55,12 @@ struct VirtualWorkersConfig {
   // may be listed twice (separate weight copies on one GPU: what the tests
   // use to run the several-GPU path on one).
   std::vector<int> devices;
+  // Issue each worker's launches from its own host thread (from the second
+  // step on): one thread issuing every worker's ~100 kernels and cuDNN calls
+  // in turn leaves the device waiting for the host (bench/RESULTS.md, the
+  // AlexNet step on an H100). The same work on the same streams either way:
+  // the results are bit-identical.
+  bool host_threads = true;
 };
 
 class VirtualWorkers {
@@ -125,6 +134,8 @@ class VirtualWorkers {
   void require_usable(const char* what) const;
   bool staged_ = false;  // every worker has a batch on its device
   double last_enqueue_seconds_ = 0;
+  bool warmed_up_ = false;            // a step has completed (the first is issued from one thread)
+  std::unique_ptr<ThreadTeam> team_;  // one member per worker (config.host_threads), else null
   void check_batches(const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels) const;
   void upload_batch(int w, const Tensor& batch, const std::vector<int32_t>& labels);
   // batches, labels: uploaded worker by worker as the step is enqueued; null: the staged ones.
