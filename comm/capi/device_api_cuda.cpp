@@ -367,7 +367,9 @@ tg_status tg_codec_aggregate_device(tg_codec_t* codec, const uint8_t* const* d_p
         throw ApiError(TG_ERR_MALFORMED_PAYLOAD, "payload " + std::to_string(i) + " has " +
                                                      std::to_string(payload_bytes[i]) + " bytes; a 2-bit payload of " +
                                                      std::to_string(n) + " elements has " + std::to_string(each));
-    const size_t bytes = terngrad::quantize::sum_payload_bytes(n, static_cast<uint32_t>(count));
+    // One payload's aggregate is the payload itself, as on the host
+    // (aggregate_bytes(n, 1) is its length); several sum to packed counts.
+    const size_t bytes = count == 1 ? each : terngrad::quantize::sum_payload_bytes(n, static_cast<uint32_t>(count));
     if (out_length != nullptr) *out_length = bytes;
     if (capacity < bytes)
       throw ApiError(TG_ERR_BUFFER_TOO_SMALL, "capacity " + std::to_string(capacity) + " cannot hold the " +
@@ -375,7 +377,10 @@ tg_status tg_codec_aggregate_device(tg_codec_t* codec, const uint8_t* const* d_p
     const cudaStream_t s = stream_of(stream);
     qc::Workspace& ws = workspace_for(h, n, s);
     int16_t* counts = counts_for(h, n, s);
-    qc::sum_payloads_async(d_payloads, count, n, counts, d_out, capacity, ws, s);
+    if (count == 1)
+      qc::copy_checked_payload_async(d_payloads[0], n, counts, d_out, capacity, ws, s);
+    else
+      qc::sum_payloads_async(d_payloads, count, n, counts, d_out, capacity, ws, s);
   });
 }
 
@@ -394,6 +399,11 @@ tg_status tg_codec_decode_aggregate_device(tg_codec_t* codec, const uint8_t* d_a
     const size_t have = std::min(aggregate_bytes, header.size());
     cuda_try(cudaMemcpyAsync(header.data(), d_aggregate, have, cudaMemcpyDeviceToHost, s), "reading the sum's header");
     cuda_try(cudaStreamSynchronize(s), "reading the sum's header");
+    // A single payload's aggregate is that payload (codec 1): decoded as one.
+    if (have == header.size() && terngrad::quantize::header_codec(header.data()) == terngrad::quantize::kCodecTernary2Bit) {
+      decode_device(h, d_aggregate, aggregate_bytes, d_out, n, stream, false);
+      return;
+    }
     const terngrad::quantize::SumHeader sh = terngrad::quantize::read_sum_header(header, aggregate_bytes);
     if (sh.count != n)
       throw ApiError(TG_ERR_INVALID_ARGUMENT, "the sum holds " + std::to_string(sh.count) +

@@ -77,6 +77,13 @@ __global__ void pack_sum_kernel(const int16_t* counts, uint64_t n, uint32_t r, u
   }
 }
 
+// d_out = the payload's bytes, unless an error is pending (its check found one).
+__global__ void copy_unless_error_kernel(const uint8_t* payload, uint64_t bytes, const Workspace::Device* dev,
+                                         uint8_t* out) {
+  if (detail::error_pending(dev)) return;
+  for (const uint64_t i : grid_stride_range(bytes)) out[i] = payload[i];
+}
+
 }  // namespace
 
 SumDecoder::SumDecoder() {
@@ -146,6 +153,24 @@ void sum_payloads_async(const uint8_t* const* d_payloads, size_t count, uint64_t
   pack_sum_kernel<<<grid((n + 7) / 8), kBlock, 0, stream>>>(d_counts, n, r, sum_bits(r), d_payloads[0], ws.device(),
                                                             d_out);
   TG_CHECK_LAUNCH("pack_sum_kernel");
+}
+
+void copy_checked_payload_async(const uint8_t* d_payload, uint64_t n, int16_t* d_counts, uint8_t* d_out,
+                                size_t out_capacity, Workspace& ws, cudaStream_t stream) {
+  const std::string name = "copy_checked_payload_async";
+  if (d_payload == nullptr) detail::fail(Errc::kInvalidArgument, name + ": d_payload is null");
+  if (d_out == nullptr) detail::fail(Errc::kInvalidArgument, name + ": d_out is null");
+  const size_t bytes = max_encoded_bytes(n);
+  if (out_capacity < bytes)
+    detail::fail(Errc::kBufferTooSmall, name + ": d_out has " + std::to_string(out_capacity) + " bytes, the payload of " +
+                                            std::to_string(n) + " elements has " + std::to_string(bytes));
+  if (n > 0) detail::require_device_pointer(d_counts, n, alignof(int16_t), (name + ": d_counts").c_str());
+  // The check of a sum of one (header, codes, padding): its counts are discarded.
+  begin_counts_async(ws, stream);
+  if (n > 0) TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
+  accumulate_counts_async(d_payload, bytes, d_counts, n, ws, stream);
+  copy_unless_error_kernel<<<grid(bytes), kBlock, 0, stream>>>(d_payload, bytes, ws.device(), d_out);
+  TG_CHECK_LAUNCH("copy_unless_error_kernel");
 }
 
 }  // namespace terngrad::quantize::cuda

@@ -290,6 +290,30 @@ static void compare_reduce_scatter(const char* spec, uint64_t n, size_t world) {
     free(filler), free(back);
     cudaFree(d_sum);
   }
+  /* One payload aggregates to itself (as on the host); a corrupt one (the
+     reserved code 0b11 in its first element) is found on the device and
+     the output is left as it was. */
+  if (world == 1 && lengths[0] > 0) {
+    uint8_t* bad = malloc(cap[0]);
+    memcpy(bad, hp[0][0], cap[0]);
+    bad[40] |= 0x3; /* the first element's 2-bit code, after the 40-byte header */
+    uint8_t* d_bad = dev_alloc(cap[0]);
+    to_dev(d_bad, bad, cap[0]);
+    uint8_t* d_out = dev_alloc(cap[0]);
+    uint8_t* filler = malloc(cap[0]);
+    uint8_t* back = malloc(cap[0]);
+    memset(filler, 0xA5, cap[0]);
+    to_dev(d_out, filler, cap[0]);
+    const uint8_t* din[1] = {d_bad};
+    size_t lens[1] = {cap[0]}, got = 0;
+    CHECK(tg_codec_aggregate_device(dev, din, lens, 1, lengths[0], d_out, cap[0], NULL, &got) == TG_OK &&
+          got == cap[0]);
+    CHECK(tg_codec_device_check(dev, NULL) == TG_ERR_INVALID_CODE);
+    to_host(back, d_out, cap[0]);
+    CHECK(memcmp(back, filler, cap[0]) == 0);
+    free(bad), free(filler), free(back);
+    cudaFree(d_bad), cudaFree(d_out);
+  }
   for (size_t r = 0; r < world; ++r)
     for (size_t j = 0; j < world; ++j) free(hp[r][j]), cudaFree(dp[r][j]);
   cudaFree(d_g);

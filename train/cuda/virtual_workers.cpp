@@ -150,6 +150,8 @@ VirtualWorkers::VirtualWorkers(const Model& cpu_model, VirtualWorkersConfig cfg)
     DeviceGuard guard(dev->ordinal);
     dev->agg->synchronize();
   }
+  // Last: nothing after it throws (the destructor frees it).
+  TG_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_losses_), static_cast<size_t>(N) * sizeof(float)));
 }
 
 // Streams and library handles are released with their own device current.
@@ -169,6 +171,7 @@ VirtualWorkers::~VirtualWorkers() {
     }
   } catch (...) {  // a device that cannot be made current: the rest is freed as it can be
   }
+  if (host_losses_) cudaFreeHost(host_losses_);  // after the streams that copied into it
 }
 
 void VirtualWorkers::check_batches(const std::vector<Tensor>& batches,
@@ -229,10 +232,9 @@ float VirtualWorkers::run_step(int64_t step, float lr, const std::vector<Tensor>
   // only after the update was enqueued, so a step that throws leaves weights
   // that must not be used again (the CPU trainer throws before its update).
   failed_ = true;
-  std::vector<float> losses(N);
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    enqueue_step(step, lr, batches, labels, losses);
+    enqueue_step(step, lr, batches, labels);
   } catch (...) {
     (void)settle_all();  // no stream left running, no stale error record
     throw;
@@ -243,12 +245,12 @@ float VirtualWorkers::run_step(int64_t step, float lr, const std::vector<Tensor>
   failed_ = false;
   warmed_up_ = true;
   double loss = 0;
-  for (float l : losses) loss += l;
+  for (int w = 0; w < N; ++w) loss += host_losses_[w];
   return static_cast<float>(loss / N);
 }
 
 void VirtualWorkers::enqueue_step(int64_t step, float lr, const std::vector<Tensor>* batches,
-                                  const std::vector<std::vector<int32_t>>* labels, std::vector<float>& losses) {
+                                  const std::vector<std::vector<int32_t>>* labels) {
   const int N = cfg_.num_workers;
   const int D = static_cast<int>(devices_.size());
   const ParamSet& ps = model_.params();
@@ -347,11 +349,13 @@ void VirtualWorkers::enqueue_step(int64_t step, float lr, const std::vector<Tens
     TG_CUDA_CHECK(cudaEventRecord(dev.params_ready, s));
   }
 
-  // The losses come down once the workers' streams get there (settle_all waits).
+  // The losses come down once the workers' streams get there (settle_all
+  // waits), into pinned memory: a copy to pageable memory would hold this
+  // thread until worker 0's stream had finished the step.
   for (int w = 0; w < N; ++w) {
     Worker& wk = *workers_[w];
     DeviceGuard guard(devices_[wk.device]->ordinal);
-    TG_CUDA_CHECK(cudaMemcpyAsync(&losses[w], wk.loss.data(), sizeof(float), cudaMemcpyDeviceToHost, wk.ctx.stream()));
+    TG_CUDA_CHECK(cudaMemcpyAsync(host_losses_ + w, wk.loss.data(), sizeof(float), cudaMemcpyDeviceToHost, wk.ctx.stream()));
   }
 }
 

@@ -201,4 +201,14 @@ void begin_counts_async(Workspace& ws, cudaStream_t stream);
 void sum_payloads_async(const uint8_t* const* d_payloads, size_t count, uint64_t n, int16_t* d_counts,
                         uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream);
 
+// The aggregate of a single payload, as the host codecs' aggregate() gives
+// it: the payload itself (max_encoded_bytes(n) bytes), not a sum of one.
+// Checked first as sum_payloads_async() checks its inputs (count, codes,
+// padding; d_counts is scratch for that check), and copied into d_out only
+// when no error is pending in ws: on any error d_out is left as it was.
+// At the call (kInvalidArgument / kBufferTooSmall): a null pointer, n above
+// ws.max_elements(), out_capacity below max_encoded_bytes(n).
+void copy_checked_payload_async(const uint8_t* d_payload, uint64_t n, int16_t* d_counts, uint8_t* d_out,
+                                size_t out_capacity, Workspace& ws, cudaStream_t stream);
+
 }  // namespace terngrad::quantize::cuda

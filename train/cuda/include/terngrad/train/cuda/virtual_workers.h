@@ -136,13 +136,14 @@ class VirtualWorkers {
   double last_enqueue_seconds_ = 0;
   bool warmed_up_ = false;            // a step has completed (the first is issued from one thread)
   std::unique_ptr<ThreadTeam> team_;  // one member per worker (config.host_threads), else null
+  float* host_losses_ = nullptr;      // pinned, one per worker: the step's losses come down here
   void check_batches(const std::vector<Tensor>& batches, const std::vector<std::vector<int32_t>>& labels) const;
   void upload_batch(int w, const Tensor& batch, const std::vector<int32_t>& labels);
   // batches, labels: uploaded worker by worker as the step is enqueued; null: the staged ones.
   float run_step(int64_t step, float lr, const std::vector<Tensor>* batches,
                  const std::vector<std::vector<int32_t>>* labels);
   void enqueue_step(int64_t step, float lr, const std::vector<Tensor>* batches,
-                    const std::vector<std::vector<int32_t>>* labels, std::vector<float>& losses);
+                    const std::vector<std::vector<int32_t>>* labels);
   // Waits for every stream and clears every workspace's error record;
   // returns the error to report, if any.
   std::exception_ptr settle_all();
