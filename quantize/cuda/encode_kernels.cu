@@ -20,9 +20,26 @@ namespace {
 
 constexpr int kPackBlock = 256;
 
+// Body byte k's four elements x[4k, 4k + 4); absent ones (beyond n) pass
+// 0.0f and become the zero padding. kVec: x is 16-byte aligned, so a full
+// byte's four elements are one float4 load.
+template <InputKind K, bool kVec>
+__device__ __forceinline__ void load_byte_elements(const void* __restrict__ x, uint64_t n, uint64_t k, float v[4]) {
+  const uint64_t i = 4 * k;
+  if (kVec && i + 3 < n) {
+    const float4 f = static_cast<const float4*>(x)[k];
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    return;
+  }
+  v[0] = load_input<K>(x, i);
+  v[1] = i + 1 < n ? load_input<K>(x, i + 1) : 0.0f;
+  v[2] = i + 2 < n ? load_input<K>(x, i + 2) : 0.0f;
+  v[3] = i + 3 < n ? load_input<K>(x, i + 3) : 0.0f;
+}
+
 // One body byte per thread per grid-stride step, reading an input of kind K
-// (float32, or halves widened as loaded). kVec (float32 only): x is 16-byte
-// aligned, so a full byte's four elements are one float4 load.
+// (float32, or halves widened as loaded): nearest rounding and version 1
+// (version 2's stochastic codes: pack_pairs_kernel).
 template <InputKind K, bool kVec>
 __global__ void __launch_bounds__(kPackBlock)
     pack_kernel(const void* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
@@ -41,28 +58,63 @@ __global__ void __launch_bounds__(kPackBlock)
   }
   const TernaryQuantizer q = make_quantizer(scale);
   for (const uint64_t k : grid_stride_range(nbytes)) {
-    const uint64_t i = 4 * k;  // i < n since k < body_bytes(n)
-    float v0, v1, v2, v3;
-    if (kVec && i + 3 < n) {
-      const float4 f = static_cast<const float4*>(x)[k];
-      v0 = f.x;
-      v1 = f.y;
-      v2 = f.z;
-      v3 = f.w;
-    } else {
-      // Absent elements pass 0.0f and become the zero padding.
-      v0 = load_input<K>(x, i);
-      v1 = i + 1 < n ? load_input<K>(x, i + 1) : 0.0f;
-      v2 = i + 2 < n ? load_input<K>(x, i + 2) : 0.0f;
-      v3 = i + 3 < n ? load_input<K>(x, i + 3) : 0.0f;
+    float v[4];  // 4k < n since k < body_bytes(n)
+    load_byte_elements<K, kVec>(x, n, k, v);
+    body[k] = nearest ? encode_byte_nearest(v[0], v[1], v[2], v[3], q) : encode_byte(v[0], v[1], v[2], v[3], q, rng, k);
+  }
+}
+
+// Pairs of global body bytes (2p, 2p + 1) that local bytes [0, nbytes) of a
+// payload starting at global byte `offset` touch.
+__host__ __device__ inline uint64_t body_pairs(uint64_t nbytes, uint64_t offset) {
+  return ((nbytes + offset + 1) >> 1) - (offset >> 1);
+}
+
+// Format version 2's stochastic codes: one Philox4x32-7 block serves global
+// body bytes 2p and 2p + 1 (half16_words), so one thread codes both from one
+// block, where pack_kernel would compute the block once per byte: half the
+// Philox arithmetic, which bounds pack_kernel on an H200 (compute 65% busy,
+// DRAM 37%, Nsight Compute). The same bytes as pack_kernel.
+template <InputKind K, bool kVec>
+__global__ void __launch_bounds__(kPackBlock)
+    pack_pairs_kernel(const void* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
+                      const Workspace::Device* dev, RngStream rng) {
+  static_assert(!kVec || K == InputKind::kFloat32, "the float4 loads read float32");
+  if (error_pending(dev)) return;
+  const uint64_t nbytes = body_bytes(n);
+  const float scale = dev->view.scale;
+  if (!(scale > 0.0f)) {
+    for (const uint64_t k : grid_stride_range(nbytes)) body[k] = 0;
+    return;
+  }
+  const TernaryQuantizer q = make_quantizer(scale);
+  const uint64_t offset = rng.block_offset;  // global byte of local byte 0
+  for (const uint64_t j : grid_stride_range(body_pairs(nbytes, offset))) {
+    const uint64_t pair = (offset >> 1) + j;
+    const Philox4x32Counter w = stream_block<7>(rng, pair);
+#pragma unroll
+    for (uint32_t odd = 0; odd < 2; ++odd) {
+      const uint64_t global = 2 * pair + odd;
+      if (global < offset || global - offset >= nbytes) continue;  // the slice's ends
+      const uint64_t k = global - offset;
+      float v[4];
+      load_byte_elements<K, kVec>(x, n, k, v);
+      body[k] = encode_byte_with(v[0], v[1], v[2], v[3], q, half16_words(w, odd));
     }
-    body[k] = nearest ? encode_byte_nearest(v0, v1, v2, v3, q) : encode_byte(v0, v1, v2, v3, q, rng, k);
   }
 }
 
 template <InputKind K, bool kVec>
 void launch_pack_of(const void* d_x, uint64_t n, uint8_t* body, const Workspace::Device* dev, const RngStream& rng,
                     bool nearest, cudaStream_t stream) {
+  if (!nearest && rng.stream == RandomStream::kPhilox7Half16) {
+    static const int resident =
+        resident_blocks(reinterpret_cast<const void*>(&pack_pairs_kernel<K, kVec>), kPackBlock);
+    const unsigned grid = grid_for(body_pairs(body_bytes(n), rng.block_offset), kPackBlock, resident);
+    pack_pairs_kernel<K, kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng);
+    TG_CHECK_LAUNCH("pack_pairs_kernel");
+    return;
+  }
   static const int resident = resident_blocks(reinterpret_cast<const void*>(&pack_kernel<K, kVec>), kPackBlock);
   const unsigned grid = grid_for(body_bytes(n), kPackBlock, resident);
   pack_kernel<K, kVec><<<grid, kPackBlock, 0, stream>>>(d_x, n, body, dev, rng, nearest);

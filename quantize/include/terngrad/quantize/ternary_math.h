@@ -204,26 +204,36 @@ TG_HOST_DEVICE Philox4x32Counter stream_block(const RngStream& rng, uint64_t blo
   return philox4x32<R>(c, key);
 }
 
+// Version 2: body byte c64 (elements 4 c64 .. 4 c64 + 3) lies in block
+// w = stream_block<7>(rng, c64 / 2) and takes its words 2 (c64 % 2) and
+// 2 (c64 % 2) + 1, low halves first; odd = c64 % 2. One block serves two
+// bytes, which the GPU packer codes together (encode_kernels.cu).
+TG_HOST_DEVICE Philox4x32Counter half16_words(const Philox4x32Counter& w, uint32_t odd) {
+  const uint32_t lo = w.v[2 * odd], hi = w.v[2 * odd + 1];
+  return Philox4x32Counter{{half_word(lo & 0xFFFFu), half_word(lo >> 16), half_word(hi & 0xFFFFu), half_word(hi >> 16)}};
+}
+
 // The four words ternary_code() takes for body byte k (elements 4k .. 4k+3
 // of the payload, 4(k + block_offset) .. of the whole tensor).
 TG_HOST_DEVICE Philox4x32Counter byte_random_words(const RngStream& rng, uint64_t k) {
   const uint64_t c64 = k + rng.block_offset;
   if (rng.stream == RandomStream::kPhilox10Word32) return stream_block<10>(rng, c64);
-  // Version 2: body byte c64 (elements 4 c64 .. 4 c64 + 3) lies in block
-  // c64 / 2 and takes its words 2 (c64 % 2) and 2 (c64 % 2) + 1, low halves first.
-  const Philox4x32Counter w = stream_block<7>(rng, c64 >> 1);
-  const uint32_t lo = w.v[2 * (c64 & 1u)], hi = w.v[2 * (c64 & 1u) + 1];
-  return Philox4x32Counter{{half_word(lo & 0xFFFFu), half_word(lo >> 16), half_word(hi & 0xFFFFu), half_word(hi >> 16)}};
+  return half16_words(stream_block<7>(rng, c64 >> 1), c64 & 1u);
+}
+
+// Packs elements x[0..4) of a body byte with the four words r its codes take.
+TG_HOST_DEVICE uint8_t encode_byte_with(float x0, float x1, float x2, float x3, const TernaryQuantizer& q,
+                                        const Philox4x32Counter& r) {
+  return static_cast<uint8_t>(ternary_code(x0, q, r.v[0]) | (ternary_code(x1, q, r.v[1]) << 2) |
+                              (ternary_code(x2, q, r.v[2]) << 4) |
+                              (ternary_code(x3, q, r.v[3]) << 6));
 }
 
 // Packs elements x[0..4) of body byte k; absent elements (beyond n) pass 0.0f
 // and so become the required zero padding.
 TG_HOST_DEVICE uint8_t encode_byte(float x0, float x1, float x2, float x3,
                                    const TernaryQuantizer& q, const RngStream& rng, uint64_t k) {
-  const Philox4x32Counter r = byte_random_words(rng, k);
-  return static_cast<uint8_t>(ternary_code(x0, q, r.v[0]) | (ternary_code(x1, q, r.v[1]) << 2) |
-                              (ternary_code(x2, q, r.v[2]) << 4) |
-                              (ternary_code(x3, q, r.v[3]) << 6));
+  return encode_byte_with(x0, x1, x2, x3, q, byte_random_words(rng, k));
 }
 
 // Nonzero iff byte b holds the reserved code 0b11 in any position.
