@@ -21,12 +21,17 @@
 #             Systems timeline of the step first where the image has nsys;
 #             TG_KIT_NCU=0 leaves out the per-kernel profile
 # TG_KIT_SANITIZERS (memcheck racecheck) and TG_KIT_SANITIZE_PARTS (codec
-# train) narrow the sanitize stage; TG_KIT_NCU_SKIP (0) and TG_KIT_NCU_KERNELS
-# (400) the kernels profiled (skip cuDNN find trials and warm-up).
+# train) narrow the sanitize stage; racecheck on the training run (about
+# 100 s, clean in runs 6 and later) only with TG_KIT_RACECHECK_TRAIN=1.
+# TG_KIT_STEP_THREADS=both times the TF32 step from one host thread and from
+# one per worker (default: one per worker only). TG_KIT_NCU_SKIP (0) and
+# TG_KIT_NCU_KERNELS (400) the kernels profiled (skip cuDNN find trials and
+# warm-up).
 # Default: "machine test bench train sanitize python"; each step has its own
 # time limit and the whole run stops starting work after TG_KIT_BUDGET_S
 # seconds (default 340), so the default run ends within 6 minutes and its
-# results file is complete up to there.
+# results file is complete up to there (run 7, H200: the tests, the Python
+# checks and the benchmarks took 336 s with the step timed both ways).
 #
 # Writes OUTDIR/gpu_kit_results.txt (everything printed, every test's outcome,
 # the bench tables) and exits 0 only when every check passed.
@@ -298,9 +303,9 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
     }
     section "benchmark: GPU train step, 4 virtual workers x batch 64, against PyTorch eager"
     run_step gpu_train_step_bench 120 "$KIT/bin/gpu_train_step_bench" --workers=4 --batch=64 --steps=50 --reference="$ref"
-    section "benchmark: like for like with PyTorch's default (TG_GPU_TF32=1: TF32 convolutions and GEMMs), algorithms timed; each step issued from one host thread, then from one per worker"
+    section "benchmark: like for like with PyTorch's default (TG_GPU_TF32=1: TF32 convolutions and GEMMs), algorithms timed"
     run_step gpu_train_step_bench_tf32 180 env TG_GPU_TF32=1 TG_CUDNN_ALGO=find "$KIT/bin/gpu_train_step_bench" \
-      --workers=4 --batch=64 --steps=30 --host_threads=both --reference="$ref"
+      --workers=4 --batch=64 --steps=30 --host_threads="${TG_KIT_STEP_THREADS:-1}" --reference="$ref"
   fi
 
   if stage train && ((!REHEARSE)); then
@@ -324,6 +329,7 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
           run_step "sanitizer_${tool}_codec" 75 "$cs" --tool "$tool" --error-exitcode 99 --print-limit 20 \
             "$KIT/bin/quantize_cuda_tests" --gtest_brief=1 --gtest_filter="$codec_filter"
         [[ " ${TG_KIT_SANITIZE_PARTS:-codec train} " == *" train "* ]] || continue
+        [[ $tool == racecheck && ${TG_KIT_RACECHECK_TRAIN:-0} != 1 ]] && continue
         # racecheck runs the step about 50x slower (16 s a step on an H100): 2
         # steps, and an evaluation of 512 test images (all 10,000 outran 100 s).
         steps=10 step_limit=100; [[ $tool == racecheck ]] && steps=2 step_limit=150
