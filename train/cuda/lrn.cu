@@ -7,6 +7,7 @@
 // nothing), so results differ from the CPU only by rounding (FMA contraction
 // on either side, pow/sqrt ulps).
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "gpu_layers.h"
@@ -38,12 +39,17 @@ __device__ float pow_neg_beta(float scale, float beta) {
   return powf(scale, -beta);
 }
 
+// I: the index width, int32_t where the tensor has fewer than 2^31 elements
+// (a 64-bit integer remainder is a long instruction sequence on the GPU).
+template <class I>
 __global__ void lrn_forward(const float* x, float* y, float* scale, LrnParams p) {
-  for (const int64_t i : grid_stride_range(p.total)) {
-    const int64_t ch = i % p.c, pixel = i - ch;
-    const int64_t c0 = max(ch - p.r, int64_t{0}), c1 = min(ch + p.r, p.c - 1);
+  const I channels = static_cast<I>(p.c), radius = static_cast<I>(p.r);
+  for (const int64_t i64 : grid_stride_range(p.total)) {
+    const I i = static_cast<I>(i64);
+    const I ch = i % channels, pixel = i - ch;
+    const I c0 = ch - radius > 0 ? ch - radius : 0, c1 = ch + radius < channels - 1 ? ch + radius : channels - 1;
     float sum = 0.0f;
-    for (int64_t k = c0; k <= c1; ++k) {
+    for (I k = c0; k <= c1; ++k) {
       const float v = x[pixel + k];
       sum += v * v;
     }
@@ -60,14 +66,17 @@ __global__ void lrn_backward_terms(const float* x, const float* dy, const float*
 }
 
 // dx[k] = dy[k] * scale[k]^-beta - 2 alpha beta x[k] * sum_{|c-k|<=r} t[c].
+template <class I>
 __global__ void lrn_backward(const float* x, const float* dy, const float* scale, const float* t, float* dx,
                              LrnParams p) {
   const float coef = 2.0f * p.alpha * p.beta;
-  for (const int64_t i : grid_stride_range(p.total)) {
-    const int64_t ch = i % p.c, pixel = i - ch;
-    const int64_t c0 = max(ch - p.r, int64_t{0}), c1 = min(ch + p.r, p.c - 1);
+  const I channels = static_cast<I>(p.c), radius = static_cast<I>(p.r);
+  for (const int64_t i64 : grid_stride_range(p.total)) {
+    const I i = static_cast<I>(i64);
+    const I ch = i % channels, pixel = i - ch;
+    const I c0 = ch - radius > 0 ? ch - radius : 0, c1 = ch + radius < channels - 1 ? ch + radius : channels - 1;
     float sum = 0.0f;
-    for (int64_t k = c0; k <= c1; ++k) sum += t[pixel + k];
+    for (I k = c0; k <= c1; ++k) sum += t[pixel + k];
     dx[i] = dy[i] * pow_neg_beta(scale[i], p.beta) - coef * x[i] * sum;
   }
 }
@@ -88,7 +97,12 @@ class GpuLrn final : public GpuLayer {
     y.resize(output_shape(x.shape));
     s.scale.reserve(static_cast<size_t>(x.size()) * sizeof(float));
     if (x.size() == 0) return;
-    lrn_forward<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.scale.as<float>(), params(x));
+    if (fits_32_bits(x))
+      lrn_forward<int32_t><<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.scale.as<float>(),
+                                                                             params(x));
+    else
+      lrn_forward<int64_t><<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), y.ptr(), s.scale.as<float>(),
+                                                                             params(x));
     TG_CUDA_CHECK_LAUNCH();
   }
 
@@ -108,8 +122,12 @@ class GpuLrn final : public GpuLayer {
     lrn_backward_terms<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), dy.ptr(), s.scale.as<float>(),
                                                                        s.t.as<float>(), p);
     TG_CUDA_CHECK_LAUNCH();
-    lrn_backward<<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(x.ptr(), dy.ptr(), s.scale.as<float>(),
-                                                                 s.t.as<float>(), dx->ptr(), p);
+    if (fits_32_bits(x))
+      lrn_backward<int32_t><<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(
+          x.ptr(), dy.ptr(), s.scale.as<float>(), s.t.as<float>(), dx->ptr(), p);
+    else
+      lrn_backward<int64_t><<<blocks_for(x.size()), kThreads, 0, ctx.stream()>>>(
+          x.ptr(), dy.ptr(), s.scale.as<float>(), s.t.as<float>(), dx->ptr(), p);
     TG_CUDA_CHECK_LAUNCH();
   }
 
@@ -119,6 +137,8 @@ class GpuLrn final : public GpuLayer {
     if (!s) throw std::invalid_argument(lrn_.name() + " (GPU): needs the scratch from its own make_scratch()");
     return *s;
   }
+
+  static bool fits_32_bits(const DeviceTensor& x) { return x.size() <= std::numeric_limits<int32_t>::max(); }
 
   LrnParams params(const DeviceTensor& x) const {
     output_shape(x.shape);  // [N, H, W, C] check with the CPU layer's message
