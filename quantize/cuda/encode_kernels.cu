@@ -37,6 +37,19 @@ __device__ __forceinline__ void load_byte_elements(const void* __restrict__ x, u
   v[3] = i + 3 < n ? load_input<K>(x, i + 3) : 0.0f;
 }
 
+// The packers' first step. Stats found NaN/Inf or the shared scale was
+// refused (or an earlier, unchecked operation failed): the header was not
+// written, neither is the body. An all-zero tensor (or shared scale 0): every
+// code is 0, as encode_byte would give, written without spending Philox
+// rounds on it. Otherwise the caller codes the body (true).
+__device__ __forceinline__ bool body_needs_codes(uint64_t n, uint8_t* __restrict__ body,
+                                                 const Workspace::Device* dev) {
+  if (error_pending(dev)) return false;
+  if (dev->view.scale > 0.0f) return true;
+  for (const uint64_t k : grid_stride_range(body_bytes(n))) body[k] = 0;
+  return false;
+}
+
 // One body byte per thread per grid-stride step, reading an input of kind K
 // (float32, or halves widened as loaded): nearest rounding and version 1
 // (version 2's stochastic codes: pack_pairs_kernel).
@@ -45,18 +58,9 @@ __global__ void __launch_bounds__(kPackBlock)
     pack_kernel(const void* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
                 const Workspace::Device* dev, RngStream rng, bool nearest) {
   static_assert(!kVec || K == InputKind::kFloat32, "the float4 loads read float32");
-  // Stats found NaN/Inf or the shared scale was refused (or an earlier,
-  // unchecked operation failed): the header was not written, neither is the body.
-  if (error_pending(dev)) return;
+  if (!body_needs_codes(n, body, dev)) return;
   const uint64_t nbytes = body_bytes(n);
-  const float scale = dev->view.scale;
-  if (!(scale > 0.0f)) {
-    // All-zero tensor (or shared scale 0): every code is 0, as encode_byte
-    // would give, without spending Philox rounds on it.
-    for (const uint64_t k : grid_stride_range(nbytes)) body[k] = 0;
-    return;
-  }
-  const TernaryQuantizer q = make_quantizer(scale);
+  const TernaryQuantizer q = make_quantizer(dev->view.scale);
   for (const uint64_t k : grid_stride_range(nbytes)) {
     float v[4];  // 4k < n since k < body_bytes(n)
     load_byte_elements<K, kVec>(x, n, k, v);
@@ -80,14 +84,9 @@ __global__ void __launch_bounds__(kPackBlock)
     pack_pairs_kernel(const void* __restrict__ x, uint64_t n, uint8_t* __restrict__ body,
                       const Workspace::Device* dev, RngStream rng) {
   static_assert(!kVec || K == InputKind::kFloat32, "the float4 loads read float32");
-  if (error_pending(dev)) return;
+  if (!body_needs_codes(n, body, dev)) return;
   const uint64_t nbytes = body_bytes(n);
-  const float scale = dev->view.scale;
-  if (!(scale > 0.0f)) {
-    for (const uint64_t k : grid_stride_range(nbytes)) body[k] = 0;
-    return;
-  }
-  const TernaryQuantizer q = make_quantizer(scale);
+  const TernaryQuantizer q = make_quantizer(dev->view.scale);
   const uint64_t offset = rng.block_offset;  // global byte of local byte 0
   for (const uint64_t j : grid_stride_range(body_pairs(nbytes, offset))) {
     const uint64_t pair = (offset >> 1) + j;
