@@ -633,13 +633,15 @@ def in_background(hook):
     return background_hook
 
 
-def auto_variant(world, is_cuda, reduce_scatter_from=4):
+def auto_variant(world, is_cuda, reduce_scatter_from=4, device_sum=True):
     """The hook terngrad_auto_hook runs for a bucket: terngrad_hook (the
-    all-gather) for CUDA buckets and below reduce_scatter_from ranks;
-    terngrad_reduce_scatter_hook from there. (terngrad_reduce_scatter_hook
-    takes CUDA buckets too, summing on the device, but that path has been
-    compiled and not yet run on a GPU: the auto hook picks it for CUDA once
-    the GPU kit has checked it.)
+    all-gather) below reduce_scatter_from ranks, and for CUDA buckets whose
+    codec cannot sum on the device (device_sum: Codec.aggregate_bytes knows
+    the sum's length, i.e. 2-bit terngrad with scale sharing);
+    terngrad_reduce_scatter_hook from there. The reduce-scatter's device
+    path (slices, sums and decoded sums on the GPU, bit for bit the CPU's)
+    passed tests/python/test_ddp_cuda.py on an H200 (bench/RESULTS.md,
+    2026-11-30, gloo and NCCL).
 
     Why 4 by default (experiments/results/ddp/): at W = 2 the all-gather is
     faster (it receives fewer bits: 2.0 against 2.5); at W = 4 and 1 Gbit/s
@@ -647,8 +649,9 @@ def auto_variant(world, is_cuda, reduce_scatter_from=4):
     own (aggregate_bytes): 228.7 against 233.7 ms, 4.5 against 6.0 bits; the
     scale model puts it 2.5x ahead at W = 8 and 100 Gbit/s, and the
     all-gather behind fp32's ring all-reduce from W = 32 on. W = 3 was not
-    measured."""
-    if is_cuda or world < reduce_scatter_from:
+    measured. (Measured with CPU buckets; on GPUs the bits on the wire are
+    the same.)"""
+    if world < reduce_scatter_from or (is_cuda and not device_sum):
         return terngrad_hook
     return terngrad_reduce_scatter_hook
 
@@ -667,7 +670,9 @@ def terngrad_auto_hook(state, bucket):
         if spec in ("fp32", "fp16"):
             return _dense_all_reduce(state, bucket, spec)
     world = dist.get_world_size(state._group())
-    hook = auto_variant(world, bucket.buffer().is_cuda, state.reduce_scatter_from)
+    is_cuda = bucket.buffer().is_cuda
+    device_sum = not is_cuda or state.codec_for(bucket).aggregate_bytes(4, 2) is not None
+    hook = auto_variant(world, is_cuda, state.reduce_scatter_from, device_sum)
     return hook(state, bucket)
 
 

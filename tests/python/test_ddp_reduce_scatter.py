@@ -158,7 +158,9 @@ def check_auto_hook(rank):
     bit for bit each hook's own result."""
     assert tgt.auto_variant(3, False) is tgt.terngrad_hook
     assert tgt.auto_variant(4, False) is tgt.terngrad_reduce_scatter_hook
-    assert tgt.auto_variant(512, True) is tgt.terngrad_hook, "CUDA buckets: the all-gather, the only device path"
+    assert tgt.auto_variant(512, True) is tgt.terngrad_reduce_scatter_hook, "CUDA buckets summed on the device"
+    assert tgt.auto_variant(512, True, device_sum=False) is tgt.terngrad_hook, "CUDA buckets of a host-only sum"
+    assert tgt.auto_variant(3, True) is tgt.terngrad_hook
     param = torch.nn.Parameter(torch.empty(5003))
     g = torch.randn(5003, generator=torch.Generator().manual_seed(10 + rank))
     for reduce_scatter_from, same_as in ((4, tgt.terngrad_hook), (3, tgt.terngrad_reduce_scatter_hook)):
