@@ -130,6 +130,21 @@ void SumDecoder::check(cudaStream_t stream) {
                                        " holds a field above 2R = " + std::to_string(max_field_));
 }
 
+namespace {
+
+// d_counts = the codes of count payloads of n elements summed, a new sum in
+// ws: each payload's header (count n, scale equal to the first's), codes and
+// padding checked on the way (errors recorded in ws).
+void count_checked_async(const std::string& name, const uint8_t* const* d_payloads, size_t count, uint64_t n,
+                         int16_t* d_counts, Workspace& ws, cudaStream_t stream) {
+  if (n > 0) detail::require_device_pointer(d_counts, n, alignof(int16_t), (name + ": d_counts").c_str());
+  begin_counts_async(ws, stream);
+  if (n > 0) TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
+  for (size_t j = 0; j < count; ++j) accumulate_counts_async(d_payloads[j], max_encoded_bytes(n), d_counts, n, ws, stream);
+}
+
+}  // namespace
+
 void sum_payloads_async(const uint8_t* const* d_payloads, size_t count, uint64_t n, int16_t* d_counts,
                         uint8_t* d_out, size_t out_capacity, Workspace& ws, cudaStream_t stream) {
   const std::string name = "sum_payloads_async";
@@ -144,11 +159,7 @@ void sum_payloads_async(const uint8_t* const* d_payloads, size_t count, uint64_t
   if (out_capacity < bytes)
     detail::fail(Errc::kBufferTooSmall, name + ": d_out has " + std::to_string(out_capacity) + " bytes, the sum of " +
                                             std::to_string(n) + " elements needs " + std::to_string(bytes));
-  if (n > 0) detail::require_device_pointer(d_counts, n, alignof(int16_t), (name + ": d_counts").c_str());
-  begin_counts_async(ws, stream);
-  if (n > 0) TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
-  // Each checks its payload's header (count n, scale equal to the first's), codes and padding.
-  for (size_t j = 0; j < count; ++j) accumulate_counts_async(d_payloads[j], max_encoded_bytes(n), d_counts, n, ws, stream);
+  count_checked_async(name, d_payloads, count, n, d_counts, ws, stream);
   const uint32_t r = static_cast<uint32_t>(count);
   pack_sum_kernel<<<grid((n + 7) / 8), kBlock, 0, stream>>>(d_counts, n, r, sum_bits(r), d_payloads[0], ws.device(),
                                                             d_out);
@@ -164,11 +175,8 @@ void copy_checked_payload_async(const uint8_t* d_payload, uint64_t n, int16_t* d
   if (out_capacity < bytes)
     detail::fail(Errc::kBufferTooSmall, name + ": d_out has " + std::to_string(out_capacity) + " bytes, the payload of " +
                                             std::to_string(n) + " elements has " + std::to_string(bytes));
-  if (n > 0) detail::require_device_pointer(d_counts, n, alignof(int16_t), (name + ": d_counts").c_str());
   // The check of a sum of one (header, codes, padding): its counts are discarded.
-  begin_counts_async(ws, stream);
-  if (n > 0) TG_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, n * sizeof(int16_t), stream));
-  accumulate_counts_async(d_payload, bytes, d_counts, n, ws, stream);
+  count_checked_async(name, &d_payload, 1, n, d_counts, ws, stream);
   copy_unless_error_kernel<<<grid(bytes), kBlock, 0, stream>>>(d_payload, bytes, ws.device(), d_out);
   TG_CHECK_LAUNCH("copy_unless_error_kernel");
 }
